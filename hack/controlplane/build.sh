@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds the pinned upstream control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kwok) from the Go module proxy into a
+# cache outside the checkout, and prints the cache's bin directory.
+#
+# The cache key is the pinned versions plus a hash of the wrapper modules'
+# go.mod/go.sum, so every clone on this machine reuses one build and a version
+# bump builds into a fresh directory. A finished build is published by an atomic
+# rename, so an interrupted build never looks complete.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+
+cache_root=${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}
+key=$(cat "$here"/versions.env "$here"/*/go.mod "$here"/*/go.sum | sha256sum | cut -c1-12)
+dest="$cache_root/controlplane/k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_${key}"
+bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+complete() {
+  local b
+  for b in "${bins[@]}"; do [ -x "$dest/bin/$b" ] || return 1; done
+  [ -d "$dest/stages" ]
+}
+
+if complete; then
+  echo "$dest/bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build.sh: go is not installed (needed to build the control plane)" >&2; exit 1; }
+
+mkdir -p "$cache_root/controlplane"
+work=$(mktemp -d "$cache_root/controlplane/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/bin" "$work/stages"
+
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+start=$(date +%s)
+log() { echo "build.sh: $*" >&2; }
+
+minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+kube_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+log "building etcd $ETCD_VERSION"
+(cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" .)
+
+log "building kube-apiserver, kube-controller-manager, kube-scheduler $KUBE_VERSION"
+(cd "$here/kube" && go build -trimpath -ldflags "$kube_ldflags" -o "$work/bin/" \
+  k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler)
+
+log "building kwok $KWOK_VERSION"
+(cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$work/bin/kwok" sigs.k8s.io/kwok/cmd/kwok)
+
+# kwok's own stage definitions (pod/node lifecycles, volume binding) ship in its
+# module; take them from there rather than keeping copies in this repository.
+kwok_src=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+cp -r "$kwok_src/kustomize/stage/." "$work/stages/"
+chmod -R u+w "$work/stages"
+
+echo "$(( $(date +%s) - start ))" > "$work/build-seconds"
+rm -rf "$dest"
+mv "$work" "$dest"
+trap - EXIT
+log "built in $(cat "$dest/build-seconds")s into $dest"
+echo "$dest/bin"
