@@ -1,0 +1,85 @@
+//! `bosun`: the controller manager, the CRDs it serves, and an offline renderer.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+#[derive(Parser, Debug)]
+#[command(name = "bosun", version, about = "A Kubernetes operator for web apps, databases, config and backups")]
+struct Cli {
+    /// Log format.
+    #[arg(long, env = "BOSUN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller manager against the cluster in KUBECONFIG (or in-cluster config).
+    Run(bosun_runtime::RunArgs),
+    /// Print the CustomResourceDefinitions (the YAML committed under config/crd/).
+    Crd,
+    /// Print the children the custom resources in FILE would produce, without a cluster.
+    Render {
+        /// A YAML file with one or more custom resources; `-` reads standard input.
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => print!("{}", bosun_api::crds_yaml()?),
+        Command::Render { file } => print!("{}", render(&file)?),
+        Command::Run(args) => {
+            init_logging(cli.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(bosun_runtime::run(args))?;
+        }
+    }
+    Ok(())
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn,kube_client=warn"));
+    let ansi = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
+    }
+}
+
+fn render(file: &PathBuf) -> anyhow::Result<String> {
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text)?;
+    } else {
+        text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    }
+    let mut documents = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
+        let value = serde_json::Value::deserialize(doc)
+            .with_context(|| format!("{}: document {i} is not valid YAML", file.display()))?;
+        documents.push(value);
+    }
+    let children = bosun_resources::render::render(&documents)?;
+    let mut out = String::new();
+    for child in children {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&child)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,23 @@
+//! bosun's controllers.
+//!
+//! Every controller is the same pipeline, called once per stage:
+//!
+//! ```text
+//!  build (pure, bosun-resources) → apply (server-side) → update_status (from what was applied)
+//! ```
+//!
+//! The mechanisms every controller shares live here once: server-side apply under one
+//! field manager ([`apply`]), the error taxonomy that decides between "retry with
+//! backoff" and "wait for a spec change" ([`error`]), per-object exponential backoff
+//! ([`backoff`]) and the wiring of watches into a kube-runtime `Controller`
+//! ([`runner`]). A new controller is mostly its builders and its status.
+
+pub mod apply;
+pub mod backoff;
+pub mod context;
+pub mod error;
+pub mod runner;
+pub mod webapp;
+
+pub use context::{Context, Scope};
+pub use error::Error;

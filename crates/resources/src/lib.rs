@@ -1,0 +1,11 @@
+//! What bosun's resources should look like, as pure functions.
+//!
+//! Every controller is a pipeline `validate → build → apply → update_status`; this
+//! crate holds the pure stages: the builders (custom resource → desired children) and
+//! the status computations (custom resource + applied children → status). Nothing here
+//! performs I/O or reads a clock, so every branch is unit-tested without an apiserver.
+
+pub mod conditions;
+pub mod meta;
+pub mod render;
+pub mod webapp;

@@ -1,0 +1,38 @@
+//! Metadata every child carries: name, namespace, standard labels, controller owner.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+/// The value of `app.kubernetes.io/managed-by` on everything bosun creates.
+pub const MANAGED_BY: &str = "bosun";
+
+/// `app.kubernetes.io/{name,instance,managed-by}` for a child of `owner`.
+///
+/// `name` is the kind of application (e.g. `webapp`), `instance` the owner's name.
+pub fn standard_labels(app_name: &str, instance: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), app_name.to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), instance.to_owned()),
+        ("app.kubernetes.io/managed-by".to_owned(), MANAGED_BY.to_owned()),
+    ])
+}
+
+/// Metadata for a child named `name` in the owner's namespace, with a controller
+/// ownerReference so deleting the owner garbage-collects the child.
+///
+/// The ownerReference needs the owner's uid; an owner that was never stored (as in
+/// `bosun render`) yields a child without one.
+pub fn child_meta<K>(owner: &K, name: String, labels: BTreeMap<String, String>) -> ObjectMeta
+where
+    K: Resource<DynamicType = ()>,
+{
+    ObjectMeta {
+        name: Some(name),
+        namespace: owner.namespace(),
+        labels: Some(labels),
+        owner_references: owner.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}

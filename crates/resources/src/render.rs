@@ -1,0 +1,82 @@
+//! `bosun render`: the children a custom resource would produce, without a cluster.
+//!
+//! Documents are matched on `apiVersion` and `kind` and run through the same builders
+//! the controllers use, so what is printed is what would be applied (minus the
+//! ownerReference, which needs the uid the apiserver assigns).
+
+use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::webapp;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RenderError {
+    #[error("document {index}: {kind} in {api_version} is not served by bosun")]
+    Unsupported { index: usize, api_version: String, kind: String },
+    #[error("document {index} ({kind} {name:?}): {message}")]
+    Invalid { index: usize, kind: String, name: String, message: String },
+}
+
+/// Render every document (in order); empty documents are skipped.
+pub fn render(documents: &[Value]) -> Result<Vec<Value>, RenderError> {
+    let mut out = Vec::new();
+    for (index, doc) in documents.iter().enumerate().filter(|(_, d)| !d.is_null()) {
+        let field = |f: &str| doc.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let (api_version, kind) = (field("apiVersion"), field("kind"));
+        match (api_version.as_str(), kind.as_str()) {
+            ("apps.example.com/v1", "WebApp") => out.extend(webapp_children(parse::<apps_v1::WebApp>(index, doc)?)),
+            ("example.com/v1", "WebApp") => out.extend(webapp_children(parse::<example_v1::WebApp>(index, doc)?)),
+            _ => return Err(RenderError::Unsupported { index, api_version, kind }),
+        }
+    }
+    Ok(out)
+}
+
+fn parse<K: DeserializeOwned + kube::Resource<DynamicType = ()>>(index: usize, doc: &Value) -> Result<K, RenderError> {
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let invalid =
+        |message: String| RenderError::Invalid { index, kind: K::kind(&()).into_owned(), name: name.clone(), message };
+    if name.is_empty() {
+        return Err(invalid("metadata.name is required".into()));
+    }
+    serde_json::from_value(doc.clone()).map_err(|e| invalid(e.to_string()))
+}
+
+fn webapp_children<K: WebAppKind>(w: K) -> Vec<Value> {
+    let values =
+        [serde_json::to_value(webapp::desired_deployment(&w)), serde_json::to_value(webapp::desired_service(&w))];
+    values.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn renders_a_deployment_and_a_service_per_webapp() {
+        let docs = [json!({"apiVersion": "example.com/v1", "kind": "WebApp", "metadata": {"name": "my-webapp"},
+                           "spec": {"replicas": 3, "image": "nginx:1.21", "port": 80}})];
+        let out = render(&docs).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0]["kind"], "Deployment");
+        assert_eq!(out[0]["spec"]["replicas"], 3);
+        assert_eq!(out[1]["kind"], "Service");
+        assert_eq!(out[1]["spec"]["ports"][0]["targetPort"], 80);
+        assert!(out[0]["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let missing_image =
+            [json!({"apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": "w"}, "spec": {}})];
+        let err = render(&missing_image).unwrap_err().to_string();
+        assert!(err.contains("missing field `image`"), "{err}");
+        let unknown = [json!({"apiVersion": "v1", "kind": "Pod"})];
+        assert_eq!(render(&unknown).unwrap_err().to_string(), "document 0: Pod in v1 is not served by bosun");
+        let nameless = [json!({"apiVersion": "apps.example.com/v1", "kind": "WebApp", "spec": {"image": "x"}})];
+        assert!(render(&nameless).unwrap_err().to_string().contains("metadata.name is required"));
+    }
+}

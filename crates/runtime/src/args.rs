@@ -1,0 +1,97 @@
+//! Flags of `bosun run`; every flag can also be set from the environment.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The controllers `bosun run` can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ControllerName {
+    /// WebApp in `apps.example.com/v1` and `example.com/v1`.
+    WebApp,
+}
+
+impl ControllerName {
+    pub const ALL: &'static [ControllerName] = &[ControllerName::WebApp];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerName::WebApp => "webapp",
+        }
+    }
+}
+
+impl fmt::Display for ControllerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ControllerName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.iter().copied().find(|c| c.as_str() == s.trim()).ok_or_else(|| {
+            let known: Vec<_> = Self::ALL.iter().map(|c| c.as_str()).collect();
+            format!("unknown controller {s:?}; known controllers: {}", known.join(", "))
+        })
+    }
+}
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Controllers to run (comma-separated); all when not given.
+    #[arg(long, env = "BOSUN_CONTROLLERS", value_delimiter = ',')]
+    pub controllers: Vec<ControllerName>,
+
+    /// Namespaces to watch (comma-separated); all when not given.
+    #[arg(long, env = "BOSUN_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Most reconciles running at once, per controller and namespace.
+    #[arg(long, env = "BOSUN_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// How long in-flight reconciles may take to finish after SIGTERM.
+    #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: std::time::Duration,
+}
+
+impl RunArgs {
+    pub fn enabled_controllers(&self) -> Vec<ControllerName> {
+        if self.controllers.is_empty() { ControllerName::ALL.to_vec() } else { self.controllers.clone() }
+    }
+}
+
+/// `15s`, `500ms`, `2m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 15s, 500ms or 2m"))?;
+    match unit {
+        "ms" => Ok(std::time::Duration::from_millis(n)),
+        "s" => Ok(std::time::Duration::from_secs(n)),
+        "m" => Ok(std::time::Duration::from_secs(n * 60)),
+        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s"), Ok(std::time::Duration::from_secs(15)));
+        assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(std::time::Duration::from_secs(7)));
+        assert!(parse_duration("7h").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn controller_names() {
+        assert_eq!("webapp".parse::<ControllerName>(), Ok(ControllerName::WebApp));
+        assert!("webapps".parse::<ControllerName>().unwrap_err().contains("known controllers: webapp"));
+    }
+}

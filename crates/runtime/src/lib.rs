@@ -1,0 +1,13 @@
+//! The controller manager behind `bosun run`.
+//!
+//! ```text
+//!  flags ─▶ client ─▶ one Controller per (enabled kind × watched namespace) ─▶ join
+//!                                       ▲
+//!  SIGTERM/SIGINT ─▶ shutdown token ────┘ (stop taking work, finish in-flight reconciles)
+//! ```
+
+pub mod args;
+pub mod manager;
+
+pub use args::RunArgs;
+pub use manager::{Error, run};

@@ -1,0 +1,87 @@
+//! Finding and connecting to the local cluster, once per test binary.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, Config, ResourceExt};
+use tokio::sync::OnceCell;
+
+/// The running cluster the tests use.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: Client,
+    /// The admin kubeconfig, for processes the tests start (bosun, kubectl).
+    pub kubeconfig: PathBuf,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("kubeconfig", &self.kubeconfig).finish_non_exhaustive()
+    }
+}
+
+/// The repository root (this crate lives in `crates/testing`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+/// The admin kubeconfig of the local cluster: `$BOSUN_TEST_KUBECONFIG`, else the one
+/// `make cluster` writes (`$BOSUN_CLUSTER_DIR/kubeconfig`, default `.cluster/kubeconfig`).
+///
+/// `KUBECONFIG` is deliberately not used: the tests create and delete namespaces and
+/// CRDs, and must never do that to whatever cluster a developer's shell points at.
+fn kubeconfig_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("BOSUN_TEST_KUBECONFIG") {
+        return PathBuf::from(p);
+    }
+    let dir = std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"));
+    dir.join("kubeconfig")
+}
+
+const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \
+                            or point BOSUN_TEST_KUBECONFIG at a test cluster";
+
+static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
+
+/// The local cluster with bosun's CRDs installed. Panics, saying how to start it, when
+/// there is none.
+pub async fn cluster() -> Cluster {
+    CLUSTER.get_or_init(connect).await.clone()
+}
+
+async fn connect() -> Cluster {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!("no local cluster: cannot read kubeconfig {} ({e}); {HOW_TO_START}", path.display())
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("invalid kubeconfig {}: {e}; {HOW_TO_START}", path.display()));
+    let client = Client::try_from(config).expect("kube client");
+    if let Err(e) = client.apiserver_version().await {
+        panic!("the local cluster in {} is not reachable ({e}); {HOW_TO_START}", path.display());
+    }
+    install_crds(&client).await;
+    Cluster { client, kubeconfig: path }
+}
+
+/// Apply bosun's CRDs (from the Rust types) and wait until they are established.
+async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in bosun_api::crds() {
+        let name = crd.name_any();
+        api.patch(&name, &PatchParams::apply("bosun-e2e").force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("installing CRD {name}: {e}"));
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} was not established within 30s"))
+        .unwrap_or_else(|e| panic!("waiting for CRD {name}: {e}"));
+    }
+}

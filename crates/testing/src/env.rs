@@ -1,0 +1,199 @@
+//! A test's own namespace, and what a test does in it.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::DEFAULT_TIMEOUT;
+use crate::cluster::{Cluster, cluster, repo_root};
+use crate::operator::Bosun;
+
+/// Everything a test needs: a client and a namespace of its own.
+#[derive(Clone)]
+pub struct Env {
+    pub cluster: Cluster,
+    pub client: Client,
+    pub ns: String,
+}
+
+impl Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("ns", &self.ns).finish_non_exhaustive()
+    }
+}
+
+/// Run `test` in a fresh namespace named after it; the namespace is deleted
+/// afterwards, whether the test passed or panicked.
+pub async fn e2e<F, Fut>(name: &str, test: F)
+where
+    F: FnOnce(Env) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let cluster = cluster().await;
+    let client = cluster.client.clone();
+    let suffix: u32 = rand::random::<u32>() % 100_000;
+    let ns = format!("e2e-{}-{suffix:05}", name.replace('_', "-")).chars().take(63).collect::<String>();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": ns, "labels": {"bosun.dev/e2e": "true"}}
+    }))
+    .expect("namespace");
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
+
+    let env = Env { cluster, client, ns: ns.clone() };
+    let result = AssertUnwindSafe(test(env)).catch_unwind().await;
+    let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+impl Env {
+    /// An `Api` for `K` in the test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Start `bosun run` watching only this test's namespace, as the admin identity.
+    pub fn start_bosun(&self, extra_args: &[&str]) -> Bosun {
+        self.start_bosun_as(&self.cluster.kubeconfig, extra_args)
+    }
+
+    /// Start `bosun run` watching only this test's namespace with `kubeconfig`.
+    pub fn start_bosun_as(&self, kubeconfig: &Path, extra_args: &[&str]) -> Bosun {
+        let ns_arg = format!("--namespaces={}", self.ns);
+        let mut args = vec![ns_arg.as_str()];
+        args.extend_from_slice(extra_args);
+        let log = repo_root().join("target/e2e-logs").join(format!("{}-{}.log", self.ns, rand::random::<u16>()));
+        Bosun::start(&bosun_binary(), kubeconfig, &args, log)
+    }
+
+    /// Server-side apply `obj` into the test namespace as the test (field manager `e2e`).
+    pub async fn apply<K>(&self, obj: &K) -> K
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Serialize + DeserializeOwned + Clone + Debug,
+    {
+        let name = obj.meta().name.clone().expect("object name");
+        self.api::<K>()
+            .patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(obj))
+            .await
+            .unwrap_or_else(|e| panic!("applying {} {name}: {e}", K::kind(&())))
+    }
+
+    /// Create an object of `K`'s kind from raw JSON, bypassing the Rust types, and
+    /// return what the apiserver said: for testing what the schema rejects.
+    pub async fn create_raw<K>(&self, object: serde_json::Value) -> Result<DynamicObject, kube::Error>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+    {
+        let ar = ApiResource::erase::<K>(&());
+        let mut obj: DynamicObject = serde_json::from_value(object).expect("raw object");
+        obj.types = Some(kube::api::TypeMeta { api_version: ar.api_version.clone(), kind: ar.kind.clone() });
+        Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+    }
+
+    /// Poll `name` until `condition` holds; panics after `DEFAULT_TIMEOUT` saying what
+    /// was expected and showing the object as last seen.
+    pub async fn wait_for<K>(&self, name: &str, expected: &str, condition: impl Fn(&K) -> bool) -> K
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + DeserializeOwned + Serialize + Clone + Debug,
+    {
+        self.wait_for_within(name, expected, DEFAULT_TIMEOUT, condition).await
+    }
+
+    /// [`Env::wait_for`] with an explicit timeout.
+    pub async fn wait_for_within<K>(
+        &self,
+        name: &str,
+        expected: &str,
+        timeout: Duration,
+        condition: impl Fn(&K) -> bool,
+    ) -> K
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + DeserializeOwned + Serialize + Clone + Debug,
+    {
+        let api = self.api::<K>();
+        let start = Instant::now();
+        let mut last = None;
+        while start.elapsed() < timeout {
+            match api.get_opt(name).await {
+                Ok(Some(obj)) if condition(&obj) => return obj,
+                Ok(seen) => last = Some(seen),
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let shown = match last {
+            Some(Some(obj)) => serde_yaml_ng::to_string(&obj).unwrap_or_default(),
+            Some(None) => "it does not exist".to_owned(),
+            None => "it could not be read".to_owned(),
+        };
+        panic!(
+            "timed out after {timeout:?} waiting for {} {}/{name}: expected {expected}; last seen:\n{shown}",
+            K::kind(&()),
+            self.ns
+        )
+    }
+
+    /// Poll until `name` no longer exists.
+    pub async fn wait_gone<K>(&self, name: &str) -> Duration
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + DeserializeOwned + Serialize + Clone + Debug,
+    {
+        let start = Instant::now();
+        let api = self.api::<K>();
+        while start.elapsed() < DEFAULT_TIMEOUT {
+            if matches!(api.get_opt(name).await, Ok(None)) {
+                return start.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("timed out after {DEFAULT_TIMEOUT:?} waiting for {} {}/{name} to be deleted", K::kind(&()), self.ns)
+    }
+
+    /// Run kubectl against the cluster in this namespace; returns (success, stdout+stderr).
+    pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.cluster.kubeconfig)
+            .arg("--namespace")
+            .arg(&self.ns)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running kubectl: {e}"));
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+}
+
+/// The `bosun` binary under test: `$BOSUN_BIN`, else `target/debug/bosun` (built by
+/// `cargo test`, since the e2e tests live in the `bosun` package).
+fn bosun_binary() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("BOSUN_BIN") {
+        return p.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let path = target.join("debug/bosun");
+    assert!(path.exists(), "{} does not exist: build it with `cargo build -p bosun`", path.display());
+    path
+}

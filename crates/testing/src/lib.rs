@@ -1,0 +1,34 @@
+//! End-to-end test support for the local control plane.
+//!
+//! ```ignore
+//! #[tokio::test]
+//! async fn scales() {
+//!     e2e("scales", |env| async move {
+//!         let _bosun = env.start_bosun(&[]);
+//!         env.apply(&webapp).await;
+//!         env.wait_for::<WebApp>("demo", "Ready", is_ready).await;
+//!     }).await;
+//! }
+//! ```
+//!
+//! * [`cluster`] connects to the running local cluster (`make cluster`, or started by
+//!   `make test`) and **fails** with instructions when there is none: e2e tests never
+//!   skip silently.
+//! * [`e2e`] gives each test a fresh namespace and deletes it afterwards, also when
+//!   the test panics.
+//! * [`Env::start_bosun`] runs the real `bosun` binary, watching only the test's
+//!   namespace, so tests run in parallel without seeing each other's objects.
+//! * [`Env::wait_for`] polls with a timeout and, on failure, says what was expected
+//!   and shows the object as it last was.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // test support: failing loudly is the point
+
+mod cluster;
+mod env;
+mod operator;
+
+pub use cluster::{Cluster, cluster, repo_root};
+pub use env::{Env, e2e};
+pub use operator::Bosun;
+
+/// How long a wait may take by default; the fake nodes make pods ready in about a second.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
