@@ -15,7 +15,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![webapp::apps_v1::WebApp::crd(), webapp::example_v1::WebApp::crd()]
 }
 
-/// The CRDs as one multi-document YAML stream, exactly as committed under `config/crd/`.
+/// The CRDs as one multi-document YAML stream.
 pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
     let mut out = String::new();
     for crd in crds() {
@@ -23,4 +23,20 @@ pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
         out.push_str(&serde_yaml_ng::to_string(&crd)?);
     }
     Ok(out)
+}
+
+/// The files of `config/crd/` in the kustomize layout kubebuilder users know:
+/// `bases/<group>_<plural>.yaml`, one CRD each, and a `kustomization.yaml` listing them.
+/// Paths are relative to `config/crd/`.
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
+    const HEADER: &str = "# Generated from the Rust types by `make manifests` (bosun crd --out-dir config/crd). Do not edit.\n";
+    let mut files = Vec::new();
+    let mut kustomization = format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n");
+    for crd in crds() {
+        let path = format!("bases/{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
+        kustomization.push_str(&format!("- {path}\n"));
+        files.push((path, format!("{HEADER}{}", serde_yaml_ng::to_string(&crd)?)));
+    }
+    files.push(("kustomization.yaml".to_owned(), kustomization));
+    Ok(files)
 }

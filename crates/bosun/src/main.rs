@@ -27,8 +27,12 @@ enum LogFormat {
 enum Command {
     /// Run the controller manager against the cluster in KUBECONFIG (or in-cluster config).
     Run(bosun_runtime::RunArgs),
-    /// Print the CustomResourceDefinitions (the YAML committed under config/crd/).
-    Crd,
+    /// Print the CustomResourceDefinitions, or write them as config/crd/ is laid out.
+    Crd {
+        /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` into this directory.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
     /// Print the children the custom resources in FILE would produce, without a cluster.
     Render {
         /// A YAML file with one or more custom resources; `-` reads standard input.
@@ -40,7 +44,8 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => print!("{}", bosun_api::crds_yaml()?),
+        Command::Crd { out_dir: None } => print!("{}", bosun_api::crds_yaml()?),
+        Command::Crd { out_dir: Some(dir) } => write_crds(&dir)?,
         Command::Render { file } => print!("{}", render(&file)?),
         Command::Run(args) => {
             init_logging(cli.log_format);
@@ -60,6 +65,18 @@ fn init_logging(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).with_span_list(false).init(),
     }
+}
+
+fn write_crds(dir: &std::path::Path) -> anyhow::Result<()> {
+    let bases = dir.join("bases");
+    if bases.exists() {
+        std::fs::remove_dir_all(&bases).with_context(|| format!("clearing {}", bases.display()))?;
+    }
+    std::fs::create_dir_all(&bases).with_context(|| format!("creating {}", bases.display()))?;
+    for (path, yaml) in bosun_api::crd_files()? {
+        std::fs::write(dir.join(&path), yaml).with_context(|| format!("writing {path}"))?;
+    }
+    Ok(())
 }
 
 fn render(file: &PathBuf) -> anyhow::Result<String> {

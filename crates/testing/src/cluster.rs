@@ -44,19 +44,29 @@ fn kubeconfig_path() -> PathBuf {
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \
                             or point BOSUN_TEST_KUBECONFIG at a test cluster";
 
-static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
+static INSTALLED: OnceCell<PathBuf> = OnceCell::const_new();
 
 /// The local cluster with bosun's CRDs installed. Panics, saying how to start it, when
 /// there is none.
+///
+/// Every call makes a new client: each `#[tokio::test]` has its own runtime, and a
+/// client's connection worker dies with the runtime that created it. Only finding the
+/// cluster and installing the CRDs happen once per test binary.
 pub async fn cluster() -> Cluster {
-    CLUSTER.get_or_init(connect).await.clone()
+    let path = INSTALLED
+        .get_or_init(|| async {
+            let path = kubeconfig_path();
+            install_crds(&connect(&path).await).await;
+            path
+        })
+        .await
+        .clone();
+    Cluster { client: connect(&path).await, kubeconfig: path }
 }
 
-async fn connect() -> Cluster {
-    let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
-        panic!("no local cluster: cannot read kubeconfig {} ({e}); {HOW_TO_START}", path.display())
-    });
+async fn connect(path: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("no local cluster: cannot read kubeconfig {} ({e}); {HOW_TO_START}", path.display()));
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("invalid kubeconfig {}: {e}; {HOW_TO_START}", path.display()));
@@ -64,8 +74,7 @@ async fn connect() -> Cluster {
     if let Err(e) = client.apiserver_version().await {
         panic!("the local cluster in {} is not reachable ({e}); {HOW_TO_START}", path.display());
     }
-    install_crds(&client).await;
-    Cluster { client, kubeconfig: path }
+    client
 }
 
 /// Apply bosun's CRDs (from the Rust types) and wait until they are established.
