@@ -66,8 +66,13 @@ cp -r "$kwok_src/kustomize/stage/." "$work/stages/"
 chmod -R u+w "$work/stages"
 
 echo "$(( $(date +%s) - start ))" > "$work/build-seconds"
-rm -rf "$dest"
-mv "$work" "$dest"
+# Another build of the same key may have finished meanwhile: keep the first.
+if complete; then
+  rm -rf "$work"
+else
+  rm -rf "$dest"
+  mv "$work" "$dest"
+fi
 trap - EXIT
 log "built in $(cat "$dest/build-seconds")s into $dest"
 echo "$dest/bin"
