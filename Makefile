@@ -1,0 +1,91 @@
+# bosun — kubebuilder-style targets. `make help` lists them.
+#
+# The local control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok) is built from Go modules into ~/.cache/bosun and its state
+# lives in .cluster/ (override with BOSUN_CLUSTER_DIR).
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CLUSTER := hack/controlplane/cluster.sh
+CARGO ?= cargo
+BOSUN := target/debug/bosun
+# make run: the local control plane unless USE_EXISTING_CLUSTER=true, which uses the
+# current kubeconfig instead (never by accident).
+USE_EXISTING_CLUSTER ?= false
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: build
+build: ## Build the bosun binary (debug).
+	$(CARGO) build -p bosun
+
+.PHONY: manifests
+manifests: ## Regenerate config/crd from the Rust types.
+	$(CARGO) run -q -p bosun -- crd --out-dir config/crd
+
+.PHONY: fmt
+fmt: ## Format the code.
+	$(CARGO) fmt --all
+
+.PHONY: lint
+lint: ## Check formatting and run clippy with warnings as errors.
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: test
+test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed).
+	$(CARGO) build -p bosun
+	BOSUN_CLUSTER_DIR=$(CLUSTER_DIR) $(CARGO) test --workspace --no-fail-fast
+
+.PHONY: test-unit
+test-unit: ## Only the unit tests (no cluster).
+	$(CARGO) test --workspace --lib --bins
+
+##@ Local control plane
+
+CLUSTER_DIR ?= $(if $(BOSUN_CLUSTER_DIR),$(BOSUN_CLUSTER_DIR),$(CURDIR)/.cluster)
+export BOSUN_CLUSTER_DIR := $(CLUSTER_DIR)
+
+.PHONY: cluster
+cluster: ## Build (first time only) and start the local control plane; wait until healthy.
+	$(CLUSTER) up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local control plane and remove its state.
+	$(CLUSTER) down
+
+.PHONY: kubeconfig
+kubeconfig: ## Print the path of the local control plane's admin kubeconfig (use with -s).
+	@$(CLUSTER) kubeconfig
+
+##@ Deployment
+
+ifeq ($(USE_EXISTING_CLUSTER),true)
+RUN_KUBECONFIG := $(or $(KUBECONFIG),$(HOME)/.kube/config)
+RUN_PREREQ :=
+else
+RUN_KUBECONFIG := $(CLUSTER_DIR)/kubeconfig
+RUN_PREREQ := cluster
+endif
+
+.PHONY: install
+install: $(RUN_PREREQ) ## Install the CRDs into the cluster (local control plane unless USE_EXISTING_CLUSTER=true).
+	KUBECONFIG=$(RUN_KUBECONFIG) kubectl apply --server-side --force-conflicts -k config/crd
+	KUBECONFIG=$(RUN_KUBECONFIG) kubectl wait --for=condition=Established --timeout=60s -f config/crd/bases
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs (and so every custom resource) from the cluster.
+	KUBECONFIG=$(RUN_KUBECONFIG) kubectl delete --ignore-not-found -k config/crd
+
+.PHONY: run
+run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
+	@echo "bosun: using $(RUN_KUBECONFIG); in another shell: export KUBECONFIG=$(RUN_KUBECONFIG)"
+	KUBECONFIG=$(RUN_KUBECONFIG) $(BOSUN) run $(ARGS)

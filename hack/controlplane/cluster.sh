@@ -1,0 +1,735 @@
+#!/usr/bin/env bash
+# Starts and stops a real, local Kubernetes control plane for development and
+# tests: etcd, kube-apiserver, kube-controller-manager and kube-scheduler built
+# from the pinned upstream sources (see build.sh), plus kwok, which plays the
+# kubelets of a few fake nodes so that pods become Running/Ready, Job pods
+# Succeed and PersistentVolumeClaims get bound, without any container runtime.
+#
+# Usage: cluster.sh up | down | status | kubeconfig | env
+#        cluster.sh sa-kubeconfig NAMESPACE SERVICEACCOUNT [DURATION]
+#
+# Everything lives in one state directory, ${BOSUN_CLUSTER_DIR:-<repo>/.cluster}:
+#   bosun-cluster        marker: this directory is ours and may be deleted
+#   bin-dir              the build.sh bin directory the processes were started from
+#   ports.env            the ports, as sourceable KEY=value lines
+#   kubeconfig           admin kubeconfig (client cert in group system:masters)
+#   certs/               ca.crt/ca.key, apiserver.*, sa.key/sa.pub, <identity>.crt/.key
+#   kubeconfigs/         kube-controller-manager.kubeconfig, kube-scheduler.kubeconfig
+#   etcd/                etcd data
+#   kwok/                kwok.yaml (the stages kwok plays) and kwok's work dir
+#   manifests/           bootstrap.yaml (fake nodes, default StorageClass)
+#   logs/<component>.log (and bootstrap.log: kubectl apply of manifests/)
+#   pids/<component>.pid
+#   .kube-cache/         kubectl discovery cache of this script's own calls
+#
+# Progress and errors go to stderr; stdout only carries what a caller may want
+# to capture (kubeconfig path, env line, ServiceAccount kubeconfig).
+set -euo pipefail
+# Components must not end up as process-group leaders created by job control:
+# setsid below only execs in place (keeping $! as the component's pid) when the
+# caller is not a group leader, which holds as long as job control is off.
+set +m
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$here/../.." && pwd)
+state=$(realpath -m "${BOSUN_CLUSTER_DIR:-$repo_root/.cluster}")
+# A cold apiserver on a busy 2-core machine needs ~10 s; leave generous room
+# for machines under load (e.g. while cargo builds) before calling it failed.
+timeout=${BOSUN_CLUSTER_TIMEOUT:-120}
+
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Fixed cluster shape. Service CIDR per Kubernetes convention; its first address
+# is the "kubernetes" Service, which therefore must be in the serving cert.
+service_cidr=10.96.0.0/16
+first_service_ip=10.96.0.1
+fake_nodes=(kwok-node-0 kwok-node-1)
+# Name fixed by kwok's volume stages: they only act on claims and volumes of
+# this class (see <build>/stages/volume/fast/*.yaml).
+storage_class=kwok-volume
+storage_provisioner=kwok.x-k8s.io/volume
+
+log() { echo "cluster.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+now() { echo "${EPOCHREALTIME/[,.]/}"; }  # microseconds, no subprocess
+elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((us % 1000000 / 100000)); }
+
+# --- process bookkeeping ------------------------------------------------------
+
+pidfile() { echo "$state/pids/$1.pid"; }
+
+# Prints the pid of a component if it is alive. The pid file alone is not
+# enough: after a reboot or a crash the pid may have been reused by an
+# unrelated process, so the running executable's name must match too.
+component_pid() {
+  local f pid exe
+  f=$(pidfile "$1")
+  [ -r "$f" ] || return 1
+  read -r pid <"$f" 2>/dev/null || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  exe=${exe% (deleted)}   # the cache may have been rebuilt underneath it
+  [ "${exe##*/}" = "$1" ] || return 1
+  is_running "$pid" || return 1
+  echo "$pid"
+}
+
+# kill -0 also succeeds for zombies, and our components are reparented to
+# whatever init there is, which may reap late (in some VMs and containers only
+# every couple of seconds); an exited process is not running.
+is_running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }   # the state follows the parenthesised command name
+  [ "${stat%% *}" != Z ]
+}
+
+alive_count() {
+  local c n=0
+  for c in "${components[@]}"; do component_pid "$c" >/dev/null && n=$((n + 1)); done
+  echo "$n"
+}
+
+running() { [ -f "$state/kubeconfig" ] && [ "$(alive_count)" -eq "${#components[@]}" ]; }
+
+require_running() {
+  running || die "no local cluster running; start it with 'make cluster'"
+}
+
+# Processes of our binaries that still reference the state directory although
+# no pid file names them any more (pid file lost, killed script mid-start).
+# Matched on the executable name as well so that e.g. a `tail -f` on a log file
+# in the state directory is never taken for a component.
+strays() {
+  local pid exe
+  local pattern
+  pattern=$(printf '%s/' "$state" | sed 's/[][\\.*^$+?(){}|]/\\&/g')
+  for pid in $(pgrep -f -- "$pattern" || true); do
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+    exe=${exe% (deleted)}
+    case " ${components[*]} " in *" ${exe##*/} "*) echo "$pid" ;; esac
+  done
+}
+
+stop_all() {
+  local c pid pids=() i
+  for c in "${components[@]}"; do
+    pid=$(component_pid "$c") && pids+=("$pid")
+  done
+  mapfile -t pids < <({ printf '%s\n' "${pids[@]}"; strays; } | grep . | sort -u)
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  # All at once: nothing here needs an orderly shutdown (the data is thrown
+  # away), and the clients just log connection errors while the rest go.
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do          # up to 5 s for graceful exit
+    local left=()
+    for pid in "${pids[@]}"; do is_running "$pid" && left+=("$pid"); done
+    [ "${#left[@]}" -eq 0 ] && { await_reaped "${pids[@]}"; return 0; }
+    sleep 0.1
+  done
+  local names=()
+  for pid in "${left[@]}"; do names+=("$(basename "$(readlink "/proc/$pid/exe" 2>/dev/null)")[$pid]"); done
+  log "still running 5 s after SIGTERM, sending SIGKILL: ${names[*]}"
+  kill -KILL "${left[@]}" 2>/dev/null || true
+  for ((i = 0; i < 30; i++)); do
+    local still=()
+    for pid in "${left[@]}"; do is_running "$pid" && still+=("$pid"); done
+    [ "${#still[@]}" -eq 0 ] && { await_reaped "${pids[@]}"; return 0; }
+    sleep 0.1
+  done
+  die "could not stop processes: ${still[*]}"
+}
+
+# Exited components linger as zombies until init reaps them, which on some
+# VMs takes ~2 s. Waiting (briefly, best effort) means that right after `down`
+# no process of ours shows up in ps/pgrep at all, which tests check.
+await_reaped() {
+  local i pid gone
+  for ((i = 0; i < 50; i++)); do
+    gone=1
+    for pid in "$@"; do [ -e "/proc/$pid" ] && gone=0; done
+    [ "$gone" = 1 ] && return 0
+    sleep 0.1
+  done
+}
+
+# Removes the state directory, but only if it is ours: BOSUN_CLUSTER_DIR may be
+# mistyped, and rm -rf on someone's home directory is not a recoverable error.
+remove_state() {
+  [ -e "$state" ] || return 0
+  if [ ! -e "$state/bosun-cluster" ] && [ -n "$(ls -A "$state")" ]; then
+    die "$state exists but is not a bosun cluster directory (no bosun-cluster marker); not removing it"
+  fi
+  rm -rf "$state"
+}
+
+# up and down are serialised per state directory, so that concurrent test
+# processes calling `up` start one cluster, not several fighting over one
+# directory, while clusters in different directories do not wait for each
+# other. The lock file cannot live in the state directory (`down` removes it)
+# and would litter the checkout next to it, so it goes to the runtime dir.
+lock() {
+  local dir=${XDG_RUNTIME_DIR:-/tmp} key
+  [ -d "$dir" ] && [ -w "$dir" ] || dir=/tmp
+  key=$(printf '%s' "$state" | sha256sum | cut -c1-16)
+  exec 9>>"$dir/bosun-cluster-$key.lock"
+  flock 9
+}
+
+# --- setup ---------------------------------------------------------------------
+
+# Picks distinct free ports below the kernel's ephemeral range: a port taken
+# from that range (bind to :0) can, in the second or two before the component
+# binds it, become the source port of any outgoing connection on the machine
+# (other clusters, test clients), and the component then fails with "address
+# already in use". Outside the range only explicit binders compete, and `up`
+# retries once with new ports if one wins anyway.
+free_ports() {
+  python3 -c '
+import random, socket, sys
+n = int(sys.argv[1])
+try:
+    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError):
+    lo = 32768
+socks = []
+if lo - 1 > 10000 + 100 * n:
+    for port in random.sample(range(10000, lo), min(2000, lo - 10000)):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        if len(socks) == n:
+            break
+while len(socks) < n:  # no usable room below the ephemeral range
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+' "$1"
+}
+
+# Issues a certificate signed by the cluster CA. RSA rather than ECDSA keys
+# for the widest client compatibility; generated concurrently by the caller.
+issue_cert() {  # name subject extensions
+  local name=$1 subj=$2 ext=$3 d=$state/certs
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$d/$name.key" -subj "$subj" \
+    -out "$d/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 365 -out "$d/$name.crt" \
+    -extfile <(printf '%s\n' "basicConstraints=critical,CA:FALSE" \
+      "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid,issuer" "$ext") 2>/dev/null
+  rm -f "$d/$name.csr"
+}
+
+make_certs() {
+  local d=$state/certs client
+  mkdir -p "$d"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.crt" \
+    -subj "/CN=bosun-local-ca" -days 365 \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  client="keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  local pids=()
+  issue_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
+  pids+=($!)
+  # O=system:masters bypasses RBAC; the controller-manager and scheduler get
+  # the user names the built-in RBAC policy grants exactly their permissions.
+  issue_cert admin "/O=system:masters/CN=bosun-admin" "$client" & pids+=($!)
+  issue_cert kube-controller-manager "/CN=system:kube-controller-manager" "$client" & pids+=($!)
+  issue_cert kube-scheduler "/CN=system:kube-scheduler" "$client" & pids+=($!)
+  # Signs ServiceAccount tokens; the controller-manager signs the legacy token
+  # Secrets with it as well.
+  openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  local p
+  for p in "${pids[@]}"; do wait "$p" || die "certificate generation failed"; done
+  chmod 600 "$d"/*.key
+}
+
+write_kubeconfig() {  # file identity
+  local f=$1 id=$2 d=$state/certs
+  cat >"$f" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: bosun-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$d/ca.crt")
+users:
+- name: $id
+  user:
+    client-certificate-data: $(base64 -w0 <"$d/$id.crt")
+    client-key-data: $(base64 -w0 <"$d/$id.key")
+contexts:
+- name: bosun-local
+  context:
+    cluster: bosun-local
+    user: $id
+current-context: bosun-local
+EOF
+  chmod 600 "$f"
+}
+
+# kwok's stage definitions are copied from its module by build.sh. Only the
+# ones we need: nodes become Ready and keep a lease, pods become Ready and Job
+# pods Succeed, deleted pods go away, and claims of the kwok StorageClass get a
+# bound volume (and release/delete it again).
+write_kwok_config() {
+  local stages=$1 f first=1
+  local files=(
+    node/fast/node-initialize.yaml
+    node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+    pod/fast/pod-ready.yaml
+    pod/fast/pod-complete.yaml
+    pod/fast/pod-delete.yaml
+    volume/fast/pvc-provision.yaml
+    volume/fast/pv-bind.yaml
+    volume/fast/pvc-delete.yaml
+    volume/fast/pv-delete.yaml
+  )
+  mkdir -p "$state/kwok"
+  {
+    for f in "${files[@]}"; do
+      [ -f "$stages/$f" ] || die "kwok stage $stages/$f is missing; rebuild with build.sh"
+      [ "$first" = 1 ] || echo "---"
+      first=0
+      cat "$stages/$f"
+    done
+  } >"$state/kwok/kwok.yaml"
+}
+
+# Fake nodes (played by kwok because of the annotation) and the default
+# StorageClass. Applied whenever a health check finds them missing, so a test
+# that deleted a node does not break the next `up`.
+write_bootstrap() {
+  local i name
+  mkdir -p "$state/manifests"
+  {
+    for i in "${!fake_nodes[@]}"; do
+      name=${fake_nodes[$i]}
+      # Each node gets its own pod CIDR (/21: 2046 addresses) so kwok can hand
+      # out distinct pod IPs for well over 1,000 pods per node. No taints: any
+      # ordinary pod may land there.
+      cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    kubernetes.io/hostname: $name
+    node-role.kubernetes.io/agent: ""
+spec:
+  podCIDR: 10.244.$((i * 8)).0/21
+  podCIDRs: [10.244.$((i * 8)).0/21]
+status:
+  # Made-up addresses; kwok copies the InternalIP into the pods' hostIP.
+  addresses:
+  - {type: InternalIP, address: 10.240.0.$((10 + i))}
+  - {type: Hostname, address: $name}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "1100", ephemeral-storage: 1Ti}
+  capacity: {cpu: "32", memory: 256Gi, pods: "1100", ephemeral-storage: 1Ti}
+---
+EOF
+    done
+    # allowVolumeExpansion lets the apiserver accept raised requests on claims
+    # (the PersistentVolumeClaimResize admission plugin checks it). Nothing
+    # resizes the fake volumes, so status.capacity keeps the old size.
+    cat <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: $storage_class
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: $storage_provisioner
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+allowVolumeExpansion: true
+EOF
+  } >"$state/manifests/bootstrap.yaml"
+}
+
+# Starts one component detached from this script's session (so Ctrl-C on
+# `make cluster` or a test harness killing its process group leaves it alone)
+# and with no inherited descriptors (a caller capturing our output through a
+# pipe would otherwise wait for the components to exit). fd 9 is the lock.
+start() {  # component args...
+  local c=$1
+  shift
+  setsid "$bin/$c" "$@" </dev/null >>"$state/logs/$c.log" 2>&1 9<&- &
+  echo $! >"$(pidfile "$c")"
+  disown $!  # no "Killed" job notices from this shell if `up` stops it again
+}
+
+start_cluster() {
+  mkdir -p "$state"
+  touch "$state/bosun-cluster"
+  mkdir -p "$state/logs" "$state/pids" "$state/kubeconfigs" "$state/etcd"
+  chmod 700 "$state/etcd"
+  echo "$bin" >"$state/bin-dir"
+
+  read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KUBE_CONTROLLER_MANAGER_PORT KUBE_SCHEDULER_PORT \
+    <<<"$(free_ports 5)"
+  cat >"$state/ports.env" <<EOF
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PORT=$APISERVER_PORT
+KUBE_CONTROLLER_MANAGER_PORT=$KUBE_CONTROLLER_MANAGER_PORT
+KUBE_SCHEDULER_PORT=$KUBE_SCHEDULER_PORT
+EOF
+
+  # etcd needs no certificates, so it boots while they are generated.
+  # --unsafe-no-fsync: the data is disposable and fsync dominates write latency.
+  start etcd --name=bosun --data-dir="$state/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="bosun=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster-state=new --unsafe-no-fsync --log-level=warn
+
+  make_certs
+  local c
+  for c in admin kube-controller-manager kube-scheduler; do
+    if [ "$c" = admin ]; then
+      write_kubeconfig "$state/kubeconfig.tmp" admin
+    else
+      write_kubeconfig "$state/kubeconfigs/$c.kubeconfig" "$c"
+    fi
+  done
+  write_kwok_config "$(dirname "$bin")/stages"
+  write_bootstrap
+
+  local certs=$state/certs
+  # --advertise-address is loopback, which Endpoints validation rejects, so the
+  # "kubernetes" Service gets no endpoints (endpoint-reconciler none). Nothing
+  # in a cluster without a network could reach it anyway.
+  # --cert-dir only keeps the apiserver from writing to /var/run/kubernetes.
+  start kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+    --cert-dir="$certs" \
+    --tls-cert-file="$certs/apiserver.crt" --tls-private-key-file="$certs/apiserver.key" \
+    --client-ca-file="$certs/ca.crt" \
+    --service-cluster-ip-range="$service_cidr" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$certs/sa.pub" \
+    --service-account-signing-key-file="$certs/sa.key" \
+    --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --allow-privileged=true \
+    --profiling=false
+
+  # The controller-manager and scheduler start right away rather than after
+  # the apiserver is ready (saves seconds); they retry until it answers. Their
+  # delegated authentication reads a ConfigMap at startup which RBAC may not
+  # allow yet while the apiserver bootstraps its policy, and would exit on
+  # that without --authentication-tolerate-lookup-failure; the value is
+  # picked up later by a background refresh.
+  local kcm=$state/kubeconfigs/kube-controller-manager.kubeconfig
+  start kube-controller-manager \
+    --kubeconfig="$kcm" --authentication-kubeconfig="$kcm" --authorization-kubeconfig="$kcm" \
+    --authentication-tolerate-lookup-failure=true \
+    --bind-address=127.0.0.1 --secure-port="$KUBE_CONTROLLER_MANAGER_PORT" \
+    --leader-elect=false \
+    --use-service-account-credentials=true \
+    --service-account-private-key-file="$certs/sa.key" \
+    --root-ca-file="$certs/ca.crt" \
+    --cluster-signing-cert-file="$certs/ca.crt" --cluster-signing-key-file="$certs/ca.key" \
+    --service-cluster-ip-range="$service_cidr" \
+    --cluster-name=bosun-local \
+    --controllers='*' \
+    --kube-api-qps=100 --kube-api-burst=200 \
+    --profiling=false
+
+  local sched=$state/kubeconfigs/kube-scheduler.kubeconfig
+  start kube-scheduler \
+    --kubeconfig="$sched" --authentication-kubeconfig="$sched" --authorization-kubeconfig="$sched" \
+    --authentication-tolerate-lookup-failure=true \
+    --bind-address=127.0.0.1 --secure-port="$KUBE_SCHEDULER_PORT" \
+    --leader-elect=false \
+    --profiling=false
+
+  # The admin kubeconfig appears under its final name only now, so that
+  # `kubeconfig` never hands out a half-written file. kwok uses it too.
+  mv "$state/kubeconfig.tmp" "$state/kubeconfig"
+
+  # KWOK_WORKDIR keeps kwok from also loading a ~/.kwok/kwok.yaml. Node leases
+  # (renewed every 10 s) keep the node lifecycle controller from marking the
+  # fake nodes unreachable between the rare status heartbeats.
+  KWOK_WORKDIR="$state/kwok" start kwok \
+    --kubeconfig="$state/kubeconfig" \
+    --config="$state/kwok/kwok.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds=40 \
+    --cidr=10.244.128.0/17
+}
+
+# --- health ----------------------------------------------------------------
+
+kc() { kubectl --kubeconfig "$state/kubeconfig" --cache-dir "$state/.kube-cache" --request-timeout=5s "$@"; }
+
+api_get() {
+  local d=$state/certs
+  curl -s --max-time 3 --cacert "$d/ca.crt" --cert "$d/admin.crt" --key "$d/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT$1" || true
+}
+
+# HTTP status of an apiserver path as the admin (000 if unreachable).
+api_status() {
+  local d=$state/certs
+  curl -s -o /dev/null -w '%{http_code}' --max-time 3 --cacert "$d/ca.crt" \
+    --cert "$d/admin.crt" --key "$d/admin.key" "https://127.0.0.1:$APISERVER_PORT$1" || true
+}
+
+# Runs one round of checks; on failure sets `failed` to a description and
+# `culprit` to the component whose log explains it best.
+failed='' culprit=''
+check() {
+  failed='' culprit=''
+  if ! curl -sf --max-time 3 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null; then
+    failed="etcd /health" culprit=etcd; return 1
+  fi
+  if [ "$(api_status /readyz)" != 200 ]; then
+    failed="kube-apiserver /readyz" culprit=kube-apiserver; return 1
+  fi
+  # Created as soon as the apiserver is up, while the others still start.
+  local missing=0 n
+  [ "$(api_status "/apis/storage.k8s.io/v1/storageclasses/$storage_class")" = 200 ] || missing=1
+  for n in "${fake_nodes[@]}"; do
+    [ "$(api_status "/api/v1/nodes/$n")" = 200 ] || missing=1
+  done
+  if [ "$missing" = 1 ]; then
+    # kubectl apply is idempotent; a failure here is retried next round.
+    kc apply -f "$state/manifests/bootstrap.yaml" >/dev/null 2>"$state/logs/bootstrap.log" || true
+    failed="fake nodes and StorageClass to be created" culprit=bootstrap; return 1
+  fi
+  if ! curl -skf --max-time 3 "https://127.0.0.1:$KUBE_CONTROLLER_MANAGER_PORT/healthz" >/dev/null; then
+    failed="kube-controller-manager /healthz" culprit=kube-controller-manager; return 1
+  fi
+  if ! curl -skf --max-time 3 "https://127.0.0.1:$KUBE_SCHEDULER_PORT/healthz" >/dev/null; then
+    failed="kube-scheduler /healthz" culprit=kube-scheduler; return 1
+  fi
+  # Ready and untainted: the node lifecycle controller removes the not-ready
+  # taint a few seconds after kwok reports Ready; until then pods stay Pending.
+  local name ready taints
+  while read -r name ready taints; do
+    if [ "$ready" != True ]; then
+      failed="node $name to become Ready" culprit=kwok; return 1
+    fi
+    if [ -n "$taints" ]; then
+      failed="node $name to lose its taints ($taints)" culprit=kube-controller-manager; return 1
+    fi
+  done < <(kc get nodes "${fake_nodes[@]}" -o \
+    jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}' 2>/dev/null \
+    || echo "? unknown")
+  if [ "$(api_status /api/v1/namespaces/default/serviceaccounts/default)" != 200 ]; then
+    failed="ServiceAccount default/default" culprit=kube-controller-manager; return 1
+  fi
+  return 0
+}
+
+# Waits until check passes. Returns 2 (with `exited` set) if a component
+# died; exits the script on timeout.
+exited=''
+wait_healthy() {  # start-time
+  local start=$1 deadline c last=''
+  exited=''
+  deadline=$(( $(now) + timeout * 1000000 ))
+  while :; do
+    for c in "${components[@]}"; do
+      if ! component_pid "$c" >/dev/null; then
+        log "$c exited; last lines of $state/logs/$c.log:"
+        tail -n 30 "$state/logs/$c.log" >&2 || true
+        exited=$c
+        return 2
+      fi
+    done
+    check && break
+    # One line per stage reached, which also shows where start-up time goes.
+    if [ "$failed" != "$last" ]; then
+      log "$(elapsed "$start")s: waiting for $failed"
+      last=$failed
+    fi
+    if [ "$(now)" -gt "$deadline" ]; then
+      log "not healthy after ${timeout}s: waiting for $failed; last lines of $state/logs/$culprit.log:"
+      tail -n 30 "$state/logs/$culprit.log" >&2 || true
+      if [ "$culprit" = kube-apiserver ]; then
+        log "failing readiness checks:"
+        api_get '/readyz?verbose' | grep -v '^\[+\]' >&2 || true
+      fi
+      die "cluster left running for inspection; '$0 down' stops it"
+    fi
+    sleep 0.2
+  done
+  log "cluster healthy after $(elapsed "$start")s (kubeconfig: $state/kubeconfig)"
+}
+
+# --- subcommands ---------------------------------------------------------------
+
+load_ports() {
+  [ -f "$state/ports.env" ] || return 1
+  # shellcheck source=/dev/null
+  . "$state/ports.env"
+}
+
+cmd_up() {
+  local start n
+  start=$(now)
+  lock
+  # Under the lock, so that concurrent `up`s wait for one cold build (up to
+  # half an hour) instead of each starting their own; returns at once when
+  # the cache is complete.
+  bin=$("$here/build.sh")
+  n=$(alive_count)
+  if [ "$n" -eq "${#components[@]}" ] && [ -f "$state/kubeconfig" ]; then
+    if [ "$(cat "$state/bin-dir" 2>/dev/null)" != "$bin" ]; then
+      log "warning: the running cluster uses $(cat "$state/bin-dir" 2>/dev/null), not $bin; run down and up to switch"
+    fi
+    load_ports
+    log "already running; checking health"
+  else
+    if [ "$n" -gt 0 ]; then
+      log "found a partial cluster ($n of ${#components[@]} processes alive); restarting it"
+    elif [ -e "$state" ]; then
+      log "removing stale state in $state (no component running)"
+    fi
+    stop_all
+    remove_state
+    log "starting control plane in $state"
+    start_cluster
+  fi
+  local rc=0
+  wait_healthy "$start" || rc=$?
+  if [ "$rc" = 2 ] && grep -q 'address already in use' "$state/logs/$exited.log" 2>/dev/null; then
+    log "port conflict; restarting with other ports"
+    stop_all
+    remove_state
+    start_cluster
+    rc=0
+    wait_healthy "$start" || rc=$?
+  fi
+  [ "$rc" = 0 ] || die "cluster failed to start ('$0 down' cleans up)"
+}
+
+cmd_down() {
+  lock
+  if [ ! -e "$state" ]; then
+    log "no local cluster in $state"
+    return 0
+  fi
+  stop_all
+  local left
+  left=$(strays)
+  [ -z "$left" ] || die "processes still running: $left"
+  remove_state
+  log "stopped; removed $state"
+}
+
+cmd_status() {
+  local c pid port ok=0
+  echo "state directory: $state"
+  load_ports || true
+  for c in "${components[@]}"; do
+    case $c in
+      etcd) port="${ETCD_PORT:-?} (peer ${ETCD_PEER_PORT:-?})" ;;
+      kube-apiserver) port=${APISERVER_PORT:-?} ;;
+      kube-controller-manager) port=${KUBE_CONTROLLER_MANAGER_PORT:-?} ;;
+      kube-scheduler) port=${KUBE_SCHEDULER_PORT:-?} ;;
+      kwok) port="-" ;;
+    esac
+    if pid=$(component_pid "$c"); then
+      printf '%-24s running  pid %-8s port %s\n' "$c" "$pid" "$port"
+    else
+      printf '%-24s stopped\n' "$c"
+      ok=1
+    fi
+  done
+  if [ "$ok" = 0 ]; then
+    echo "apiserver: https://127.0.0.1:$APISERVER_PORT (/readyz: $(api_status /readyz))"
+    echo "kubeconfig: $state/kubeconfig"
+  fi
+  return "$ok"
+}
+
+cmd_kubeconfig() {
+  require_running
+  echo "$state/kubeconfig"
+}
+
+cmd_env() {
+  require_running
+  printf 'export KUBECONFIG=%q\n' "$state/kubeconfig"
+}
+
+cmd_sa_kubeconfig() {
+  if [ $# -lt 2 ] || [ $# -gt 3 ]; then die "usage: $0 sa-kubeconfig NAMESPACE SERVICEACCOUNT [DURATION]"; fi
+  local ns=$1 sa=$2 duration=${3:-24h} token
+  require_running
+  load_ports
+  token=$(kc create token "$sa" -n "$ns" --duration="$duration") ||
+    die "could not get a token for ServiceAccount $ns/$sa"
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: bosun-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$state/certs/ca.crt")
+users:
+- name: $ns-$sa
+  user:
+    token: $token
+contexts:
+- name: bosun-local
+  context:
+    cluster: bosun-local
+    namespace: $ns
+    user: $ns-$sa
+current-context: bosun-local
+EOF
+}
+
+usage() {
+  cat >&2 <<EOF
+usage: $0 COMMAND
+  up                      build if needed, start the local cluster (no-op if healthy), wait for health
+  down                    stop all components and remove $state
+  status                  show components, pids and ports (exit 1 unless all run)
+  kubeconfig              print the admin kubeconfig path
+  env                     print an 'export KUBECONFIG=...' line
+  sa-kubeconfig NS SA [DURATION]
+                          print a kubeconfig for ServiceAccount NS/SA (token valid DURATION, default 24h)
+EOF
+  exit "${1:-2}"
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1
+shift
+case $cmd in
+  up) [ $# -eq 0 ] || usage; cmd_up ;;
+  down) [ $# -eq 0 ] || usage; cmd_down ;;
+  status) [ $# -eq 0 ] || usage; cmd_status ;;
+  kubeconfig) [ $# -eq 0 ] || usage; cmd_kubeconfig ;;
+  env) [ $# -eq 0 ] || usage; cmd_env ;;
+  sa-kubeconfig) cmd_sa_kubeconfig "$@" ;;
+  -h | --help | help) usage 0 ;;
+  *) usage ;;
+esac
