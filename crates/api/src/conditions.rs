@@ -25,4 +25,15 @@ pub mod reasons {
     pub const ROLLOUT_FAILED: &str = "RolloutFailed";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// The desired configuration is published (e.g. a VoteConfig's ConfigMap).
+    pub const PUBLISHED: &str = "Published";
+    /// A claim is bound to a volume.
+    pub const BOUND: &str = "Bound";
+    /// A claim lost its volume.
+    pub const CLAIM_LOST: &str = "ClaimLost";
+    /// A claim's request grew and its volume has not caught up yet.
+    pub const RESIZING: &str = "Resizing";
+    /// A smaller size was asked for than a claim already has: Kubernetes cannot shrink
+    /// a claim, so the change is not applied.
+    pub const SHRINK_REFUSED: &str = "ShrinkRefused";
 }

@@ -5,6 +5,8 @@
 //! from these types (`bosun crd`, `make manifests`) and a test fails when it drifts.
 
 pub mod conditions;
+pub mod demovolume;
+pub mod voteconfig;
 pub mod webapp;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -12,7 +14,12 @@ use kube::CustomResourceExt;
 
 /// Every CRD bosun serves, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![webapp::apps_v1::WebApp::crd(), webapp::example_v1::WebApp::crd()]
+    vec![
+        webapp::apps_v1::WebApp::crd(),
+        webapp::example_v1::WebApp::crd(),
+        voteconfig::VoteConfig::crd(),
+        demovolume::DemoVolume::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream.

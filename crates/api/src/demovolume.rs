@@ -1,0 +1,61 @@
+//! DemoVolume: a PersistentVolumeClaim of a given size that may grow but never shrink.
+//!
+//! ```yaml
+//! apiVersion: demo.example.com/v1
+//! kind: DemoVolume
+//! metadata: {name: data}
+//! spec: {name: data, size: 1}
+//! ```
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::Condition;
+
+/// A volume of `size` GiB, served by a claim named after the DemoVolume.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "demo.example.com",
+    version = "v1",
+    kind = "DemoVolume",
+    plural = "demovolumes",
+    namespaced,
+    status = "DemoVolumeStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Name","type":"string","jsonPath":".spec.name"}"#,
+    printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size","description":"requested size in GiB"}"#,
+    printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DemoVolumeSpec {
+    /// A display name for the volume, copied to `status.name`.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Size in GiB. It may grow (the claim is expanded) but not shrink.
+    #[schemars(range(min = 1))]
+    pub size: i32,
+}
+
+/// Observed state, computed from the claim.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DemoVolumeStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `spec.name`, as last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The capacity of the bound volume (the claim's `status.capacity.storage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<String>,
+    /// The claim's phase: `Pending`, `Bound` or `Lost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
