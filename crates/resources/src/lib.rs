@@ -6,6 +6,9 @@
 //! performs I/O or reads a clock, so every branch is unit-tested without an apiserver.
 
 pub mod conditions;
+pub mod demovolume;
 pub mod meta;
+pub mod quantity;
 pub mod render;
+pub mod voteconfig;
 pub mod webapp;

@@ -4,11 +4,13 @@
 //! the controllers use, so what is printed is what would be applied (minus the
 //! ownerReference, which needs the uid the apiserver assigns).
 
+use bosun_api::demovolume::DemoVolume;
+use bosun_api::voteconfig::VoteConfig;
 use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::webapp;
+use crate::{demovolume, voteconfig, webapp};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RenderError {
@@ -27,6 +29,14 @@ pub fn render(documents: &[Value]) -> Result<Vec<Value>, RenderError> {
         match (api_version.as_str(), kind.as_str()) {
             ("apps.example.com/v1", "WebApp") => out.extend(webapp_children(parse::<apps_v1::WebApp>(index, doc)?)),
             ("example.com/v1", "WebApp") => out.extend(webapp_children(parse::<example_v1::WebApp>(index, doc)?)),
+            ("voting.schoolofdevops.com/v1alpha1", "VoteConfig") => {
+                let vote = parse::<VoteConfig>(index, doc)?;
+                out.extend(serde_json::to_value(voteconfig::desired_config_map(&vote)));
+            }
+            ("demo.example.com/v1", "DemoVolume") => {
+                let volume = parse::<DemoVolume>(index, doc)?;
+                out.extend(serde_json::to_value(demovolume::desired_claim(&volume)));
+            }
             _ => return Err(RenderError::Unsupported { index, api_version, kind }),
         }
     }
@@ -66,6 +76,30 @@ mod tests {
         assert_eq!(out[1]["kind"], "Service");
         assert_eq!(out[1]["spec"]["ports"][0]["targetPort"], 80);
         assert!(out[0]["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn renders_a_config_map_per_voteconfig_and_a_claim_per_demovolume() {
+        let docs = [
+            json!({"apiVersion": "voting.schoolofdevops.com/v1alpha1", "kind": "VoteConfig",
+                   "metadata": {"name": "pets"},
+                   "spec": {"title": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]}}),
+            Value::Null,
+            json!({"apiVersion": "demo.example.com/v1", "kind": "DemoVolume", "metadata": {"name": "data"},
+                   "spec": {"name": "data", "size": 3}}),
+        ];
+        let out = render(&docs).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0]["kind"].as_str(), out[0]["metadata"]["name"].as_str()),
+            (Some("ConfigMap"), Some("pets-config"))
+        );
+        assert_eq!(out[0]["data"]["OPTION_B"], "Dogs");
+        assert_eq!(out[1]["kind"], "PersistentVolumeClaim");
+        assert_eq!(out[1]["spec"]["resources"]["requests"]["storage"], "3Gi");
+        let sizeless = [json!({"apiVersion": "demo.example.com/v1", "kind": "DemoVolume", "metadata": {"name": "d"},
+                               "spec": {"name": "d"}})];
+        assert!(render(&sizeless).unwrap_err().to_string().contains("missing field `size`"));
     }
 
     #[test]
