@@ -3,7 +3,8 @@
 //! Every controller is the same pipeline, called once per stage:
 //!
 //! ```text
-//!  build (pure, bosun-resources) → apply (server-side) → update_status (from what was applied)
+//!  [read (only what a decision needs)] → build (pure, bosun-resources) → apply (server-side)
+//!      → update_status (from what was applied)
 //! ```
 //!
 //! The mechanisms every controller shares live here once: server-side apply under one
@@ -15,8 +16,11 @@
 pub mod apply;
 pub mod backoff;
 pub mod context;
+pub mod demovolume;
 pub mod error;
+pub mod read;
 pub mod runner;
+pub mod voteconfig;
 pub mod webapp;
 
 pub use context::{Context, Scope};

@@ -8,14 +8,21 @@ use std::str::FromStr;
 pub enum ControllerName {
     /// WebApp in `apps.example.com/v1` and `example.com/v1`.
     WebApp,
+    /// VoteConfig in `voting.schoolofdevops.com/v1alpha1`.
+    VoteConfig,
+    /// DemoVolume in `demo.example.com/v1`.
+    DemoVolume,
 }
 
 impl ControllerName {
-    pub const ALL: &'static [ControllerName] = &[ControllerName::WebApp];
+    pub const ALL: &'static [ControllerName] =
+        &[ControllerName::WebApp, ControllerName::VoteConfig, ControllerName::DemoVolume];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ControllerName::WebApp => "webapp",
+            ControllerName::VoteConfig => "voteconfig",
+            ControllerName::DemoVolume => "demovolume",
         }
     }
 }
@@ -92,6 +99,13 @@ mod tests {
     #[test]
     fn controller_names() {
         assert_eq!("webapp".parse::<ControllerName>(), Ok(ControllerName::WebApp));
-        assert!("webapps".parse::<ControllerName>().unwrap_err().contains("known controllers: webapp"));
+        assert_eq!("voteconfig".parse::<ControllerName>(), Ok(ControllerName::VoteConfig));
+        assert_eq!(" demovolume".parse::<ControllerName>(), Ok(ControllerName::DemoVolume));
+        assert!(
+            "webapps"
+                .parse::<ControllerName>()
+                .unwrap_err()
+                .contains("known controllers: webapp, voteconfig, demovolume")
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bosun_api::webapp::{apps_v1, example_v1};
-use bosun_controller::{Context, Scope, webapp};
+use bosun_controller::{Context, Scope, demovolume, voteconfig, webapp};
 use kube::Client;
 use kube::runtime::controller;
 use tokio_util::sync::CancellationToken;
@@ -55,6 +55,12 @@ pub async fn run_until(client: Client, args: &RunArgs, shutdown: CancellationTok
                     tasks.push(Box::pin(webapp::run::<apps_v1::WebApp>(ctx.clone(), ns.clone(), config.clone(), stop)));
                     let stop = shutdown.clone().cancelled_owned();
                     tasks.push(Box::pin(webapp::run::<example_v1::WebApp>(ctx.clone(), ns, config.clone(), stop)));
+                }
+                ControllerName::VoteConfig => {
+                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, config.clone(), stop)));
+                }
+                ControllerName::DemoVolume => {
+                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, config.clone(), stop)));
                 }
             }
         }

@@ -1,0 +1,61 @@
+//! The DemoVolume controller.
+//!
+//! Pipeline: read the DemoVolume's stored status and the claim as it is → check the resize (pure) → build and apply the
+//! claim → compute status from the claim → write status only if it changed.
+//!
+//! A smaller `size` than the claim already requests is refused before anything is
+//! applied: the claim stays untouched, `Ready=False` with reason `ShrinkRefused` says
+//! why, and the reconcile ends without error so that nothing retries until the spec
+//! changes again. The claim is watched (as an owned child), so its binding and
+//! resizing show up in the status without polling.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bosun_api::demovolume::DemoVolume;
+use bosun_resources::demovolume::{self as build, Observed, Refusal};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::ResourceExt;
+use kube::runtime::controller;
+
+use crate::apply::{apply, apply_status};
+use crate::context::Context;
+use crate::error::Error;
+use crate::read;
+use crate::runner::{self, Outcome};
+
+/// Run the DemoVolume controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    config: controller::Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    let ctrl = runner::controller_for::<DemoVolume>(&ctx, ns);
+    let ctrl = runner::owns::<DemoVolume, PersistentVolumeClaim>(ctrl, &ctx, ns);
+    runner::drive(ctrl, config, ctx, shutdown, |volume, ctx| {
+        runner::instrumented("demovolume", volume.clone(), ctx.clone(), reconcile(volume, ctx))
+    })
+    .await;
+}
+
+async fn reconcile(volume: Arc<DemoVolume>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+    // The stored status, not the cached one: condition times are carried over from it.
+    let volume = &read::latest(&ctx.client, volume.as_ref()).await?;
+    let ns = volume.namespace().unwrap_or_default();
+    let existing = read::current::<PersistentVolumeClaim>(&ctx.client, &ns, &volume.name_any()).await?;
+    let (claim, refusal) = match build::check_resize(volume, existing.as_ref()) {
+        Err(refusal) => (existing, Some(refusal)),
+        Ok(()) => match apply(&ctx.client, &build::desired_claim(volume)).await {
+            Ok(applied) => (Some(applied), None),
+            Err(err) if err.is_invalid_spec() => (existing, Some(Refusal::InvalidSpec(err.user_message()))),
+            Err(err) => return Err(err),
+        },
+    };
+    let status = build::status(volume, Observed { claim: claim.as_ref(), refusal: refusal.as_ref() }, ctx.now());
+    if volume.status.as_ref() != Some(&status) {
+        apply_status(&ctx.client, volume, &status).await?;
+    }
+    Ok(if refusal.is_some() { Outcome::InvalidSpec } else { Outcome::Applied })
+}

@@ -1,0 +1,57 @@
+//! The VoteConfig controller.
+//!
+//! Pipeline: read the VoteConfig's stored status and the ConfigMap as they are → build
+//! the desired ConfigMap (pure) → apply it → compute status from the ConfigMap before
+//! and after the apply → write status only if it changed. The reads are what let
+//! `lastUpdated` move exactly when the data changed: the ConfigMap before the apply
+//! tells whether it did, the stored status what the time was if it did not.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bosun_api::voteconfig::VoteConfig;
+use bosun_resources::voteconfig::{self as build, Observed};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
+use kube::runtime::controller;
+
+use crate::apply::{apply, apply_status};
+use crate::context::Context;
+use crate::error::Error;
+use crate::read;
+use crate::runner::{self, Outcome};
+
+/// Run the VoteConfig controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    config: controller::Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    let ctrl = runner::controller_for::<VoteConfig>(&ctx, ns);
+    let ctrl = runner::owns::<VoteConfig, ConfigMap>(ctrl, &ctx, ns);
+    runner::drive(ctrl, config, ctx, shutdown, |vote, ctx| {
+        runner::instrumented("voteconfig", vote.clone(), ctx.clone(), reconcile(vote, ctx))
+    })
+    .await;
+}
+
+async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+    // The stored status, not the cached one: `lastUpdated` is carried over from it.
+    let vote = &read::latest(&ctx.client, vote.as_ref()).await?;
+    let desired = build::desired_config_map(vote);
+    let ns = vote.namespace().unwrap_or_default();
+    let before = read::current::<ConfigMap>(&ctx.client, &ns, &desired.name_any()).await?;
+    let (applied, invalid) = match apply(&ctx.client, &desired).await {
+        Ok(applied) => (Some(applied), None),
+        Err(err) if err.is_invalid_spec() => (None, Some(err.user_message())),
+        Err(err) => return Err(err),
+    };
+    let observed = Observed { before: before.as_ref(), applied: applied.as_ref(), invalid_spec: invalid.as_deref() };
+    let status = build::status(vote, observed, ctx.now());
+    if vote.status.as_ref() != Some(&status) {
+        apply_status(&ctx.client, vote, &status).await?;
+    }
+    Ok(if invalid.is_some() { Outcome::InvalidSpec } else { Outcome::Applied })
+}
