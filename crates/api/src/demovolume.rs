@@ -22,7 +22,7 @@ use crate::conditions::Condition;
     namespaced,
     status = "DemoVolumeStatus",
     derive = "PartialEq",
-    printcolumn = r#"{"name":"Name","type":"string","jsonPath":".spec.name"}"#,
+    printcolumn = r#"{"name":"Volume","type":"string","jsonPath":".spec.name","description":"the display name in spec.name"}"#,
     printcolumn = r#"{"name":"Size","type":"integer","jsonPath":".spec.size","description":"requested size in GiB"}"#,
     printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
