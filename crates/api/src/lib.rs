@@ -36,9 +36,11 @@ pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
 /// `bases/<group>_<plural>.yaml`, one CRD each, and a `kustomization.yaml` listing them.
 /// Paths are relative to `config/crd/`.
 pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
-    const HEADER: &str = "# Generated from the Rust types by `make manifests` (bosun crd --out-dir config/crd). Do not edit.\n";
+    const HEADER: &str =
+        "# Generated from the Rust types by `make manifests` (bosun crd --out-dir config/crd). Do not edit.\n";
     let mut files = Vec::new();
-    let mut kustomization = format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n");
+    let mut kustomization =
+        format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n");
     for crd in crds() {
         let path = format!("bases/{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
         kustomization.push_str(&format!("- {path}\n"));

@@ -1,16 +1,52 @@
 //! What every reconcile gets: the client, the clock, and shared bookkeeping.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use jiff::Timestamp;
 use kube::{Api, Client, Resource};
 
 use crate::backoff::Backoff;
+use crate::events::Events;
+use crate::metrics::Metrics;
 
 /// Shared state of one controller manager.
 pub struct Context {
     pub client: Client,
     pub backoff: Backoff,
+    pub metrics: Arc<Metrics>,
+    pub events: Events,
+    pub caches: Caches,
     /// The clock status timestamps are taken from; injectable so tests are deterministic.
     pub clock: fn() -> Timestamp,
+}
+
+/// Whether every controller's cache has been filled by its initial list (for /readyz).
+#[derive(Debug, Default)]
+pub struct Caches {
+    expected: AtomicUsize,
+    synced: AtomicUsize,
+}
+
+impl Caches {
+    pub(crate) fn expect_one(&self) {
+        self.expected.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(crate) fn one_synced(&self) {
+        self.synced.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// (synced, expected) cache counts.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.synced.load(Ordering::SeqCst), self.expected.load(Ordering::SeqCst))
+    }
+
+    /// True once at least one cache exists and all have synced.
+    pub fn all_synced(&self) -> bool {
+        let expected = self.expected.load(Ordering::SeqCst);
+        expected > 0 && self.synced.load(Ordering::SeqCst) >= expected
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -20,8 +56,16 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    pub fn new(client: Client) -> Self {
-        Self { client, backoff: Backoff::default(), clock: Timestamp::now }
+    /// `identity` names this replica in events (the pod name).
+    pub fn new(client: Client, identity: &str, metrics: Arc<Metrics>) -> Self {
+        Self {
+            events: Events::new(client.clone(), identity),
+            client,
+            backoff: Backoff::default(),
+            metrics,
+            caches: Caches::default(),
+            clock: Timestamp::now,
+        }
     }
 
     pub fn now(&self) -> Timestamp {

@@ -18,11 +18,29 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::runtime::controller;
 
-use crate::apply::{apply, apply_status};
+use crate::apply::apply_child;
 use crate::context::Context;
 use crate::error::Error;
+use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
+use crate::status::{Conditioned, update_status};
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "demovolume";
+
+/// What this controller does with the API: DemoVolumes and their claims (also read
+/// before an apply, to refuse a shrink).
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("demo.example.com", "demovolumes");
+    [a, b, c, Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "patch", "watch"])]
+};
+
+impl Conditioned for bosun_api::demovolume::DemoVolumeStatus {
+    fn conditions(&self) -> &[bosun_api::conditions::Condition] {
+        &self.conditions
+    }
+}
 
 /// Run the DemoVolume controller in `namespace` (or cluster-wide).
 pub async fn run(
@@ -35,7 +53,7 @@ pub async fn run(
     let ctrl = runner::controller_for::<DemoVolume>(&ctx, ns);
     let ctrl = runner::owns::<DemoVolume, PersistentVolumeClaim>(ctrl, &ctx, ns);
     runner::drive(ctrl, config, ctx, shutdown, |volume, ctx| {
-        runner::instrumented("demovolume", volume.clone(), ctx.clone(), reconcile(volume, ctx))
+        runner::instrumented(CONTROLLER, volume.clone(), ctx.clone(), reconcile(volume, ctx))
     })
     .await;
 }
@@ -47,15 +65,16 @@ async fn reconcile(volume: Arc<DemoVolume>, ctx: Arc<Context>) -> Result<Outcome
     let existing = read::current::<PersistentVolumeClaim>(&ctx.client, &ns, &volume.name_any()).await?;
     let (claim, refusal) = match build::check_resize(volume, existing.as_ref()) {
         Err(refusal) => (existing, Some(refusal)),
-        Ok(()) => match apply(&ctx.client, &build::desired_claim(volume)).await {
+        Ok(()) => match apply_child(&ctx, volume, &build::desired_claim(volume)).await {
             Ok(applied) => (Some(applied), None),
             Err(err) if err.is_invalid_spec() => (existing, Some(Refusal::InvalidSpec(err.user_message()))),
             Err(err) => return Err(err),
         },
     };
     let status = build::status(volume, Observed { claim: claim.as_ref(), refusal: refusal.as_ref() }, ctx.now());
-    if volume.status.as_ref() != Some(&status) {
-        apply_status(&ctx.client, volume, &status).await?;
-    }
-    Ok(if refusal.is_some() { Outcome::InvalidSpec } else { Outcome::Applied })
+    update_status(&ctx, CONTROLLER, volume, volume.status.as_ref(), &status).await?;
+    Ok(match refusal {
+        Some(refusal) => Outcome::Refused { reason: refusal.reason(), message: refusal.message() },
+        None => Outcome::Applied,
+    })
 }

@@ -27,6 +27,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value [`Error::category`] can return.
+    pub const CATEGORIES: &'static [&'static str] = &[
+        "InvalidSpec",
+        "Conflict",
+        "Forbidden",
+        "NotFound",
+        "Throttled",
+        "ApiUnavailable",
+        "ApiError",
+        "ApiUnreachable",
+        "ClientError",
+    ];
+
     fn kube(&self) -> &kube::Error {
         match self {
             Error::Apply { source, .. } | Error::Read { source, .. } => source,
@@ -96,6 +109,13 @@ mod tests {
         assert!(apply_err(400).is_invalid_spec());
         assert_eq!(apply_err(422).category(), "InvalidSpec");
         assert!(apply_err(422).user_message().contains("env[0].name"));
+    }
+
+    #[test]
+    fn every_category_is_listed() {
+        for code in [400, 401, 404, 409, 422, 429, 500, 503, 418] {
+            assert!(Error::CATEGORIES.contains(&apply_err(code).category()), "{code}");
+        }
     }
 
     #[test]

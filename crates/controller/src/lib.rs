@@ -18,8 +18,12 @@ pub mod backoff;
 pub mod context;
 pub mod demovolume;
 pub mod error;
+pub mod events;
+pub mod metrics;
+pub mod rbac;
 pub mod read;
 pub mod runner;
+pub mod status;
 pub mod voteconfig;
 pub mod webapp;
 

@@ -50,14 +50,57 @@ impl<K> Reconciled for K where
 
 /// A controller for `K` in `namespace` (or cluster-wide) whose trigger ignores
 /// status-only changes.
-pub fn controller_for<K: Reconciled>(ctx: &Context, namespace: Option<&str>) -> Controller<K> {
+pub fn controller_for<K: Reconciled>(ctx: &Arc<Context>, namespace: Option<&str>) -> Controller<K> {
     let (reader, writer) = reflector::store();
+    track_cache(ctx, reader.clone(), K::kind(&()).into_owned());
     let trigger = watcher(api::<K>(&ctx.client, namespace), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     Controller::for_stream(trigger, reader)
+}
+
+/// Count the cache towards readiness, and keep the managed-resources gauge at its size.
+fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, kind: String) {
+    ctx.caches.expect_one();
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        // Store readiness sits on one oneshot receiver, which wakes only its latest
+        // poller, and the Controller waits on the same store; so look again every
+        // 200 ms instead of waiting once (the value is memoized once set).
+        loop {
+            match tokio::time::timeout(std::time::Duration::from_millis(200), reader.wait_until_ready()).await {
+                Ok(Ok(())) => break,
+                Ok(Err(err)) => {
+                    tracing::error!(%err, kind, "cache writer dropped before the initial list completed");
+                    return;
+                }
+                Err(_) => continue,
+            }
+        }
+        tracing::debug!(kind, "cache synced");
+        ctx.caches.one_synced();
+        let controller: &'static str = controller_label(&kind);
+        let gauge = ctx.metrics.managed.get_or_create(&crate::metrics::ControllerLabels { controller }).clone();
+        let mut counted = 0i64;
+        loop {
+            let now = reader.state().len() as i64;
+            gauge.inc_by(now - counted);
+            counted = now;
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        }
+    });
+}
+
+/// The `controller` label of a kind: its name in lowercase, from a fixed set.
+pub fn controller_label(kind: &str) -> &'static str {
+    match kind {
+        "WebApp" => "webapp",
+        "VoteConfig" => "voteconfig",
+        "DemoVolume" => "demovolume",
+        _ => "other",
+    }
 }
 
 /// Reconcile the owner of any bosun-managed `C` that changes or disappears.
@@ -98,13 +141,14 @@ pub fn error_policy<K: Reconciled>(obj: Arc<K>, _err: &Error, ctx: Arc<Context>)
     Action::requeue(ctx.backoff.failed(obj.as_ref()))
 }
 
-/// How a reconcile ended, for the one log line each reconcile writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a reconcile ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Children applied and status written from what was applied.
     Applied,
-    /// The spec cannot be served; reported on the resource, waiting for a change.
-    InvalidSpec,
+    /// The spec cannot be served (`reason` is the condition's, e.g. `InvalidSpec`):
+    /// reported on the resource and in a Warning event; waits for a spec change.
+    Refused { reason: &'static str, message: String },
 }
 
 /// Run one reconcile of `obj` through `stage` inside a span naming the object, and
@@ -129,16 +173,29 @@ where
     );
     let started = Instant::now();
     let result = stage.instrument(span.clone()).await;
-    let _enter = span.enter();
-    let ms = started.elapsed().as_millis() as u64;
+    let elapsed = started.elapsed();
+    let ms = elapsed.as_millis() as u64;
     match result {
-        Ok(outcome) => {
+        Ok(Outcome::Applied) => {
             ctx.backoff.succeeded(obj.as_ref());
-            info!(outcome = ?outcome, duration_ms = ms, "reconciled");
+            ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
+            span.in_scope(|| info!(outcome = "Applied", duration_ms = ms, "reconciled"));
+            Ok(Action::await_change())
+        }
+        Ok(Outcome::Refused { reason, message }) => {
+            ctx.backoff.succeeded(obj.as_ref());
+            ctx.metrics.reconciled(kind, "refused", elapsed.as_secs_f64());
+            span.in_scope(
+                || warn!(outcome = "Refused", reason, duration_ms = ms, %message, "reconciled: spec refused"),
+            );
+            ctx.events.refused(&obj.object_ref(&()), reason, &message).await;
             Ok(Action::await_change())
         }
         Err(err) => {
-            warn!(outcome = "Error", reason = err.category(), duration_ms = ms, error = %err, "reconcile failed");
+            ctx.metrics.reconciled(kind, "error", elapsed.as_secs_f64());
+            ctx.metrics.failed(kind, err.category());
+            span.in_scope(|| warn!(outcome = "Error", reason = err.category(), duration_ms = ms, error = %err, "reconcile failed"));
+            ctx.events.failed(&obj.object_ref(&()), &err).await;
             Err(err)
         }
     }

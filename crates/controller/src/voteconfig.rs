@@ -15,11 +15,29 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::runtime::controller;
 
-use crate::apply::{apply, apply_status};
+use crate::apply::apply_child;
 use crate::context::Context;
 use crate::error::Error;
+use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
+use crate::status::{Conditioned, update_status};
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "voteconfig";
+
+/// What this controller does with the API: VoteConfigs and their ConfigMaps (also read
+/// before an apply, to tell whether the data changed).
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("voting.schoolofdevops.com", "voteconfigs");
+    [a, b, c, Permission::new("", "configmaps", &["create", "get", "list", "patch", "watch"])]
+};
+
+impl Conditioned for bosun_api::voteconfig::VoteConfigStatus {
+    fn conditions(&self) -> &[bosun_api::conditions::Condition] {
+        &self.conditions
+    }
+}
 
 /// Run the VoteConfig controller in `namespace` (or cluster-wide).
 pub async fn run(
@@ -32,7 +50,7 @@ pub async fn run(
     let ctrl = runner::controller_for::<VoteConfig>(&ctx, ns);
     let ctrl = runner::owns::<VoteConfig, ConfigMap>(ctrl, &ctx, ns);
     runner::drive(ctrl, config, ctx, shutdown, |vote, ctx| {
-        runner::instrumented("voteconfig", vote.clone(), ctx.clone(), reconcile(vote, ctx))
+        runner::instrumented(CONTROLLER, vote.clone(), ctx.clone(), reconcile(vote, ctx))
     })
     .await;
 }
@@ -43,15 +61,16 @@ async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>) -> Result<Outcome, 
     let desired = build::desired_config_map(vote);
     let ns = vote.namespace().unwrap_or_default();
     let before = read::current::<ConfigMap>(&ctx.client, &ns, &desired.name_any()).await?;
-    let (applied, invalid) = match apply(&ctx.client, &desired).await {
+    let (applied, invalid) = match apply_child(&ctx, vote, &desired).await {
         Ok(applied) => (Some(applied), None),
         Err(err) if err.is_invalid_spec() => (None, Some(err.user_message())),
         Err(err) => return Err(err),
     };
     let observed = Observed { before: before.as_ref(), applied: applied.as_ref(), invalid_spec: invalid.as_deref() };
     let status = build::status(vote, observed, ctx.now());
-    if vote.status.as_ref() != Some(&status) {
-        apply_status(&ctx.client, vote, &status).await?;
-    }
-    Ok(if invalid.is_some() { Outcome::InvalidSpec } else { Outcome::Applied })
+    update_status(&ctx, CONTROLLER, vote, vote.status.as_ref(), &status).await?;
+    Ok(match invalid {
+        Some(message) => Outcome::Refused { reason: bosun_api::conditions::reasons::INVALID_SPEC, message },
+        None => Outcome::Applied,
+    })
 }

@@ -1,0 +1,97 @@
+//! Prometheus metrics of the controllers, recorded once in the shared reconcile
+//! wrapper so every kind gets them.
+//!
+//! Labels are bounded: `controller` (a kind), `result`, and an error `reason` from
+//! [`crate::Error::category`]. Nothing is labelled per object.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub controller: &'static str,
+    /// `success`, `refused` (the spec cannot be served) or `error`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: &'static str,
+    pub reason: &'static str,
+}
+
+/// The controllers' metric families.
+#[derive(Debug)]
+pub struct Metrics {
+    pub reconciles: Family<ResultLabels, Counter>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Family<ControllerLabels, Histogram>,
+    pub ready_duration: Family<ControllerLabels, Histogram>,
+    pub managed: Family<ControllerLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            // 1 ms … ~33 s
+            reconcile_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            // 0.5 s … ~68 min
+            ready_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.5, 2.0, 14))),
+            managed: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Register every family under the `bosun` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("bosun");
+        r.register("reconciles", "Reconciles by controller and result", self.reconciles.clone());
+        r.register("reconcile_errors", "Failed reconciles by controller and bounded reason", self.errors.clone());
+        r.register("reconcile_duration_seconds", "Duration of one reconcile", self.reconcile_duration.clone());
+        r.register(
+            "ready_duration_seconds",
+            "Time from a resource's creation until it first became Ready",
+            self.ready_duration.clone(),
+        );
+        r.register("managed_resources", "Custom resources currently managed, by controller", self.managed.clone());
+    }
+
+    /// Create the zero series of `controller` for every result and error reason, so
+    /// the families are visible and `rate()` works before anything happened.
+    pub fn init(&self, controller: &'static str) {
+        for result in ["success", "refused", "error"] {
+            let _ = self.reconciles.get_or_create(&ResultLabels { controller, result });
+        }
+        for reason in crate::error::Error::CATEGORIES {
+            let _ = self.errors.get_or_create(&ErrorLabels { controller, reason });
+        }
+        let _ = self.reconcile_duration.get_or_create(&ControllerLabels { controller });
+        let _ = self.ready_duration.get_or_create(&ControllerLabels { controller });
+        let _ = self.managed.get_or_create(&ControllerLabels { controller });
+    }
+
+    pub fn reconciled(&self, controller: &'static str, result: &'static str, seconds: f64) {
+        self.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
+        self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(seconds);
+    }
+
+    pub fn failed(&self, controller: &'static str, reason: &'static str) {
+        self.errors.get_or_create(&ErrorLabels { controller, reason }).inc();
+    }
+
+    pub fn became_ready(&self, controller: &'static str, seconds_since_creation: f64) {
+        self.ready_duration.get_or_create(&ControllerLabels { controller }).observe(seconds_since_creation);
+    }
+}
