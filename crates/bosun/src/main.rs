@@ -33,6 +33,12 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Write the generated manifests: `<dir>/crd/` from the types and `<dir>/rbac/` from the permissions.
+    Manifests {
+        /// The kustomize config directory.
+        #[arg(long, default_value = "config")]
+        config_dir: PathBuf,
+    },
     /// Print the children the custom resources in FILE would produce, without a cluster.
     Render {
         /// A YAML file with one or more custom resources; `-` reads standard input.
@@ -46,6 +52,10 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crd { out_dir: None } => print!("{}", bosun_api::crds_yaml()?),
         Command::Crd { out_dir: Some(dir) } => write_crds(&dir)?,
+        Command::Manifests { config_dir } => {
+            write_crds(&config_dir.join("crd"))?;
+            write_files(&config_dir.join("rbac"), bosun_controller::rbac::files()?)?;
+        }
         Command::Render { file } => print!("{}", render(&file)?),
         Command::Run(args) => {
             init_logging(cli.log_format);
@@ -73,8 +83,14 @@ fn write_crds(dir: &std::path::Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&bases).with_context(|| format!("clearing {}", bases.display()))?;
     }
     std::fs::create_dir_all(&bases).with_context(|| format!("creating {}", bases.display()))?;
-    for (path, yaml) in bosun_api::crd_files()? {
-        std::fs::write(dir.join(&path), yaml).with_context(|| format!("writing {path}"))?;
+    write_files(dir, bosun_api::crd_files()?)
+}
+
+fn write_files(dir: &std::path::Path, files: Vec<(String, String)>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (path, yaml) in files {
+        let path = dir.join(path);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

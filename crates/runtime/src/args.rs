@@ -58,6 +58,38 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
+    /// Elect a leader among replicas with a Lease; default: on when running in a cluster.
+    #[arg(long, env = "BOSUN_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+
+    /// Name of the leader election Lease.
+    #[arg(long, env = "BOSUN_LEADER_ELECT_LEASE_NAME", default_value = "bosun-leader")]
+    pub leader_elect_lease_name: String,
+
+    /// Namespace of the Lease; default: the pod's namespace, else the kubeconfig's.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+
+    /// How long a lease is valid without renewal; a standby takes over after this.
+    #[arg(long, env = "BOSUN_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: std::time::Duration,
+
+    /// The leader renews this long after its last renewal (lease duration minus this is the safety margin).
+    #[arg(long, env = "BOSUN_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: std::time::Duration,
+
+    /// How often a standby checks whether the lease is free.
+    #[arg(long, env = "BOSUN_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: std::time::Duration,
+
+    /// Identity in the Lease and in events; default: the pod name (POD_NAME), else hostname and a random suffix.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Address of /metrics, /healthz and /readyz (`:8080` means all interfaces).
+    #[arg(long, env = "BOSUN_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = parse_addr)]
+    pub metrics_bind_address: std::net::SocketAddr,
+
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,
@@ -67,6 +99,12 @@ impl RunArgs {
     pub fn enabled_controllers(&self) -> Vec<ControllerName> {
         if self.controllers.is_empty() { ControllerName::ALL.to_vec() } else { self.controllers.clone() }
     }
+}
+
+/// `host:port`, or `:port` for all interfaces.
+pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let full = if s.starts_with(':') { format!("0.0.0.0{s}") } else { s.to_owned() };
+    full.parse().map_err(|_| format!("invalid address {s:?}: expected host:port or :port"))
 }
 
 /// `15s`, `500ms`, `2m` or a bare number of seconds.
@@ -94,6 +132,13 @@ mod tests {
         assert_eq!(parse_duration("7"), Ok(std::time::Duration::from_secs(7)));
         assert!(parse_duration("7h").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(parse_addr(":8080").unwrap().to_string(), "0.0.0.0:8080");
+        assert_eq!(parse_addr("127.0.0.1:0").unwrap().port(), 0);
+        assert!(parse_addr("localhost").is_err());
     }
 
     #[test]

@@ -7,7 +7,11 @@
 //! ```
 
 pub mod args;
+pub mod client;
+pub mod http;
+pub mod leader;
 pub mod manager;
+mod process;
 
 pub use args::RunArgs;
 pub use manager::{Error, run};

@@ -1,17 +1,30 @@
-//! Starting the controllers and stopping them cleanly.
+//! Starting the controllers, leading, and stopping cleanly.
+//!
+//! ```text
+//!  connect ─▶ serve /metrics /healthz /readyz (every replica)
+//!          ─▶ [leader election: wait for the Lease] ─▶ controllers
+//!  SIGTERM ─▶ stop taking work ─▶ in-flight reconciles finish (bounded) ─▶ release Lease ─▶ exit 0
+//!  Lease lost or not renewable ─▶ exit 1 at once (never run leaderless)
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bosun_api::webapp::{apps_v1, example_v1};
+use bosun_controller::metrics::Metrics;
 use bosun_controller::{Context, Scope, demovolume, voteconfig, webapp};
 use kube::Client;
 use kube::runtime::controller;
+use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::args::{ControllerName, RunArgs};
+use crate::http::{self, Health};
+use crate::leader::{self, Leadership, LeaseConfig, LeaseError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -21,46 +34,151 @@ pub enum Error {
     Unreachable(#[source] kube::Error),
     #[error("installing signal handlers: {0}")]
     Signals(#[source] std::io::Error),
+    #[error("serving metrics and health on {addr}: {source}")]
+    Http {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid flags: {0}")]
+    Flags(String),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
 }
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Run the controller manager until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::Client)?;
+    let started = std::time::Instant::now();
+    let requests = crate::client::Requests::default();
+    let client = crate::client::counted(requests.clone()).await.map_err(Error::Client)?;
     let version = client.apiserver_version().await.map_err(Error::Unreachable)?;
     info!(server = %version.git_version, "connected to Kubernetes");
 
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let lease = lease_config(&args, &client, &identity)?;
+
+    let metrics = Arc::new(Metrics::default());
+    let leadership = Arc::new(Leadership::default());
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    leadership.register(&mut registry);
+    crate::client::register(&requests, &mut registry);
+    let ctx = Arc::new(Context::new(client.clone(), &identity, metrics));
+
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
-    run_until(client, &args, shutdown).await;
-    Ok(())
+    let health =
+        Arc::new(Health { registry, api_reachable: true.into(), leadership: leadership.clone(), ctx: ctx.clone() });
+    let addr = http::serve(args.metrics_bind_address, health.clone(), shutdown.clone())
+        .await
+        .map_err(|source| Error::Http { addr: args.metrics_bind_address, source })?;
+    info!(%addr, "serving /metrics, /healthz and /readyz");
+    spawn_api_probe(client.clone(), health, shutdown.clone());
+
+    let Some(lease) = lease else {
+        leadership.set(true);
+        info!(startup_ms = started.elapsed().as_millis() as u64, "leader election disabled; starting controllers");
+        run_controllers(ctx, &args, shutdown).await;
+        return Ok(());
+    };
+
+    let mgr = tokio::select! {
+        mgr = leader::acquire(&client, &lease) => mgr,
+        () = shutdown.cancelled() => return Ok(()),
+    };
+    leadership.set(true);
+    info!(startup_ms = started.elapsed().as_millis() as u64, "leading; starting controllers");
+    let controllers = run_controllers(ctx, &args, shutdown.clone());
+    tokio::pin!(controllers);
+    tokio::select! {
+        () = &mut controllers => {
+            // Only a shutdown ends the controllers; they have finished their work.
+            leadership.set(false);
+            if let Err(err) = mgr.release().await {
+                warn!(%err, "could not release the leader lease; a standby takes over when it expires");
+            } else {
+                info!(lease = %lease.name, "released the leader lease");
+            }
+            Ok(())
+        }
+        lost = leader::hold(&mgr, &lease) => {
+            // Stop writing at once: returning ends the process and every in-flight reconcile.
+            leadership.set(false);
+            error!(error = %lost, "leadership lost; exiting");
+            Err(lost.into())
+        }
+    }
+}
+
+/// The Lease settings, or `None` when leader election is off (default: off outside a cluster).
+fn lease_config(args: &RunArgs, client: &Client, identity: &str) -> Result<Option<LeaseConfig>, Error> {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    if !args.leader_elect.unwrap_or(in_cluster) {
+        return Ok(None);
+    }
+    let namespace = args
+        .leader_elect_namespace
+        .clone()
+        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+        .map(|ns| ns.trim().to_owned())
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let cfg = LeaseConfig {
+        name: args.leader_elect_lease_name.clone(),
+        namespace,
+        identity: identity.to_owned(),
+        duration: args.leader_elect_lease_duration,
+        renew: args.leader_elect_renew_deadline,
+        retry: args.leader_elect_retry_period,
+    };
+    cfg.validate().map_err(Error::Flags)?;
+    Ok(Some(cfg))
+}
+
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "bosun".to_owned());
+    format!("{host}-{:06x}", rand_suffix())
+}
+
+fn rand_suffix() -> u32 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff
 }
 
 /// Run the enabled controllers until `shutdown` is cancelled, then let in-flight
 /// reconciles finish (bounded by `--shutdown-grace`).
-pub async fn run_until(client: Client, args: &RunArgs, shutdown: CancellationToken) {
-    let ctx = Arc::new(Context::new(client));
+pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: CancellationToken) {
     let scope = Scope { namespaces: args.namespaces.clone() };
     let config = controller::Config::default().concurrency(args.concurrency);
     let controllers = args.enabled_controllers();
+    for name in &controllers {
+        ctx.metrics.init(name.as_str());
+    }
     info!(controllers = ?controllers.iter().map(|c| c.as_str()).collect::<Vec<_>>(), namespaces = ?scope.namespaces, "starting controllers");
 
     let mut tasks: Vec<Task> = Vec::new();
     for name in controllers {
         for ns in scope.targets() {
-            let stop = shutdown.clone().cancelled_owned();
+            let stop = || shutdown.clone().cancelled_owned();
             match name {
                 ControllerName::WebApp => {
-                    tasks.push(Box::pin(webapp::run::<apps_v1::WebApp>(ctx.clone(), ns.clone(), config.clone(), stop)));
-                    let stop = shutdown.clone().cancelled_owned();
-                    tasks.push(Box::pin(webapp::run::<example_v1::WebApp>(ctx.clone(), ns, config.clone(), stop)));
+                    tasks.push(Box::pin(webapp::run::<apps_v1::WebApp>(
+                        ctx.clone(),
+                        ns.clone(),
+                        config.clone(),
+                        stop(),
+                    )));
+                    tasks.push(Box::pin(webapp::run::<example_v1::WebApp>(ctx.clone(), ns, config.clone(), stop())));
                 }
                 ControllerName::VoteConfig => {
-                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, config.clone(), stop)));
+                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, config.clone(), stop())))
                 }
                 ControllerName::DemoVolume => {
-                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, config.clone(), stop)));
+                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, config.clone(), stop())))
                 }
             }
         }
@@ -77,6 +195,21 @@ pub async fn run_until(client: Client, args: &RunArgs, shutdown: CancellationTok
         }
     }
     info!("controllers stopped");
+}
+
+/// Keep `/readyz` honest about the API: ask for its version every 10 s.
+fn spawn_api_probe(client: Client, health: Arc<Health>, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                () = shutdown.cancelled() => return,
+            }
+            let ok =
+                tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await.is_ok_and(|r| r.is_ok());
+            health.api_reachable.store(ok, Ordering::SeqCst);
+        }
+    });
 }
 
 fn spawn_signal_handler(token: CancellationToken) -> Result<(), Error> {
