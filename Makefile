@@ -28,8 +28,8 @@ build: ## Build the bosun binary (debug).
 	$(CARGO) build -p bosun
 
 .PHONY: manifests
-manifests: ## Regenerate config/crd from the Rust types.
-	$(CARGO) run -q -p bosun -- crd --out-dir config/crd
+manifests: ## Regenerate config/crd (from the Rust types) and config/rbac (from the declared permissions).
+	$(CARGO) run -q -p bosun -- manifests --config-dir config
 
 .PHONY: fmt
 fmt: ## Format the code.

@@ -53,7 +53,7 @@ fn reconciles(bosun: &Bosun) -> usize {
 #[tokio::test]
 async fn claim_binds_grows_and_refuses_to_shrink() {
     e2e("demovolume", |env| async move {
-        let bosun = env.start_bosun(&["--controllers=demovolume"]);
+        let bosun = env.start_bosun(&["--controllers=demovolume"]).await;
         let claims = env.api::<PersistentVolumeClaim>();
 
         // 1 GiB: the claim is created in the default StorageClass and gets bound.
@@ -129,7 +129,7 @@ async fn claim_binds_grows_and_refuses_to_shrink() {
 #[tokio::test]
 async fn a_deleted_claim_is_put_back() {
     e2e("demovolume-drift", |env| async move {
-        let _bosun = env.start_bosun(&["--controllers=demovolume"]);
+        let _bosun = env.start_bosun(&["--controllers=demovolume"]).await;
         env.apply(&volume("scratch", 1)).await;
         env.wait_for::<DemoVolume>("scratch", "Ready=True", ready_is("True", "Bound")).await;
         let claims = env.api::<PersistentVolumeClaim>();

@@ -56,7 +56,7 @@ async fn publish_pets(env: &Env) -> (VoteConfig, ConfigMap) {
 #[tokio::test]
 async fn example_is_published_and_follows_changes() {
     e2e("vote-example", |env| async move {
-        let _bosun = env.start_bosun(&["--controllers=voteconfig"]);
+        let _bosun = env.start_bosun(&["--controllers=voteconfig"]).await;
         let (v, cm) = publish_pets(&env).await;
 
         let status = v.status.clone().expect("status");
@@ -105,7 +105,7 @@ async fn example_is_published_and_follows_changes() {
 #[tokio::test]
 async fn drift_is_corrected_and_deletion_collects_the_config_map() {
     e2e("vote-drift", |env| async move {
-        let _bosun = env.start_bosun(&["--controllers=voteconfig"]);
+        let _bosun = env.start_bosun(&["--controllers=voteconfig"]).await;
         let (_, cm) = publish_pets(&env).await;
         let config_maps = env.api::<ConfigMap>();
 
@@ -143,7 +143,7 @@ async fn drift_is_corrected_and_deletion_collects_the_config_map() {
 #[tokio::test]
 async fn a_deployment_reads_the_options_with_env_from() {
     e2e("vote-envfrom", |env| async move {
-        let _bosun = env.start_bosun(&["--controllers=voteconfig"]);
+        let _bosun = env.start_bosun(&["--controllers=voteconfig"]).await;
         publish_pets(&env).await;
 
         let labels = json!({"app": "vote"});

@@ -1,13 +1,15 @@
 //! WebApp end to end, on the local control plane, for both API groups.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
+
 use std::time::Duration;
 
 use bosun_api::webapp::{Phase, WebAppKind, apps_v1, example_v1};
 use bosun_testing::{Env, e2e};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 fn webapp<K: WebAppKind>(name: &str, spec: serde_json::Value) -> K {
@@ -67,9 +69,21 @@ async fn sample_converges<K: WebAppKind>(env: &Env, name: &str, spec: serde_json
 #[tokio::test]
 async fn samples_converge_in_both_groups() {
     e2e("samples", |env| async move {
-        let bosun = env.start_bosun(&[]);
-        sample_converges::<apps_v1::WebApp>(&env, "demo-app", json!({"image": "nginx:1.25", "replicas": 3, "port": 80}), "nginx:1.25").await;
-        sample_converges::<example_v1::WebApp>(&env, "my-webapp", json!({"replicas": 3, "image": "nginx:1.21", "port": 80}), "nginx:1.21").await;
+        let bosun = env.start_bosun(&[]).await;
+        sample_converges::<apps_v1::WebApp>(
+            &env,
+            "demo-app",
+            json!({"image": "nginx:1.25", "replicas": 3, "port": 80}),
+            "nginx:1.25",
+        )
+        .await;
+        sample_converges::<example_v1::WebApp>(
+            &env,
+            "my-webapp",
+            json!({"replicas": 3, "image": "nginx:1.21", "port": 80}),
+            "nginx:1.21",
+        )
+        .await;
         drop(bosun);
     })
     .await;
@@ -81,10 +95,11 @@ async fn follows_updates<K: WebAppKind>(env: &Env) {
     env.wait_for::<K>("web", "Ready=True", is_ready::<K>).await;
 
     env.apply(&webapp::<K>("web", json!({"image": "nginx:1.27", "replicas": 5}))).await;
-    let w: K = env.wait_for("web", "Ready=True at 5 replicas", |w: &K| {
-        is_ready(w) && w.current_status().is_some_and(|s| s.available_replicas == 5)
-    })
-    .await;
+    let w: K = env
+        .wait_for("web", "Ready=True at 5 replicas", |w: &K| {
+            is_ready(w) && w.current_status().is_some_and(|s| s.available_replicas == 5)
+        })
+        .await;
     assert_eq!(w.current_status().and_then(|s| s.phase), Some(Phase::Running));
     let d: Deployment = env.wait_for("web", "5 available replicas", available(5)).await;
     let spec = d.spec.expect("spec");
@@ -95,7 +110,7 @@ async fn follows_updates<K: WebAppKind>(env: &Env) {
 #[tokio::test]
 async fn updates_are_followed_in_both_groups() {
     e2e("updates", |env| async move {
-        let _bosun = env.start_bosun(&[]);
+        let _bosun = env.start_bosun(&[]).await;
         follows_updates::<apps_v1::WebApp>(&env).await;
         env.api::<apps_v1::WebApp>().delete("web", &DeleteParams::default()).await.expect("delete");
         env.wait_gone::<Deployment>("web").await;
@@ -107,7 +122,7 @@ async fn updates_are_followed_in_both_groups() {
 #[tokio::test]
 async fn drift_is_corrected_and_deletion_collects_children() {
     e2e("drift", |env| async move {
-        let _bosun = env.start_bosun(&[]);
+        let _bosun = env.start_bosun(&[]).await;
         env.apply(&webapp::<apps_v1::WebApp>("drifty", json!({"image": "nginx:1.25", "replicas": 2}))).await;
         env.wait_for::<apps_v1::WebApp>("drifty", "Ready=True", is_ready).await;
 
@@ -159,7 +174,7 @@ fn bad_input() -> Vec<(&'static str, serde_json::Value, &'static str)> {
 #[tokio::test]
 async fn bad_input_is_rejected_naming_the_field_and_disturbs_nothing() {
     e2e("bad-input", |env| async move {
-        let mut bosun = env.start_bosun(&[]);
+        let mut bosun = env.start_bosun(&[]).await;
         env.apply(&webapp::<apps_v1::WebApp>("good", json!({"image": "nginx:1.25", "replicas": 2}))).await;
         let good: apps_v1::WebApp = env.wait_for("good", "Ready=True", is_ready).await;
 
@@ -211,7 +226,7 @@ async fn bad_input_is_rejected_naming_the_field_and_disturbs_nothing() {
 #[tokio::test]
 async fn steady_state_is_silent() {
     e2e("steady", |env| async move {
-        let _bosun = env.start_bosun(&[]);
+        let _bosun = env.start_bosun(&[]).await;
         env.apply(&webapp::<example_v1::WebApp>("quiet", json!({"image": "nginx:1.25", "replicas": 3}))).await;
         env.wait_for::<example_v1::WebApp>("quiet", "Ready=True", is_ready).await;
         env.wait_for::<Deployment>("quiet", "3 available replicas", available(3)).await;

@@ -15,6 +15,8 @@ pub struct Cluster {
     pub client: Client,
     /// The admin kubeconfig, for processes the tests start (bosun, kubectl).
     pub kubeconfig: PathBuf,
+    /// The ClusterRole bosun runs with (from `config/rbac/role.yaml`).
+    pub cluster_role: String,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -44,7 +46,7 @@ fn kubeconfig_path() -> PathBuf {
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \
                             or point BOSUN_TEST_KUBECONFIG at a test cluster";
 
-static INSTALLED: OnceCell<PathBuf> = OnceCell::const_new();
+static INSTALLED: OnceCell<(PathBuf, String)> = OnceCell::const_new();
 
 /// The local cluster with bosun's CRDs installed. Panics, saying how to start it, when
 /// there is none.
@@ -53,20 +55,23 @@ static INSTALLED: OnceCell<PathBuf> = OnceCell::const_new();
 /// client's connection worker dies with the runtime that created it. Only finding the
 /// cluster and installing the CRDs happen once per test binary.
 pub async fn cluster() -> Cluster {
-    let path = INSTALLED
+    let (path, cluster_role) = INSTALLED
         .get_or_init(|| async {
             let path = kubeconfig_path();
-            install_crds(&connect(&path).await).await;
-            path
+            let client = connect(&path).await;
+            install_crds(&client).await;
+            let role = crate::identity::install_cluster_role(&client).await;
+            (path, role)
         })
         .await
         .clone();
-    Cluster { client: connect(&path).await, kubeconfig: path }
+    Cluster { client: connect(&path).await, kubeconfig: path, cluster_role }
 }
 
 async fn connect(path: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(path)
-        .unwrap_or_else(|e| panic!("no local cluster: cannot read kubeconfig {} ({e}); {HOW_TO_START}", path.display()));
+    let kubeconfig = Kubeconfig::read_from(path).unwrap_or_else(|e| {
+        panic!("no local cluster: cannot read kubeconfig {} ({e}); {HOW_TO_START}", path.display())
+    });
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .unwrap_or_else(|e| panic!("invalid kubeconfig {}: {e}; {HOW_TO_START}", path.display()));

@@ -70,15 +70,55 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// Start `bosun run` watching only this test's namespace, as the admin identity.
-    pub fn start_bosun(&self, extra_args: &[&str]) -> Bosun {
-        self.start_bosun_as(&self.cluster.kubeconfig, extra_args)
+    /// Start `bosun run` watching only this test's namespace, as ServiceAccount
+    /// `bosun` with only the generated ClusterRole.
+    pub async fn start_bosun(&self, extra_args: &[&str]) -> Bosun {
+        let kubeconfig = self.bosun_kubeconfig().await;
+        self.start_bosun_as(&kubeconfig, extra_args)
+    }
+
+    /// A kubeconfig for ServiceAccount `bosun` in this namespace with no permissions
+    /// yet; [`Env::grant_bosun`] binds its ClusterRole.
+    pub async fn unbound_bosun_kubeconfig(&self) -> std::path::PathBuf {
+        crate::identity::unbound_kubeconfig(&self.client, &self.cluster.kubeconfig, &self.ns).await
+    }
+
+    /// Bind bosun's ClusterRole to ServiceAccount `bosun` in this namespace.
+    pub async fn grant_bosun(&self) {
+        crate::identity::bind(&self.client, &self.ns, &self.cluster.cluster_role).await;
+    }
+
+    /// Another namespace `<ns>-<suffix>`, owned by the test's namespace so that it is
+    /// garbage-collected with it.
+    pub async fn extra_namespace(&self, suffix: &str) -> String {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let owner = namespaces.get(&self.ns).await.expect("test namespace").controller_owner_ref(&()).expect("uid");
+        let name = format!("{}-{suffix}", self.ns);
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"bosun.dev/e2e": "true"}, "ownerReferences": [owner]}
+        }))
+        .expect("namespace");
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+
+    /// A kubeconfig for ServiceAccount `bosun` in this namespace, bound to bosun's ClusterRole.
+    pub async fn bosun_kubeconfig(&self) -> std::path::PathBuf {
+        crate::identity::bosun_kubeconfig(&self.client, &self.cluster.kubeconfig, &self.ns, &self.cluster.cluster_role)
+            .await
     }
 
     /// Start `bosun run` watching only this test's namespace with `kubeconfig`.
     pub fn start_bosun_as(&self, kubeconfig: &Path, extra_args: &[&str]) -> Bosun {
         let ns_arg = format!("--namespaces={}", self.ns);
         let mut args = vec![ns_arg.as_str()];
+        // Tests run in parallel: every bosun takes a free port unless told otherwise.
+        if !extra_args.iter().any(|a| a.starts_with("--metrics-bind-address")) {
+            args.push("--metrics-bind-address=127.0.0.1:0");
+        }
         args.extend_from_slice(extra_args);
         let log = repo_root().join("target/e2e-logs").join(format!("{}-{}.log", self.ns, rand::random::<u16>()));
         Bosun::start(&bosun_binary(), kubeconfig, &args, log)

@@ -42,6 +42,58 @@ impl Bosun {
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
+    /// The address of /metrics, /healthz and /readyz, from the log line bosun writes
+    /// once it listens; waits up to 30 s for it.
+    pub async fn http_addr(&self) -> std::net::SocketAddr {
+        for _ in 0..300 {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let found = text.lines().filter(|l| l.contains("serving /metrics")).find_map(|l| {
+                l.split("addr=")
+                    .nth(1)
+                    .and_then(|a| a.split_whitespace().next())
+                    .and_then(|a| a.trim_matches('"').parse().ok())
+            });
+            if let Some(addr) = found {
+                return addr;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("bosun did not report its metrics address within 30s; log:\n{}", self.log_tail(30))
+    }
+
+    /// GET `path` on bosun's metrics and health listener: (status code, body).
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.http_addr().await;
+        let mut stream =
+            tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("sending request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("reading response");
+        let status = response.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (status, body)
+    }
+
+    /// Send `signal` (e.g. `TERM`, `KILL`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().expect("kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
+    /// Wait up to `timeout` for the process to exit; its exit status.
+    pub async fn wait_exit(&mut self, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -1,0 +1,247 @@
+//! The manager in production shape: leader election, metrics, health, events,
+//! namespace scope. bosun runs as its ServiceAccount with only the generated ClusterRole.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
+
+use std::time::{Duration, Instant};
+
+use bosun_api::webapp::{WebAppKind, apps_v1};
+use bosun_testing::{Bosun, Env, e2e};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use serde_json::json;
+
+fn webapp(name: &str, spec: serde_json::Value) -> apps_v1::WebApp {
+    serde_json::from_value(
+        json!({"apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": name}, "spec": spec}),
+    )
+    .expect("webapp")
+}
+
+fn is_ready(w: &apps_v1::WebApp) -> bool {
+    w.current_status().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().last()).and_then(|v| v.parse().ok())
+}
+
+async fn holder(env: &Env) -> Option<String> {
+    let lease = env.api::<Lease>().get_opt("bosun-leader").await.expect("reading the Lease")?;
+    lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty())
+}
+
+async fn wait_holder(env: &Env, identity: &str, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if holder(env).await.as_deref() == Some(identity) {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{identity} did not hold the Lease within {timeout:?}; holder: {:?}", holder(env).await)
+}
+
+async fn replica(env: &Env, identity: &str, extra: &[&str]) -> Bosun {
+    let ns_arg = format!("--leader-elect-namespace={}", env.ns);
+    let id_arg = format!("--identity={identity}");
+    let mut args = vec!["--leader-elect", ns_arg.as_str(), id_arg.as_str()];
+    args.extend_from_slice(extra);
+    env.start_bosun(&args).await
+}
+
+/// Two replicas: exactly one leads and only it writes; `kill -9` it and the other
+/// takes over within the lease duration and reconciles a new WebApp.
+#[tokio::test]
+async fn one_leader_writes_and_a_standby_takes_over_after_kill_9() {
+    e2e("leader-kill", |env| async move {
+        let mut a = replica(&env, "replica-a", &[]).await;
+        wait_holder(&env, "replica-a", Duration::from_secs(30)).await;
+        let b = replica(&env, "replica-b", &[]).await;
+        b.http_addr().await;
+
+        env.apply(&webapp("before", json!({"image": "nginx:1.25"}))).await;
+        env.wait_for::<apps_v1::WebApp>("before", "Ready=True", is_ready).await;
+        let (_, metrics_a) = a.http_get("/metrics").await;
+        let (_, metrics_b) = b.http_get("/metrics").await;
+        assert_eq!(gauge(&metrics_a, "bosun_leader "), Some(1.0), "{metrics_a}");
+        assert_eq!(gauge(&metrics_b, "bosun_leader "), Some(0.0), "{metrics_b}");
+        assert!(!metrics_b.contains("bosun_reconciles_total{"), "the standby reconciled:\n{metrics_b}");
+        assert!(!b.log_tail(200).contains("reconciled"), "the standby reconciled:\n{}", b.log_tail(50));
+
+        a.signal("KILL");
+        a.wait_exit(Duration::from_secs(5)).await.expect("replica-a exits on SIGKILL");
+        let killed = Instant::now();
+        env.apply(&webapp("after", json!({"image": "nginx:1.25"}))).await;
+        // Lease duration 15 s, plus the retry period and some slack.
+        env.wait_for_within::<apps_v1::WebApp>(
+            "after",
+            "Ready=True, reconciled by replica-b",
+            Duration::from_secs(25),
+            is_ready,
+        )
+        .await;
+        eprintln!("measured: kill -9 failover to a reconciled WebApp took {:?}", killed.elapsed());
+        assert_eq!(holder(&env).await.as_deref(), Some("replica-b"));
+        let (_, metrics_b) = b.http_get("/metrics").await;
+        assert_eq!(gauge(&metrics_b, "bosun_leader "), Some(1.0));
+    })
+    .await;
+}
+
+/// SIGTERM: in-flight work finishes, the Lease is released, the process exits 0 and
+/// the standby takes over in about the retry period, long before the lease would expire.
+#[tokio::test]
+async fn sigterm_releases_the_lease_for_an_immediate_handover() {
+    e2e("leader-term", |env| async move {
+        // A long lease: without the release, the standby would wait at least 20 s.
+        let timings = [
+            "--leader-elect-lease-duration=60s",
+            "--leader-elect-renew-deadline=40s",
+            "--leader-elect-retry-period=2s",
+        ];
+        let mut a = replica(&env, "replica-a", &timings).await;
+        wait_holder(&env, "replica-a", Duration::from_secs(30)).await;
+        let b = replica(&env, "replica-b", &timings).await;
+        b.http_addr().await;
+
+        a.signal("TERM");
+        let status = a.wait_exit(Duration::from_secs(25)).await.expect("replica-a exits after SIGTERM");
+        assert!(status.success(), "replica-a exited with {status}:\n{}", a.log_tail(20));
+        assert!(a.log_tail(20).contains("released the leader lease"), "{}", a.log_tail(20));
+        let handover = wait_holder(&env, "replica-b", Duration::from_secs(15)).await;
+        eprintln!("measured: SIGTERM handover took {handover:?} after replica-a exited");
+
+        env.apply(&webapp("after", json!({"image": "nginx:1.25"}))).await;
+        env.wait_for::<apps_v1::WebApp>("after", "Ready=True, reconciled by replica-b", is_ready).await;
+    })
+    .await;
+}
+
+/// /readyz is not ready until the caches have synced (here: until bosun may list its
+/// kinds), /healthz is; /metrics has every family and its counters move.
+#[tokio::test]
+async fn health_and_metrics() {
+    e2e("health", |env| async move {
+        let kubeconfig = env.unbound_bosun_kubeconfig().await;
+        let bosun = env.start_bosun_as(&kubeconfig, &["--controllers=webapp"]);
+        let (code, _) = bosun.http_get("/healthz").await;
+        assert_eq!(code, 200);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (code, body) = bosun.http_get("/readyz").await;
+        assert_eq!(code, 503, "ready although bosun may not list anything: {body}");
+        assert!(body.contains("caches have not synced"), "{body}");
+
+        env.grant_bosun().await;
+        let start = Instant::now();
+        loop {
+            let (code, body) = bosun.http_get("/readyz").await;
+            if code == 200 {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "not ready 60 s after the grant: {body}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+
+        let (_, before) = bosun.http_get("/metrics").await;
+        for family in [
+            "# TYPE bosun_reconciles counter",
+            "# TYPE bosun_reconcile_errors counter",
+            "# TYPE bosun_reconcile_duration_seconds histogram",
+            "# TYPE bosun_ready_duration_seconds histogram",
+            "# TYPE bosun_managed_resources gauge",
+            "# TYPE bosun_leader gauge",
+            "# TYPE bosun_kube_requests counter",
+            "process_resident_memory_bytes ",
+            "process_cpu_seconds_total ",
+            "process_open_fds ",
+        ] {
+            assert!(before.contains(family), "/metrics lacks {family}:\n{before}");
+        }
+        assert!(!before.contains("namespace=") && !before.contains("name=\""), "per-object labels in /metrics");
+
+        env.apply(&webapp("counted", json!({"image": "nginx:1.25", "replicas": 2}))).await;
+        env.wait_for::<apps_v1::WebApp>("counted", "Ready=True", is_ready).await;
+        // The managed-resources gauge is refreshed every 5 s.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let (_, after) = bosun.http_get("/metrics").await;
+        let successes = r#"bosun_reconciles_total{controller="webapp",result="success"} "#;
+        assert!(gauge(&after, successes).unwrap_or(0.0) > gauge(&before, successes).unwrap_or(0.0), "{after}");
+        assert_eq!(gauge(&after, r#"bosun_managed_resources{controller="webapp"} "#), Some(1.0), "{after}");
+        assert_eq!(gauge(&after, r#"bosun_ready_duration_seconds_count{controller="webapp"} "#), Some(1.0), "{after}");
+        let requests: f64 = after
+            .lines()
+            .filter(|l| l.starts_with("bosun_kube_requests_total{"))
+            .filter_map(|l| gauge(l, "bosun"))
+            .sum();
+        assert!(requests > 0.0, "{after}");
+    })
+    .await;
+}
+
+async fn events_for(env: &Env, name: &str) -> Vec<Event> {
+    let events: Api<Event> = env.api();
+    let list = events.list(&Default::default()).await.expect("listing events");
+    list.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect()
+}
+
+async fn wait_event(env: &Env, name: &str, type_: &str, reason: &str) -> Event {
+    let start = Instant::now();
+    loop {
+        let events = events_for(env, name).await;
+        if let Some(e) =
+            events.iter().find(|e| e.type_.as_deref() == Some(type_) && e.reason.as_deref() == Some(reason))
+        {
+            return e.clone();
+        }
+        let seen: Vec<_> = events.iter().map(|e| (e.type_.clone(), e.reason.clone(), e.note.clone())).collect();
+        assert!(start.elapsed() < Duration::from_secs(30), "no {type_} event {reason} for {name}; seen: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn events_tell_what_happened() {
+    e2e("events", |env| async move {
+        let _bosun = env.start_bosun(&[]).await;
+        env.apply(&webapp("eventful", json!({"image": "nginx:1.25"}))).await;
+        wait_event(&env, "eventful", "Normal", "Created").await;
+        env.wait_for::<apps_v1::WebApp>("eventful", "Ready=True", is_ready).await;
+        let notes: Vec<_> = events_for(&env, "eventful").await.into_iter().filter_map(|e| e.note).collect();
+        assert!(notes.iter().any(|n| n == "Created Deployment eventful"), "{notes:?}");
+        assert!(notes.iter().any(|n| n == "Created Service eventful"), "{notes:?}");
+
+        // Change times have one-second precision: an update within the second of the
+        // creation reads as part of it.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        env.apply(&webapp("eventful", json!({"image": "nginx:1.27"}))).await;
+        wait_event(&env, "eventful", "Normal", "Updated").await;
+
+        env.apply(&webapp("broken", json!({"image": "nginx", "env": [{"name": "NOT=VALID"}]}))).await;
+        let warning = wait_event(&env, "broken", "Warning", "InvalidSpec").await;
+        assert!(warning.note.unwrap_or_default().contains("env[0].name"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn namespaces_outside_the_scope_are_left_alone() {
+    e2e("scope", |env| async move {
+        let team_b = env.extra_namespace("b").await;
+        let _bosun = env.start_bosun(&[]).await; // watches only env.ns ("team-a")
+        let in_b: Api<apps_v1::WebApp> = Api::namespaced(env.client.clone(), &team_b);
+        in_b.create(&Default::default(), &webapp("elsewhere", json!({"image": "nginx"})))
+            .await
+            .expect("create in team-b");
+        env.apply(&webapp("here", json!({"image": "nginx"}))).await;
+        env.wait_for::<apps_v1::WebApp>("here", "Ready=True", is_ready).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let elsewhere = in_b.get("elsewhere").await.expect("webapp in team-b");
+        assert!(elsewhere.status.is_none(), "the WebApp in {team_b} was reconciled: {:?}", elsewhere.status);
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), &team_b);
+        assert!(deployments.get_opt("elsewhere").await.expect("get").is_none(), "a Deployment appeared in {team_b}");
+    })
+    .await;
+}
