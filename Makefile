@@ -89,3 +89,11 @@ uninstall: ## Remove the CRDs (and so every custom resource) from the cluster.
 run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
 	@echo "bosun: using $(RUN_KUBECONFIG); in another shell: export KUBECONFIG=$(RUN_KUBECONFIG)"
 	KUBECONFIG=$(RUN_KUBECONFIG) $(BOSUN) run $(ARGS)
+
+##@ Benchmarks
+
+N ?= 1000
+.PHONY: bench
+bench: cluster ## Converge N WebApps (default 1000) with a release build; prints a table, writes target/bench/*.json.
+	$(CARGO) build --release -p bosun
+	$(CARGO) run --release -p bosun-bench -- --count $(N)

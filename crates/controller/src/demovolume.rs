@@ -49,12 +49,9 @@ pub async fn run(
     config: controller::Config,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let ns = namespace.as_deref();
-    let ctrl = runner::controller_for::<DemoVolume>(&ctx, ns);
-    let ctrl = runner::owns::<DemoVolume, PersistentVolumeClaim>(ctrl, &ctx, ns);
-    runner::drive(ctrl, config, ctx, shutdown, |volume, ctx| {
-        runner::instrumented(CONTROLLER, volume.clone(), ctx.clone(), reconcile(volume, ctx))
-    })
+    runner::run_owning::<DemoVolume, PersistentVolumeClaim, _, _>(
+        CONTROLLER, ctx, namespace, config, shutdown, reconcile,
+    )
     .await;
 }
 

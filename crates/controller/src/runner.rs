@@ -136,6 +136,29 @@ pub async fn drive<K, F, Fut>(
         .await;
 }
 
+/// Run the controller of `K`, whose children are all of kind `C`, in `namespace` (or
+/// cluster-wide) until `shutdown`: the whole wiring of a single-child controller.
+pub async fn run_owning<K, C, F, Fut>(
+    controller: &'static str,
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    config: controller::Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: F,
+) where
+    K: Reconciled,
+    C: Reconciled,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+{
+    let ns = namespace.as_deref();
+    let ctrl = owns::<K, C>(controller_for::<K>(&ctx, ns), &ctx, ns);
+    drive(ctrl, config, ctx, shutdown, move |obj, ctx| {
+        instrumented(controller, obj.clone(), ctx.clone(), reconcile(obj, ctx))
+    })
+    .await;
+}
+
 /// Retry a failed object after its backoff delay.
 pub fn error_policy<K: Reconciled>(obj: Arc<K>, _err: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(ctx.backoff.failed(obj.as_ref()))
@@ -167,7 +190,7 @@ where
         "reconcile",
         controller = kind,
         namespace = obj.namespace().unwrap_or_default(),
-        name = obj.name_any(),
+        object = obj.name_any(),
         generation = obj.meta().generation.unwrap_or_default(),
         resource_version = obj.resource_version().unwrap_or_default(),
     );

@@ -46,13 +46,7 @@ pub async fn run(
     config: controller::Config,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let ns = namespace.as_deref();
-    let ctrl = runner::controller_for::<VoteConfig>(&ctx, ns);
-    let ctrl = runner::owns::<VoteConfig, ConfigMap>(ctrl, &ctx, ns);
-    runner::drive(ctrl, config, ctx, shutdown, |vote, ctx| {
-        runner::instrumented(CONTROLLER, vote.clone(), ctx.clone(), reconcile(vote, ctx))
-    })
-    .await;
+    runner::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, config, shutdown, reconcile).await;
 }
 
 async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>) -> Result<Outcome, Error> {

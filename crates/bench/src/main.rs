@@ -1,0 +1,236 @@
+//! `make bench`: create N WebApps on the local control plane with bosun running, and
+//! report what it cost.
+//!
+//! Measured, in one run so the ratios compare on a noisy machine:
+//! * startup: process start → `/readyz` 200, and bosun's RSS at rest;
+//! * convergence: time until every WebApp is Ready; per object, create → Deployment
+//!   present and create → Ready (p50/p99);
+//! * API requests bosun sent per WebApp (its own client counter);
+//! * writes bosun sent during an idle minute after convergence (goal: zero);
+//! * bosun's peak RSS (VmHWM) and settled RSS.
+//!
+//! Prints a table and writes JSON to `target/bench/webapp-<N>.json`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bosun_api::webapp::{WebAppKind, apps_v1};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// How many WebApps to create.
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    /// Replicas of each WebApp.
+    #[arg(long, default_value_t = 1)]
+    replicas: i32,
+    /// Creates in flight at once.
+    #[arg(long, default_value_t = 32)]
+    parallel: usize,
+    /// Seconds of idle observation after convergence.
+    #[arg(long, default_value_t = 60)]
+    idle_seconds: u64,
+    /// The bosun binary to measure.
+    #[arg(long, default_value = "target/release/bosun")]
+    bosun: std::path::PathBuf,
+}
+
+#[derive(Default)]
+struct Seen {
+    created: HashMap<String, Instant>,
+    children: HashMap<String, Instant>,
+    ready: HashMap<String, Instant>,
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn requests(metrics: &str, methods: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("bosun_kube_requests_total{"))
+        .filter(|l| methods.iter().any(|m| l.contains(&format!("method=\"{m}\""))))
+        .filter_map(|l| l.split_whitespace().last().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if !args.bosun.exists() {
+        bail!("{} does not exist: build it with `cargo build --release -p bosun`", args.bosun.display());
+    }
+    let cluster = bosun_testing::cluster().await;
+    let client = cluster.client.clone();
+    let ns = format!("bench-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?)
+        .await?;
+    let result = run(&args, &cluster, &ns).await;
+    let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
+    result
+}
+
+async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow::Result<()> {
+    let client = cluster.client.clone();
+    let log = std::path::PathBuf::from(format!("target/bench/bosun-{ns}.log"));
+    let started = Instant::now();
+    let bosun = bosun_testing::Bosun::start(
+        &args.bosun,
+        &cluster.kubeconfig,
+        &[&format!("--namespaces={ns}"), "--metrics-bind-address=127.0.0.1:0", "--leader-elect=false"],
+        log,
+    );
+    loop {
+        if bosun.http_get("/readyz").await.0 == 200 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("bosun not ready after 60 s:\n{}", bosun.log_tail(20));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let startup = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_rest = rss_kib(bosun.pid(), "VmRSS:");
+    let (_, before) = bosun.http_get("/metrics").await;
+
+    // Watch WebApps and Deployments from the start, stamping first sightings.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let webapps: Api<apps_v1::WebApp> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let s1 = seen.clone();
+    let watch_ready =
+        tokio::spawn(watcher(webapps.clone(), watcher::Config::default()).applied_objects().try_for_each(move |w| {
+            let ready = w
+                .current_status()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if let (true, Ok(mut s)) = (ready, s1.lock()) {
+                s.ready.entry(w.name_any()).or_insert_with(Instant::now);
+            }
+            futures::future::ready(Ok(()))
+        }));
+    let s2 = seen.clone();
+    let watch_children =
+        tokio::spawn(watcher(deployments, watcher::Config::default()).applied_objects().try_for_each(move |d| {
+            if let Ok(mut s) = s2.lock() {
+                s.children.entry(d.name_any()).or_insert_with(Instant::now);
+            }
+            futures::future::ready(Ok(()))
+        }));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let create_start = Instant::now();
+    let names: Vec<String> = (0..args.count).map(|i| format!("bench-{i:05}")).collect();
+    futures::stream::iter(names.clone())
+        .map(|name| {
+            let (webapps, seen) = (webapps.clone(), seen.clone());
+            let replicas = args.replicas;
+            async move {
+                let w: apps_v1::WebApp = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": name},
+                    "spec": {"image": "nginx:1.25", "replicas": replicas}
+                }))?;
+                webapps.create(&PostParams::default(), &w).await.with_context(|| format!("creating {name}"))?;
+                if let Ok(mut s) = seen.lock() {
+                    s.created.insert(name, Instant::now());
+                }
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(args.parallel)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let created_in = create_start.elapsed();
+
+    let mut peak_rss = 0;
+    loop {
+        peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmRSS:"));
+        let ready = seen.lock().map(|s| s.ready.len()).unwrap_or(0);
+        if ready >= args.count {
+            break;
+        }
+        if create_start.elapsed() > Duration::from_secs(1800) {
+            bail!("only {ready} of {} WebApps Ready after 30 minutes", args.count);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let converged = create_start.elapsed();
+    let (_, after) = bosun.http_get("/metrics").await;
+    let all = ["GET", "POST", "PATCH", "PUT", "DELETE", "other"];
+    let writes = ["POST", "PATCH", "PUT", "DELETE"];
+    let per_object = (requests(&after, &all) - requests(&before, &all)) / args.count as f64;
+    let writes_per_object = (requests(&after, &writes) - requests(&before, &writes)) / args.count as f64;
+
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let (_, idle) = bosun.http_get("/metrics").await;
+    let idle_writes = requests(&idle, &writes) - requests(&after, &writes);
+    let idle_requests = requests(&idle, &all) - requests(&after, &all);
+    let settled_rss = rss_kib(bosun.pid(), "VmRSS:");
+    peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmHWM:"));
+    watch_ready.abort();
+    watch_children.abort();
+
+    let (to_children, to_ready) = {
+        let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let since = |m: &HashMap<String, Instant>| -> Vec<f64> {
+            names
+                .iter()
+                .filter_map(|n| Some(m.get(n)?.saturating_duration_since(*s.created.get(n)?).as_secs_f64() * 1000.0))
+                .collect()
+        };
+        (since(&s.children), since(&s.ready))
+    };
+    let report = serde_json::json!({
+        "count": args.count,
+        "replicas": args.replicas,
+        "startup_to_ready_ms": startup.as_millis() as u64,
+        "rss_at_rest_mib": rss_rest as f64 / 1024.0,
+        "created_all_s": created_in.as_secs_f64(),
+        "converged_all_s": converged.as_secs_f64(),
+        "api_requests_per_webapp": per_object,
+        "api_writes_per_webapp": writes_per_object,
+        "create_to_children_ms": {"p50": percentile(to_children.clone(), 50.0), "p99": percentile(to_children, 99.0)},
+        "create_to_ready_ms": {"p50": percentile(to_ready.clone(), 50.0), "p99": percentile(to_ready, 99.0)},
+        "idle_seconds": args.idle_seconds,
+        "idle_requests": idle_requests,
+        "idle_writes": idle_writes,
+        "peak_rss_mib": peak_rss as f64 / 1024.0,
+        "settled_rss_mib": settled_rss as f64 / 1024.0,
+    });
+    for (key, value) in report.as_object().into_iter().flatten() {
+        println!("{key:<26} {value}");
+    }
+    std::fs::create_dir_all("target/bench")?;
+    let path = format!("target/bench/webapp-{}.json", args.count);
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {path}");
+    drop(bosun);
+    Ok(())
+}
