@@ -6,6 +6,11 @@
 
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
+/// A status with standard conditions.
+pub trait Conditioned {
+    fn conditions(&self) -> &[Condition];
+}
+
 /// Condition types.
 pub mod types {
     /// Fully converged and serving.

@@ -59,3 +59,9 @@ pub struct DemoVolumeStatus {
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }
+
+impl crate::conditions::Conditioned for DemoVolumeStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}

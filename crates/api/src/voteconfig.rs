@@ -80,3 +80,9 @@ pub struct VoteConfigStatus {
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }
+
+impl crate::conditions::Conditioned for VoteConfigStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}

@@ -182,3 +182,9 @@ pub mod example_v1 {
         8080
     }
 }
+
+impl crate::conditions::Conditioned for WebAppStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}

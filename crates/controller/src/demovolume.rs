@@ -24,7 +24,7 @@ use crate::error::Error;
 use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
-use crate::status::{Conditioned, update_status};
+use crate::status::update_status;
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "demovolume";
@@ -35,12 +35,6 @@ pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("demo.example.com", "demovolumes");
     [a, b, c, Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "patch", "watch"])]
 };
-
-impl Conditioned for bosun_api::demovolume::DemoVolumeStatus {
-    fn conditions(&self) -> &[bosun_api::conditions::Condition] {
-        &self.conditions
-    }
-}
 
 /// Run the DemoVolume controller in `namespace` (or cluster-wide).
 pub async fn run(

@@ -2,6 +2,7 @@
 
 use std::fmt::Debug;
 
+pub use bosun_api::conditions::Conditioned;
 use bosun_api::conditions::{Condition, types};
 use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
@@ -11,11 +12,6 @@ use serde::de::DeserializeOwned;
 use crate::apply::apply_status;
 use crate::context::Context;
 use crate::error::Error;
-
-/// A status with standard conditions.
-pub trait Conditioned {
-    fn conditions(&self) -> &[Condition];
-}
 
 fn ready(conditions: &[Condition]) -> bool {
     bosun_resources::conditions::is_true(conditions, types::READY)

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
-use crate::status::{Conditioned, update_status};
+use crate::status::update_status;
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "voteconfig";
@@ -32,12 +32,6 @@ pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("voting.schoolofdevops.com", "voteconfigs");
     [a, b, c, Permission::new("", "configmaps", &["create", "get", "list", "patch", "watch"])]
 };
-
-impl Conditioned for bosun_api::voteconfig::VoteConfigStatus {
-    fn conditions(&self) -> &[bosun_api::conditions::Condition] {
-        &self.conditions
-    }
-}
 
 /// Run the VoteConfig controller in `namespace` (or cluster-wide).
 pub async fn run(

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
-use crate::status::{Conditioned, update_status};
+use crate::status::update_status;
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "webapp";
@@ -42,12 +42,6 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "services", rbac::OWN),
     ]
 };
-
-impl Conditioned for bosun_api::webapp::WebAppStatus {
-    fn conditions(&self) -> &[bosun_api::conditions::Condition] {
-        &self.conditions
-    }
-}
 
 /// Run the WebApp controller for kind `K` in `namespace` (or cluster-wide).
 pub async fn run<K: WebAppKind>(
