@@ -39,6 +39,9 @@ struct Args {
     /// Seconds of idle observation after convergence.
     #[arg(long, default_value_t = 60)]
     idle_seconds: u64,
+    /// Extra flags for `bosun run` (repeatable), e.g. `--bosun-arg=--concurrency=32`.
+    #[arg(long = "bosun-arg", allow_hyphen_values = true)]
+    bosun_args: Vec<String>,
     /// The bosun binary to measure.
     #[arg(long, default_value = "target/release/bosun")]
     bosun: std::path::PathBuf,
@@ -101,12 +104,10 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let client = cluster.client.clone();
     let log = std::path::PathBuf::from(format!("target/bench/bosun-{ns}.log"));
     let started = Instant::now();
-    let bosun = bosun_testing::Bosun::start(
-        &args.bosun,
-        &cluster.kubeconfig,
-        &[&format!("--namespaces={ns}"), "--metrics-bind-address=127.0.0.1:0", "--leader-elect=false"],
-        log,
-    );
+    let ns_arg = format!("--namespaces={ns}");
+    let mut bosun_args = vec![ns_arg.as_str(), "--metrics-bind-address=127.0.0.1:0", "--leader-elect=false"];
+    bosun_args.extend(args.bosun_args.iter().map(String::as_str));
+    let bosun = bosun_testing::Bosun::start(&args.bosun, &cluster.kubeconfig, &bosun_args, log);
     loop {
         if bosun.http_get("/readyz").await.0 == 200 {
             break;
@@ -210,6 +211,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let report = serde_json::json!({
         "count": args.count,
         "replicas": args.replicas,
+        "bosun_args": args.bosun_args,
         "startup_to_ready_ms": startup.as_millis() as u64,
         "rss_at_rest_mib": rss_rest as f64 / 1024.0,
         "created_all_s": created_in.as_secs_f64(),
