@@ -50,9 +50,14 @@ impl<K> Reconciled for K where
 
 /// A controller for `K` in `namespace` (or cluster-wide) whose trigger ignores
 /// status-only changes.
-pub fn controller_for<K: Reconciled>(ctx: &Arc<Context>, namespace: Option<&str>) -> Controller<K> {
+/// `controller` is its label in metrics.
+pub fn controller_for<K: Reconciled>(
+    controller: &'static str,
+    ctx: &Arc<Context>,
+    namespace: Option<&str>,
+) -> Controller<K> {
     let (reader, writer) = reflector::store();
-    track_cache(ctx, reader.clone(), K::kind(&()).into_owned());
+    track_cache(ctx, reader.clone(), controller);
     let trigger = watcher(api::<K>(&ctx.client, namespace), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -62,7 +67,7 @@ pub fn controller_for<K: Reconciled>(ctx: &Arc<Context>, namespace: Option<&str>
 }
 
 /// Count the cache towards readiness, and keep the managed-resources gauge at its size.
-fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, kind: String) {
+fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, controller: &'static str) {
     ctx.caches.expect_one();
     let ctx = ctx.clone();
     tokio::spawn(async move {
@@ -73,15 +78,14 @@ fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, k
             match tokio::time::timeout(std::time::Duration::from_millis(200), reader.wait_until_ready()).await {
                 Ok(Ok(())) => break,
                 Ok(Err(err)) => {
-                    tracing::error!(%err, kind, "cache writer dropped before the initial list completed");
+                    tracing::error!(%err, controller, "cache writer dropped before the initial list completed");
                     return;
                 }
                 Err(_) => continue,
             }
         }
-        tracing::debug!(kind, "cache synced");
+        tracing::debug!(controller, "cache synced");
         ctx.caches.one_synced();
-        let controller: &'static str = controller_label(&kind);
         let gauge = ctx.metrics.managed.get_or_create(&crate::metrics::ControllerLabels { controller }).clone();
         let mut counted = 0i64;
         loop {
@@ -91,16 +95,6 @@ fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, k
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
         }
     });
-}
-
-/// The `controller` label of a kind: its name in lowercase, from a fixed set.
-pub fn controller_label(kind: &str) -> &'static str {
-    match kind {
-        "WebApp" => "webapp",
-        "VoteConfig" => "voteconfig",
-        "DemoVolume" => "demovolume",
-        _ => "other",
-    }
 }
 
 /// Reconcile the owner of any bosun-managed `C` that changes or disappears.
@@ -152,7 +146,7 @@ pub async fn run_owning<K, C, F, Fut>(
     Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
 {
     let ns = namespace.as_deref();
-    let ctrl = owns::<K, C>(controller_for::<K>(&ctx, ns), &ctx, ns);
+    let ctrl = owns::<K, C>(controller_for::<K>(controller, &ctx, ns), &ctx, ns);
     drive(ctrl, config, ctx, shutdown, move |obj, ctx| {
         instrumented(controller, obj.clone(), ctx.clone(), reconcile(obj, ctx))
     })

@@ -51,7 +51,7 @@ pub async fn run<K: WebAppKind>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
-    let ctrl = runner::controller_for::<K>(&ctx, ns);
+    let ctrl = runner::controller_for::<K>(CONTROLLER, &ctx, ns);
     let ctrl = runner::owns::<K, Deployment>(ctrl, &ctx, ns);
     let ctrl = runner::owns::<K, Service>(ctrl, &ctx, ns);
     runner::drive(ctrl, config, ctx, shutdown, |webapp, ctx| {
