@@ -252,28 +252,36 @@ subjectAltName=IP:127.0.0.1,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DN
   chmod 600 "$d"/*.key
 }
 
-write_kubeconfig() {  # file identity
-  local f=$1 id=$2 d=$state/certs
-  cat >"$f" <<EOF
+# A kubeconfig for the local apiserver on stdout. CREDENTIALS are the lines of the
+# user's `user:` map (already indented); NAMESPACE may be empty.
+kubeconfig_yaml() {  # user namespace credentials
+  local user=$1 ns=$2 creds=$3
+  cat <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: bosun-local
   cluster:
     server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority-data: $(base64 -w0 <"$d/ca.crt")
+    certificate-authority-data: $(base64 -w0 <"$state/certs/ca.crt")
 users:
-- name: $id
+- name: $user
   user:
-    client-certificate-data: $(base64 -w0 <"$d/$id.crt")
-    client-key-data: $(base64 -w0 <"$d/$id.key")
+$creds
 contexts:
 - name: bosun-local
   context:
     cluster: bosun-local
-    user: $id
-current-context: bosun-local
+    user: $user
 EOF
+  [ -z "$ns" ] || echo "    namespace: $ns"
+  echo "current-context: bosun-local"
+}
+
+write_kubeconfig() {  # file identity
+  local f=$1 id=$2 d=$state/certs
+  kubeconfig_yaml "$id" "" "    client-certificate-data: $(base64 -w0 <"$d/$id.crt")
+    client-key-data: $(base64 -w0 <"$d/$id.key")" >"$f"
   chmod 600 "$f"
 }
 
@@ -684,26 +692,7 @@ cmd_sa_kubeconfig() {
   load_ports
   token=$(kc create token "$sa" -n "$ns" --duration="$duration") ||
     die "could not get a token for ServiceAccount $ns/$sa"
-  cat <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: bosun-local
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority-data: $(base64 -w0 <"$state/certs/ca.crt")
-users:
-- name: $ns-$sa
-  user:
-    token: $token
-contexts:
-- name: bosun-local
-  context:
-    cluster: bosun-local
-    namespace: $ns
-    user: $ns-$sa
-current-context: bosun-local
-EOF
+  kubeconfig_yaml "$ns-$sa" "$ns" "    token: $token"
 }
 
 usage() {

@@ -13,7 +13,7 @@ use bosun_resources::webapp::{self as build, Observed};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::controller;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use crate::apply::apply_child;
 use crate::context::Context;
@@ -65,7 +65,10 @@ async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>) -> Result<O
     let webapp = &read::latest(&ctx.client, webapp.as_ref()).await?;
     let (deployment, invalid) = match apply_children(webapp, &ctx).await {
         Ok(deployment) => (Some(deployment), None),
-        Err(err) if err.is_invalid_spec() => (current_deployment(webapp, &ctx).await?, Some(err.user_message())),
+        Err(err) if err.is_invalid_spec() => {
+            let ns = webapp.namespace().unwrap_or_default();
+            (read::current::<Deployment>(&ctx.client, &ns, &webapp.name_any()).await?, Some(err.user_message()))
+        }
         Err(err) => return Err(err),
     };
     let observed = Observed { deployment: deployment.as_ref(), invalid_spec: invalid.as_deref() };
@@ -82,13 +85,4 @@ async fn apply_children<K: WebAppKind>(webapp: &K, ctx: &Context) -> Result<Depl
     let deployment = apply_child(ctx, webapp, &build::desired_deployment(webapp)).await?;
     apply_child(ctx, webapp, &build::desired_service(webapp)).await?;
     Ok(deployment)
-}
-
-/// The Deployment as it is, when a new one could not be applied: what still runs.
-async fn current_deployment<K: WebAppKind>(webapp: &K, ctx: &Context) -> Result<Option<Deployment>, Error> {
-    let ns = webapp.namespace().unwrap_or_default();
-    Api::<Deployment>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&webapp.name_any())
-        .await
-        .map_err(|source| Error::Read { what: format!("Deployment {ns}/{}", webapp.name_any()), source })
 }
