@@ -12,8 +12,8 @@ use bosun_api::webapp::WebAppKind;
 use bosun_resources::webapp::{self as build, Observed};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::controller;
 use kube::ResourceExt;
+use kube::runtime::controller;
 
 use crate::apply::apply_child;
 use crate::context::Context;
