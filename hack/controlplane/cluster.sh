@@ -7,6 +7,7 @@
 #
 # Usage: cluster.sh up | down | status | kubeconfig | env
 #        cluster.sh sa-kubeconfig NAMESPACE SERVICEACCOUNT [DURATION]
+#        cluster.sh restart-apiserver [OUTAGE_SECONDS]
 #
 # Everything lives in one state directory, ${BOSUN_CLUSTER_DIR:-<repo>/.cluster}:
 #   bosun-cluster        marker: this directory is ours and may be deleted
@@ -20,6 +21,7 @@
 #   manifests/           bootstrap.yaml (fake nodes, default StorageClass)
 #   logs/<component>.log (and bootstrap.log: kubectl apply of manifests/)
 #   pids/<component>.pid
+#   args/<component>     the arguments it was started with, NUL-separated
 #   .kube-cache/         kubectl discovery cache of this script's own calls
 #
 # Progress and errors go to stderr; stdout only carries what a caller may want
@@ -374,12 +376,77 @@ EOF
 # `make cluster` or a test harness killing its process group leaves it alone)
 # and with no inherited descriptors (a caller capturing our output through a
 # pipe would otherwise wait for the components to exit). fd 9 is the lock.
+# The arguments are recorded (NUL-separated, so any argument survives) for
+# restart_component, which must start the component exactly as `up` did.
 start() {  # component args...
-  local c=$1
+  local c=$1 pid deadline
   shift
+  # Set here rather than by the caller so that a restart gets it too:
+  # KWOK_WORKDIR keeps kwok from also loading a ~/.kwok/kwok.yaml.
+  [ "$c" != kwok ] || local -x KWOK_WORKDIR="$state/kwok"
+  mkdir -p "$state/args"
+  { [ $# -eq 0 ] || printf '%s\0' "$@"; } >"$state/args/$c"
   setsid "$bin/$c" "$@" </dev/null >>"$state/logs/$c.log" 2>&1 9<&- &
-  echo $! >"$(pidfile "$c")"
-  disown $!  # no "Killed" job notices from this shell if `up` stops it again
+  pid=$!
+  echo "$pid" >"$(pidfile "$c")"
+  disown "$pid"  # no "Killed" job notices from this shell if `up` stops it again
+  # $! is the forked shell, which only becomes the component after two execs
+  # (itself into setsid, setsid into the component); on a loaded machine that
+  # can take a while, and until then component_pid, which insists on the
+  # component's executable to tell it from a reused pid, calls it dead. So
+  # wait for the exec here: once start returns, the pid is the component or
+  # gone (then wait_healthy reports it, with its log).
+  deadline=$(( $(now) + 10000000 ))
+  until [ "/proc/$pid/exe" -ef "$bin/$c" ]; do   # builtin test: no fork while it is quick
+    is_running "$pid" || break
+    [ "$(now)" -lt "$deadline" ] ||
+      die "$c (pid $pid) has not started 10 s after launch; '$0 down' cleans up"
+    sleep 0.01
+  done
+}
+
+# SIGTERM to one component and wait until it has exited; SIGKILL if it takes
+# longer than 10 s (the apiserver drains its requests first).
+stop_component() {  # component
+  local c=$1 pid t0 deadline
+  if ! pid=$(component_pid "$c"); then
+    log "$c is not running"
+    return 0
+  fi
+  log "stopping $c (pid $pid)"
+  t0=$(now)
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$(( t0 + 10000000 ))
+  while is_running "$pid" && [ "$(now)" -lt "$deadline" ]; do sleep 0.1; done
+  if is_running "$pid"; then
+    log "$c still running 10 s after SIGTERM, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    deadline=$(( $(now) + 3000000 ))
+    while is_running "$pid" && [ "$(now)" -lt "$deadline" ]; do sleep 0.1; done
+    ! is_running "$pid" || die "could not stop $c (pid $pid)"
+  fi
+  await_reaped "$pid"
+  log "$c stopped after $(elapsed "$t0")s"
+}
+
+# Stops a component and starts it again with the binary and the arguments
+# `up` started it with, OUTAGE seconds later. Does not wait for its health.
+restart_component() {  # component [outage-seconds]
+  local c=$1 outage=${2:-0} args=()
+  # Read before stopping: without a record (a cluster started by an older
+  # cluster.sh) the component could not be brought back.
+  if [ ! -r "$state/args/$c" ] || [ ! -r "$state/bin-dir" ]; then
+    die "no recorded arguments for $c in $state; restart the cluster with down and up"
+  fi
+  mapfile -d '' -t args <"$state/args/$c"
+  bin=$(cat "$state/bin-dir")
+  stop_component "$c"
+  if [ "$outage" != 0 ]; then
+    log "$c down for ${outage}s"
+    sleep "$outage"
+  fi
+  log "starting $c"
+  start "$c" "${args[@]}"
 }
 
 start_cluster() {
@@ -476,10 +543,9 @@ EOF
   # `kubeconfig` never hands out a half-written file. kwok uses it too.
   mv "$state/kubeconfig.tmp" "$state/kubeconfig"
 
-  # KWOK_WORKDIR keeps kwok from also loading a ~/.kwok/kwok.yaml. Node leases
-  # (renewed every 10 s) keep the node lifecycle controller from marking the
-  # fake nodes unreachable between the rare status heartbeats.
-  KWOK_WORKDIR="$state/kwok" start kwok \
+  # Node leases (renewed every 10 s) keep the node lifecycle controller from
+  # marking the fake nodes unreachable between the rare status heartbeats.
+  start kwok \
     --kubeconfig="$state/kubeconfig" \
     --config="$state/kwok/kwok.yaml" \
     --manage-all-nodes=false \
@@ -506,9 +572,10 @@ api_status() {
 }
 
 # Runs one round of checks; on failure sets `failed` to a description and
-# `culprit` to the component whose log explains it best.
+# `culprit` to the component whose log explains it best. check_apiserver is
+# the part that a restarted apiserver has to pass.
 failed='' culprit=''
-check() {
+check_apiserver() {
   failed='' culprit=''
   if ! curl -sf --max-time 3 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null; then
     failed="etcd /health" culprit=etcd; return 1
@@ -516,6 +583,10 @@ check() {
   if [ "$(api_status /readyz)" != 200 ]; then
     failed="kube-apiserver /readyz" culprit=kube-apiserver; return 1
   fi
+}
+
+check() {
+  check_apiserver || return 1
   # Created as soon as the apiserver is up, while the others still start.
   local missing=0 n
   [ "$(api_status "/apis/storage.k8s.io/v1/storageclasses/$storage_class")" = 200 ] || missing=1
@@ -552,11 +623,11 @@ check() {
   return 0
 }
 
-# Waits until check passes. Returns 2 (with `exited` set) if a component
-# died; exits the script on timeout.
+# Waits until CHECK (default: check) passes. Returns 2 (with `exited` set)
+# if a component died; exits the script on timeout.
 exited=''
-wait_healthy() {  # start-time
-  local start=$1 deadline c last=''
+wait_healthy() {  # start-time [check what-is-then-reached]
+  local start=$1 check_fn=${2:-check} reached=${3:-cluster healthy} deadline c last=''
   exited=''
   deadline=$(( $(now) + timeout * 1000000 ))
   while :; do
@@ -568,7 +639,7 @@ wait_healthy() {  # start-time
         return 2
       fi
     done
-    check && break
+    "$check_fn" && break
     # One line per stage reached, which also shows where start-up time goes.
     if [ "$failed" != "$last" ]; then
       log "$(elapsed "$start")s: waiting for $failed"
@@ -585,7 +656,7 @@ wait_healthy() {  # start-time
     fi
     sleep 0.2
   done
-  log "cluster healthy after $(elapsed "$start")s (kubeconfig: $state/kubeconfig)"
+  log "$reached after $(elapsed "$start")s (kubeconfig: $state/kubeconfig)"
 }
 
 # --- subcommands ---------------------------------------------------------------
@@ -675,6 +746,24 @@ cmd_status() {
   return "$ok"
 }
 
+# For chaos tests: the apiserver goes away (gracefully) and comes back on the
+# same port with the same state, as in a control-plane upgrade; clients must
+# ride it out. The other components stay up and reconnect on their own.
+cmd_restart_apiserver() {
+  if [ $# -gt 1 ]; then die "usage: $0 restart-apiserver [OUTAGE_SECONDS]"; fi
+  local outage=${1:-0} start
+  [[ $outage =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+    die "OUTAGE_SECONDS must be a number of seconds, not '$outage'"
+  lock
+  require_running
+  load_ports
+  restart_component kube-apiserver "$outage"
+  start=$(now)
+  local rc=0
+  wait_healthy "$start" check_apiserver "kube-apiserver ready" || rc=$?
+  [ "$rc" = 0 ] || die "kube-apiserver failed to restart; 'make cluster' (up) restarts the cluster"
+}
+
 cmd_kubeconfig() {
   require_running
   echo "$state/kubeconfig"
@@ -705,6 +794,9 @@ usage: $0 COMMAND
   env                     print an 'export KUBECONFIG=...' line
   sa-kubeconfig NS SA [DURATION]
                           print a kubeconfig for ServiceAccount NS/SA (token valid DURATION, default 24h)
+  restart-apiserver [OUTAGE_SECONDS]
+                          stop kube-apiserver, wait OUTAGE_SECONDS (default 0), start it again
+                          with the same arguments and wait until it is ready (chaos tests)
 EOF
   exit "${1:-2}"
 }
@@ -719,6 +811,7 @@ case $cmd in
   kubeconfig) [ $# -eq 0 ] || usage; cmd_kubeconfig ;;
   env) [ $# -eq 0 ] || usage; cmd_env ;;
   sa-kubeconfig) cmd_sa_kubeconfig "$@" ;;
+  restart-apiserver) cmd_restart_apiserver "$@" ;;
   -h | --help | help) usage 0 ;;
   *) usage ;;
 esac
