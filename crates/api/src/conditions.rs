@@ -29,6 +29,9 @@ pub mod reasons {
     pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
     pub const ROLLOUT_FAILED: &str = "RolloutFailed";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A child's name is held by an object this resource does not control; that
+    /// object is left exactly as it is.
+    pub const NAME_CONFLICT: &str = "NameConflict";
     pub const AS_EXPECTED: &str = "AsExpected";
     /// The desired configuration is published (e.g. a VoteConfig's ConfigMap).
     pub const PUBLISHED: &str = "Published";

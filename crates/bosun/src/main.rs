@@ -66,9 +66,17 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where kube's client logs response bodies it could not decode (at WARN) or parse as
+/// an error (at DEBUG): whole objects, env values included. Capped whatever RUST_LOG
+/// says, so no object body reaches a log.
+const BODY_LOGGING_TARGET: &str = "kube_client::client=error";
+
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn,kube_client=warn"));
+    if let Ok(cap) = BODY_LOGGING_TARGET.parse() {
+        filter = filter.add_directive(cap);
+    }
     let ansi = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {

@@ -103,7 +103,10 @@ async fn claim_binds_grows_and_refuses_to_shrink() {
         let after = claims.get("data").await.expect("claim");
         assert_eq!(request(&after).as_deref(), Some("2Gi"));
         let bosun_wrote_claim = |c: &PersistentVolumeClaim| {
-            c.managed_fields().iter().find(|f| f.manager.as_deref() == Some("bosun")).and_then(|f| f.time.clone())
+            c.managed_fields()
+                .iter()
+                .find(|f| f.manager.as_deref() == Some("bosun-demovolume.demo.example.com"))
+                .and_then(|f| f.time.clone())
         };
         assert_eq!(bosun_wrote_claim(&after), bosun_wrote_claim(&before), "bosun wrote the claim");
         let refused_reconciles = reconciles(&bosun) - reconciles_before;

@@ -1,7 +1,8 @@
 //! What every reconcile gets: the client, the clock, and shared bookkeeping.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use kube::{Api, Client, Resource};
@@ -17,6 +18,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub events: Events,
     pub caches: Caches,
+    pub watches: Watches,
     /// The clock status timestamps are taken from; injectable so tests are deterministic.
     pub clock: fn() -> Timestamp,
 }
@@ -49,6 +51,51 @@ impl Caches {
     }
 }
 
+/// Whether every watch is flowing (for /readyz): a watch whose last attempt failed is
+/// not, until it delivers again or stays quiet for [`Watches::QUIET`] (longer than
+/// its longest backoff, so a quiet watch has reconnected: a failed attempt would
+/// have said so).
+#[derive(Debug, Default)]
+pub struct Watches {
+    flows: Mutex<Vec<Arc<Flow>>>,
+}
+
+/// One watch's health: when its last failed attempt was, 0 while it flows.
+#[derive(Debug)]
+pub struct Flow {
+    epoch: Instant,
+    failed_at_ms: AtomicU64,
+}
+
+impl Flow {
+    /// Record one item of the watch: an event (`true`) or an error.
+    pub fn observe(&self, ok: bool) {
+        let now = (self.epoch.elapsed().as_millis() as u64).max(1);
+        self.failed_at_ms.store(if ok { 0 } else { now }, Ordering::SeqCst);
+    }
+
+    fn flowing(&self) -> bool {
+        let failed = self.failed_at_ms.load(Ordering::SeqCst);
+        failed == 0 || self.epoch.elapsed().as_millis() as u64 > failed + Watches::QUIET.as_millis() as u64
+    }
+}
+
+impl Watches {
+    pub const QUIET: Duration = Duration::from_secs(10);
+
+    pub(crate) fn register(&self) -> Arc<Flow> {
+        let flow = Arc::new(Flow { epoch: Instant::now(), failed_at_ms: AtomicU64::new(0) });
+        self.flows.lock().unwrap_or_else(|e| e.into_inner()).push(flow.clone());
+        flow
+    }
+
+    /// (failing, total) watches.
+    pub fn counts(&self) -> (usize, usize) {
+        let flows = self.flows.lock().unwrap_or_else(|e| e.into_inner());
+        (flows.iter().filter(|f| !f.flowing()).count(), flows.len())
+    }
+}
+
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("backoff", &self.backoff).finish_non_exhaustive()
@@ -64,6 +111,7 @@ impl Context {
             backoff: Backoff::default(),
             metrics,
             caches: Caches::default(),
+            watches: Watches::default(),
             clock: Timestamp::now,
         }
     }

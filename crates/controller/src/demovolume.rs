@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::runtime::controller;
 
-use crate::apply::apply_child;
+use crate::apply::{apply_child, claim_child};
+use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
@@ -49,23 +50,35 @@ pub async fn run(
     .await;
 }
 
-async fn reconcile(volume: Arc<DemoVolume>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+async fn reconcile(
+    volume: Arc<DemoVolume>,
+    ctx: Arc<Context>,
+    owned: Owned<PersistentVolumeClaim>,
+) -> Result<Outcome, Error> {
     // The stored status, not the cached one: condition times are carried over from it.
     let volume = &read::latest(&ctx.client, volume.as_ref()).await?;
     let ns = volume.namespace().unwrap_or_default();
-    let existing = read::current::<PersistentVolumeClaim>(&ctx.client, &ns, &volume.name_any()).await?;
-    let (claim, refusal) = match build::check_resize(volume, existing.as_ref()) {
-        Err(refusal) => (existing, Some(refusal)),
-        Ok(()) => match apply_child(&ctx, volume, &build::desired_claim(volume)).await {
-            Ok(applied) => (Some(applied), None),
-            Err(err) if err.is_invalid_spec() => (existing, Some(Refusal::InvalidSpec(err.user_message()))),
-            Err(err) => return Err(err),
+    let desired = build::desired_claim(volume);
+    let existing = read::current::<PersistentVolumeClaim>(&ctx.client, &ns, &desired.name_any()).await?;
+    // Whose claim it is comes first: a claim that is not this DemoVolume's is neither
+    // resized nor judged, nor described in its status.
+    let (claim, refusal) = match claim_child(volume, &desired, existing.as_ref().map(|c| &c.metadata)) {
+        Err(Error::NameConflict(message)) => (None, Some(Refusal::NameConflict(message))),
+        Err(err) => return Err(err),
+        Ok(_) => match build::check_resize(volume, existing.as_ref()) {
+            Err(refusal) => (existing, Some(refusal)),
+            Ok(()) => match apply_child(&ctx, volume, &owned, desired).await {
+                Ok(applied) => (Some(applied), None),
+                Err(Error::NameConflict(message)) => (None, Some(Refusal::NameConflict(message))),
+                Err(err) if err.is_invalid_spec() => (existing, Some(Refusal::InvalidSpec(err.user_message()))),
+                Err(err) => return Err(err),
+            },
         },
     };
     let status = build::status(volume, Observed { claim: claim.as_ref(), refusal: refusal.as_ref() }, ctx.now());
-    update_status(&ctx, CONTROLLER, volume, volume.status.as_ref(), &status).await?;
+    let announce = update_status(&ctx, CONTROLLER, volume, volume.status.as_ref(), &status).await?;
     Ok(match refusal {
-        Some(refusal) => Outcome::Refused { reason: refusal.reason(), message: refusal.message() },
+        Some(refusal) => Outcome::Refused { reason: refusal.reason(), message: refusal.message(), announce },
         None => Outcome::Applied,
     })
 }

@@ -15,10 +15,12 @@
 
 pub mod apply;
 pub mod backoff;
+pub mod children;
 pub mod context;
 pub mod demovolume;
 pub mod error;
 pub mod events;
+pub mod guard;
 pub mod metrics;
 pub mod rbac;
 pub mod read;

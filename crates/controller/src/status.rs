@@ -17,8 +17,8 @@ fn ready(conditions: &[Condition]) -> bool {
     bosun_resources::conditions::is_true(conditions, types::READY)
 }
 
-/// Apply `status` to `owner` unless it equals `previous`; an unchanged status is never
-/// re-written, which keeps steady state silent. The first time a resource becomes Ready
+/// Apply `status` to `owner` unless it equals `previous` (returns whether it wrote); an
+/// unchanged status is never re-written, which keeps steady state silent. The first time a resource becomes Ready
 /// (generation 1, not Ready before), the time since its creation is recorded.
 pub async fn update_status<K, S>(
     ctx: &Context,
@@ -26,13 +26,13 @@ pub async fn update_status<K, S>(
     owner: &K,
     previous: Option<&S>,
     status: &S,
-) -> Result<(), Error>
+) -> Result<bool, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
     S: Serialize + PartialEq + Conditioned,
 {
     if previous == Some(status) {
-        return Ok(());
+        return Ok(false);
     }
     apply_status(&ctx.client, owner, status).await?;
     let was_ready = previous.is_some_and(|p| ready(p.conditions()));
@@ -41,5 +41,5 @@ where
         let seconds = ctx.now().duration_since(created.0).as_secs_f64();
         ctx.metrics.became_ready(controller, seconds.max(0.0));
     }
-    Ok(())
+    Ok(true)
 }

@@ -9,13 +9,16 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use bosun_api::conditions::reasons;
 use bosun_api::voteconfig::VoteConfig;
+use bosun_resources::conditions::Refused;
 use bosun_resources::voteconfig::{self as build, Observed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::runtime::controller;
 
 use crate::apply::apply_child;
+use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
@@ -43,22 +46,30 @@ pub async fn run(
     runner::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, config, shutdown, reconcile).await;
 }
 
-async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>, owned: Owned<ConfigMap>) -> Result<Outcome, Error> {
     // The stored status, not the cached one: `lastUpdated` is carried over from it.
     let vote = &read::latest(&ctx.client, vote.as_ref()).await?;
     let desired = build::desired_config_map(vote);
     let ns = vote.namespace().unwrap_or_default();
     let before = read::current::<ConfigMap>(&ctx.client, &ns, &desired.name_any()).await?;
-    let (applied, invalid) = match apply_child(&ctx, vote, &desired).await {
-        Ok(applied) => (Some(applied), None),
-        Err(err) if err.is_invalid_spec() => (None, Some(err.user_message())),
+    let (before, applied, refused) = match apply_child(&ctx, vote, &owned, desired).await {
+        Ok(applied) => (before, Some(applied), None),
+        // Someone else's ConfigMap is not described in this status.
+        Err(Error::NameConflict(message)) => (None, None, Some((reasons::NAME_CONFLICT, message))),
+        Err(err) if err.is_invalid_spec() => {
+            (before.filter(|cm| controlled_by(cm, vote)), None, Some((reasons::INVALID_SPEC, err.user_message())))
+        }
         Err(err) => return Err(err),
     };
-    let observed = Observed { before: before.as_ref(), applied: applied.as_ref(), invalid_spec: invalid.as_deref() };
+    let observed = Observed {
+        before: before.as_ref(),
+        applied: applied.as_ref(),
+        refused: refused.as_ref().map(|(reason, message)| Refused { reason, message }),
+    };
     let status = build::status(vote, observed, ctx.now());
-    update_status(&ctx, CONTROLLER, vote, vote.status.as_ref(), &status).await?;
-    Ok(match invalid {
-        Some(message) => Outcome::Refused { reason: bosun_api::conditions::reasons::INVALID_SPEC, message },
+    let announce = update_status(&ctx, CONTROLLER, vote, vote.status.as_ref(), &status).await?;
+    Ok(match refused {
+        Some((reason, message)) => Outcome::Refused { reason, message, announce },
         None => Outcome::Applied,
     })
 }

@@ -8,7 +8,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use bosun_api::conditions::reasons;
 use bosun_api::webapp::WebAppKind;
+use bosun_resources::conditions::Refused;
 use bosun_resources::webapp::{self as build, Observed};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
@@ -16,6 +18,7 @@ use kube::ResourceExt;
 use kube::runtime::controller;
 
 use crate::apply::apply_child;
+use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
@@ -52,37 +55,49 @@ pub async fn run<K: WebAppKind>(
 ) {
     let ns = namespace.as_deref();
     let ctrl = runner::controller_for::<K>(CONTROLLER, &ctx, ns);
-    let ctrl = runner::owns::<K, Deployment>(ctrl, &ctx, ns);
-    let ctrl = runner::owns::<K, Service>(ctrl, &ctx, ns);
-    runner::drive(ctrl, config, ctx, shutdown, |webapp, ctx| {
-        runner::instrumented(CONTROLLER, webapp.clone(), ctx.clone(), reconcile(webapp, ctx))
-    })
-    .await;
+    let (ctrl, deployments) = runner::owns::<K, Deployment>(ctrl, &ctx, ns);
+    let (ctrl, services) = runner::owns::<K, Service>(ctrl, &ctx, ns);
+    let children = Children { deployments, services };
+    runner::drive(CONTROLLER, ctrl, config, ctx, shutdown, move |webapp, ctx| reconcile(webapp, ctx, children.clone()))
+        .await;
 }
 
-async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>) -> Result<Outcome, Error> {
+/// The caches of a WebApp's children.
+#[derive(Clone, Debug)]
+struct Children {
+    deployments: Owned<Deployment>,
+    services: Owned<Service>,
+}
+
+async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error> {
     // The stored status, not the cached one: condition times are carried over from it.
     let webapp = &read::latest(&ctx.client, webapp.as_ref()).await?;
-    let (deployment, invalid) = match apply_children(webapp, &ctx).await {
+    let (deployment, refused) = match apply_children(webapp, &ctx, &children).await {
         Ok(deployment) => (Some(deployment), None),
+        Err(Error::NameConflict(message)) => (None, Some((reasons::NAME_CONFLICT, message))),
         Err(err) if err.is_invalid_spec() => {
+            // What still runs of the last good spec, if this WebApp's.
             let ns = webapp.namespace().unwrap_or_default();
-            (read::current::<Deployment>(&ctx.client, &ns, &webapp.name_any()).await?, Some(err.user_message()))
+            let current = read::current::<Deployment>(&ctx.client, &ns, &webapp.name_any()).await?;
+            (current.filter(|d| controlled_by(d, webapp)), Some((reasons::INVALID_SPEC, err.user_message())))
         }
         Err(err) => return Err(err),
     };
-    let observed = Observed { deployment: deployment.as_ref(), invalid_spec: invalid.as_deref() };
+    let observed = Observed {
+        deployment: deployment.as_ref(),
+        refused: refused.as_ref().map(|(reason, message)| Refused { reason, message }),
+    };
     let status = build::status(webapp, observed, ctx.now());
-    update_status(&ctx, CONTROLLER, webapp, webapp.current_status(), &status).await?;
-    Ok(match invalid {
-        Some(message) => Outcome::Refused { reason: bosun_api::conditions::reasons::INVALID_SPEC, message },
+    let announce = update_status(&ctx, CONTROLLER, webapp, webapp.current_status(), &status).await?;
+    Ok(match refused {
+        Some((reason, message)) => Outcome::Refused { reason, message, announce },
         None => Outcome::Applied,
     })
 }
 
 /// Apply the Deployment, then the Service; returns the Deployment as stored.
-async fn apply_children<K: WebAppKind>(webapp: &K, ctx: &Context) -> Result<Deployment, Error> {
-    let deployment = apply_child(ctx, webapp, &build::desired_deployment(webapp)).await?;
-    apply_child(ctx, webapp, &build::desired_service(webapp)).await?;
+async fn apply_children<K: WebAppKind>(webapp: &K, ctx: &Context, children: &Children) -> Result<Deployment, Error> {
+    let deployment = apply_child(ctx, webapp, &children.deployments, build::desired_deployment(webapp)).await?;
+    apply_child(ctx, webapp, &children.services, build::desired_service(webapp)).await?;
     Ok(deployment)
 }

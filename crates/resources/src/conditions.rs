@@ -23,6 +23,26 @@ impl Desired {
     }
 }
 
+/// Why a resource's spec is not served: the Ready condition's reason and a message
+/// that names what to fix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused<'a> {
+    pub reason: &'static str,
+    pub message: &'a str,
+}
+
+impl<'a> Refused<'a> {
+    /// The apiserver refused a child because of the spec; `message` is its own.
+    pub fn invalid_spec(message: &'a str) -> Self {
+        Self { reason: bosun_api::conditions::reasons::INVALID_SPEC, message }
+    }
+
+    /// A child's name is held by someone else's object.
+    pub fn name_conflict(message: &'a str) -> Self {
+        Self { reason: bosun_api::conditions::reasons::NAME_CONFLICT, message }
+    }
+}
+
 /// The full condition list for `desired`, carrying `lastTransitionTime` over from
 /// `previous` wherever the status did not flip.
 pub fn merge(previous: &[Condition], desired: Vec<Desired>, generation: Option<i64>, now: Timestamp) -> Vec<Condition> {

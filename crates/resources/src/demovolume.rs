@@ -62,6 +62,8 @@ pub enum Refusal {
     Shrink { size_gib: i32, current: String, minimum_gib: u128 },
     /// The apiserver refused the claim; its message names the field.
     InvalidSpec(String),
+    /// The claim's name is held by a claim this DemoVolume does not control.
+    NameConflict(String),
 }
 
 impl Refusal {
@@ -69,6 +71,7 @@ impl Refusal {
         match self {
             Refusal::Shrink { .. } => reasons::SHRINK_REFUSED,
             Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
+            Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
         }
     }
 
@@ -79,7 +82,7 @@ impl Refusal {
                  shrink a PersistentVolumeClaim, so the claim is left as it is; set spec.size to {minimum_gib} or more",
                 storage_request(*size_gib).0
             ),
-            Refusal::InvalidSpec(message) => message.clone(),
+            Refusal::InvalidSpec(message) | Refusal::NameConflict(message) => message.clone(),
         }
     }
 }

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
 
-use crate::conditions::{self, Desired};
+use crate::conditions::{self, Desired, Refused};
 use crate::meta::{child_meta, standard_labels};
 
 /// `app.kubernetes.io/name` of VoteConfig children.
@@ -87,8 +87,9 @@ pub struct Observed<'a> {
     pub before: Option<&'a ConfigMap>,
     /// The ConfigMap as the apiserver returned it from the apply (`None`: not applied).
     pub applied: Option<&'a ConfigMap>,
-    /// Why the spec cannot be served, when the apiserver refused the ConfigMap.
-    pub invalid_spec: Option<&'a str>,
+    /// Why the spec cannot be served: the apiserver refused the ConfigMap, or its
+    /// name is someone else's.
+    pub refused: Option<Refused<'a>>,
 }
 
 /// The status a VoteConfig should have, given the ConfigMap before and after the apply.
@@ -104,8 +105,8 @@ pub fn status(vote: &VoteConfig, observed: Observed<'_>, now: Timestamp) -> Vote
         // this is the first time bosun saw it as it is.
         (false, None) => current.map(|_| Time(now)),
     };
-    let ready = match (observed.invalid_spec, observed.applied) {
-        (Some(problem), _) => Desired::new(types::READY, false, reasons::INVALID_SPEC, problem),
+    let ready = match (observed.refused, observed.applied) {
+        (Some(refused), _) => Desired::new(types::READY, false, refused.reason, refused.message),
         (None, Some(cm)) => {
             let n = vote.spec.options.len();
             let msg = format!("ConfigMap {} holds the {n} options", cm.name_any());
@@ -196,7 +197,7 @@ mod tests {
     fn first_publish_sets_last_updated_and_ready() {
         let v = pets();
         let applied = stored(&desired_data(&v));
-        let s = status(&v, Observed { before: None, applied: Some(&applied), invalid_spec: None }, at(0));
+        let s = status(&v, Observed { before: None, applied: Some(&applied), refused: None }, at(0));
         assert_eq!(s.config_map_name.as_deref(), Some("pets-config"));
         assert_eq!(s.last_updated, Some(Time(at(0))));
         assert_eq!(s.observed_generation, Some(4));
@@ -211,9 +212,9 @@ mod tests {
     fn an_apply_that_changed_nothing_keeps_the_whole_status() {
         let mut v = pets();
         let cm = stored(&desired_data(&v));
-        let first = status(&v, Observed { before: None, applied: Some(&cm), invalid_spec: None }, at(0));
+        let first = status(&v, Observed { before: None, applied: Some(&cm), refused: None }, at(0));
         v.status = Some(first.clone());
-        let again = status(&v, Observed { before: Some(&cm), applied: Some(&cm), invalid_spec: None }, at(600));
+        let again = status(&v, Observed { before: Some(&cm), applied: Some(&cm), refused: None }, at(600));
         assert_eq!(again, first);
     }
 
@@ -221,10 +222,10 @@ mod tests {
     fn metadata_only_changes_keep_last_updated() {
         let mut v = pets();
         let cm = stored(&desired_data(&v));
-        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), invalid_spec: None }, at(0)));
+        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), refused: None }, at(0)));
         let mut relabelled = cm.clone();
         relabelled.metadata.labels = Some(BTreeMap::from([("team".into(), "x".into())]));
-        let s = status(&v, Observed { before: Some(&cm), applied: Some(&relabelled), invalid_spec: None }, at(60));
+        let s = status(&v, Observed { before: Some(&cm), applied: Some(&relabelled), refused: None }, at(60));
         assert_eq!(s.last_updated, Some(Time(at(0))));
     }
 
@@ -232,10 +233,10 @@ mod tests {
     fn a_changed_label_moves_last_updated_but_not_the_ready_transition() {
         let mut v = pets();
         let old = stored(&desired_data(&v));
-        v.status = Some(status(&v, Observed { before: None, applied: Some(&old), invalid_spec: None }, at(0)));
+        v.status = Some(status(&v, Observed { before: None, applied: Some(&old), refused: None }, at(0)));
         v.spec.options[1].label = "Hamsters".into();
         let new = stored(&desired_data(&v));
-        let s = status(&v, Observed { before: Some(&old), applied: Some(&new), invalid_spec: None }, at(60));
+        let s = status(&v, Observed { before: Some(&old), applied: Some(&new), refused: None }, at(60));
         assert_eq!(s.last_updated, Some(Time(at(60))));
         assert_eq!(s.conditions[0].last_transition_time, Time(at(0)));
     }
@@ -245,12 +246,12 @@ mod tests {
         // Deleted or edited by hand, then put back: the consumers saw the data change.
         let mut v = pets();
         let cm = stored(&desired_data(&v));
-        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), invalid_spec: None }, at(0)));
-        let s = status(&v, Observed { before: None, applied: Some(&cm), invalid_spec: None }, at(30));
+        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), refused: None }, at(0)));
+        let s = status(&v, Observed { before: None, applied: Some(&cm), refused: None }, at(30));
         assert_eq!(s.last_updated, Some(Time(at(30))));
         let mut edited = cm.clone();
         edited.data.as_mut().unwrap().insert("OPTION_A".into(), "Mice".into());
-        let s = status(&v, Observed { before: Some(&edited), applied: Some(&cm), invalid_spec: None }, at(40));
+        let s = status(&v, Observed { before: Some(&edited), applied: Some(&cm), refused: None }, at(40));
         assert_eq!(s.last_updated, Some(Time(at(40))));
     }
 
@@ -258,7 +259,7 @@ mod tests {
     fn lost_status_is_rebuilt_without_inventing_a_change_each_time() {
         let v = pets();
         let cm = stored(&desired_data(&v));
-        let s = status(&v, Observed { before: Some(&cm), applied: Some(&cm), invalid_spec: None }, at(5));
+        let s = status(&v, Observed { before: Some(&cm), applied: Some(&cm), refused: None }, at(5));
         assert_eq!(s.last_updated, Some(Time(at(5))));
     }
 
@@ -266,8 +267,12 @@ mod tests {
     fn refused_config_map_is_not_ready_and_keeps_what_exists() {
         let mut v = pets();
         let cm = stored(&desired_data(&v));
-        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), invalid_spec: None }, at(0)));
-        let s = status(&v, Observed { before: Some(&cm), applied: None, invalid_spec: Some("too big") }, at(9));
+        v.status = Some(status(&v, Observed { before: None, applied: Some(&cm), refused: None }, at(0)));
+        let s = status(
+            &v,
+            Observed { before: Some(&cm), applied: None, refused: Some(Refused::invalid_spec("too big")) },
+            at(9),
+        );
         assert_eq!(s.config_map_name.as_deref(), Some("pets-config"));
         assert_eq!(s.last_updated, Some(Time(at(0))));
         let ready = &s.conditions[0];
@@ -276,7 +281,8 @@ mod tests {
             ("False", "InvalidSpec", "too big")
         );
         assert_eq!(ready.last_transition_time, Time(at(9)));
-        let none = status(&pets(), Observed { invalid_spec: Some("too big"), ..Observed::default() }, at(9));
+        let none =
+            status(&pets(), Observed { refused: Some(Refused::invalid_spec("too big")), ..Observed::default() }, at(9));
         assert_eq!((none.config_map_name, none.last_updated), (None, None));
     }
 }

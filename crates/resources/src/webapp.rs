@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::conditions::{self, Desired};
+use crate::conditions::{self, Desired, Refused};
 use crate::meta::{child_meta, standard_labels};
 
 /// `app.kubernetes.io/name` of WebApp children.
@@ -99,8 +99,9 @@ pub struct Observed<'a> {
     /// The Deployment as the apiserver returned it from the last apply (`None` if it
     /// could not be applied).
     pub deployment: Option<&'a Deployment>,
-    /// Why the spec cannot be served, when the apiserver refused a child.
-    pub invalid_spec: Option<&'a str>,
+    /// Why the spec cannot be served: the apiserver refused a child, or a child's
+    /// name is someone else's.
+    pub refused: Option<Refused<'a>>,
 }
 
 /// The status a WebApp should have, given what was applied.
@@ -116,8 +117,8 @@ pub fn status<K: WebAppKind>(webapp: &K, observed: Observed<'_>, now: Timestamp)
     let available = counts.and_then(|s| s.available_replicas).unwrap_or(0);
     let ready = counts.and_then(|s| s.ready_replicas).unwrap_or(0);
 
-    let (phase, conds) = match (observed.invalid_spec, observed.deployment) {
-        (Some(problem), _) => (Phase::Failed, failed(reasons::INVALID_SPEC, problem)),
+    let (phase, conds) = match (observed.refused, observed.deployment) {
+        (Some(refused), _) => (Phase::Failed, failed(refused.reason, refused.message)),
         (None, Some(deployment)) => rollout(deployment, desired),
         (None, None) => (Phase::Pending, pending("the Deployment has not been created yet")),
     };
@@ -293,11 +294,11 @@ mod tests {
     #[test]
     fn pending_before_the_deployment_is_observed() {
         let w = webapp(3);
-        let s = status(&w, Observed { deployment: None, invalid_spec: None }, now());
+        let s = status(&w, Observed { deployment: None, refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Pending));
         let mut d = deployment(1, 0, 0, 0, 0, 0);
         d.status = None;
-        let s = status(&w, Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&w, Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Pending));
         assert_eq!(condition(&s, "Ready").status, "False");
     }
@@ -306,7 +307,7 @@ mod tests {
     fn a_change_not_yet_observed_is_deploying_not_pending() {
         // Scaling 3 → 5: the Deployment's generation moved, its controller has not caught up.
         let d = deployment(2, 1, 3, 3, 3, 3);
-        let s = status(&webapp(5), Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&webapp(5), Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Deploying));
         assert_eq!(condition(&s, "Ready").status, "False");
     }
@@ -314,7 +315,7 @@ mod tests {
     #[test]
     fn deploying_while_replicas_come_up() {
         let d = deployment(1, 1, 3, 1, 1, 3);
-        let s = status(&webapp(3), Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&webapp(3), Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Deploying));
         assert_eq!((s.ready_replicas, s.available_replicas), (1, 1));
         assert_eq!(condition(&s, "Progressing").status, "True");
@@ -325,7 +326,7 @@ mod tests {
     fn old_pods_still_running_is_not_ready() {
         // Surge during a rollout: 3 ready and updated, but a 4th old pod remains.
         let d = deployment(2, 2, 3, 3, 3, 4);
-        let s = status(&webapp(3), Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&webapp(3), Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Deploying));
     }
 
@@ -333,7 +334,7 @@ mod tests {
     fn running_when_all_replicas_are_ready() {
         let d = deployment(1, 1, 3, 3, 3, 3);
         let w = webapp(3);
-        let s = status(&w, Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&w, Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Running));
         assert_eq!(s.observed_generation, Some(2));
         assert_eq!(condition(&s, "Ready").status, "True");
@@ -345,16 +346,20 @@ mod tests {
     fn recomputing_an_unchanged_world_gives_an_identical_status() {
         let d = deployment(1, 1, 3, 3, 3, 3);
         let mut w = webapp(3);
-        let first = status(&w, Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let first = status(&w, Observed { deployment: Some(&d), refused: None }, now());
         w.status = Some(first.clone());
         let later = now() + jiff::SignedDuration::from_secs(600);
-        assert_eq!(status(&w, Observed { deployment: Some(&d), invalid_spec: None }, later), first);
+        assert_eq!(status(&w, Observed { deployment: Some(&d), refused: None }, later), first);
     }
 
     #[test]
     fn invalid_spec_fails_and_keeps_counts_of_what_still_runs() {
         let d = deployment(1, 1, 3, 3, 3, 3);
-        let s = status(&webapp(3), Observed { deployment: Some(&d), invalid_spec: Some("bad env") }, now());
+        let s = status(
+            &webapp(3),
+            Observed { deployment: Some(&d), refused: Some(Refused::invalid_spec("bad env")) },
+            now(),
+        );
         assert_eq!(s.phase, Some(Phase::Failed));
         assert_eq!(s.available_replicas, 3);
         let ready = condition(&s, "Ready");
@@ -374,7 +379,7 @@ mod tests {
             reason: Some("ProgressDeadlineExceeded".into()),
             ..DeploymentCondition::default()
         }]);
-        let s = status(&webapp(3), Observed { deployment: Some(&d), invalid_spec: None }, now());
+        let s = status(&webapp(3), Observed { deployment: Some(&d), refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Failed));
         assert_eq!(condition(&s, "Degraded").reason, "RolloutFailed");
     }

@@ -1,8 +1,9 @@
 //! `/metrics`, `/healthz` and `/readyz` on one listener (default :8080).
 //!
 //! * `/healthz`: the process is alive and serving.
-//! * `/readyz`: the API server answered recently, and — on the leader — every
-//!   controller's cache has synced. A standby has no caches to sync and is ready as
+//! * `/readyz`: the API server answered recently, every watch is flowing (none has
+//!   failed in the last seconds without delivering since), and — on the leader —
+//!   every controller's cache has synced. A standby has no caches to sync and is ready as
 //!   soon as the API answers, so a rollout can proceed while it waits for the lease.
 
 use std::net::SocketAddr;
@@ -45,6 +46,10 @@ impl Health {
         if self.leadership.is_leader() && !self.ctx.caches.all_synced() {
             let (synced, expected) = self.ctx.caches.counts();
             return Err(format!("caches have not synced yet ({synced} of {expected})"));
+        }
+        let (failing, watches) = self.ctx.watches.counts();
+        if failing > 0 {
+            return Err(format!("{failing} of {watches} watches are failing"));
         }
         Ok(())
     }

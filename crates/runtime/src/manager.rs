@@ -197,12 +197,12 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
     info!("controllers stopped");
 }
 
-/// Keep `/readyz` honest about the API: ask for its version every 10 s.
+/// Keep `/readyz` honest about the API: ask for its version every 3 s.
 fn spawn_api_probe(client: Client, health: Arc<Health>, shutdown: CancellationToken) {
     tokio::spawn(async move {
         loop {
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                () = tokio::time::sleep(Duration::from_secs(3)) => {}
                 () = shutdown.cancelled() => return,
             }
             let ok =

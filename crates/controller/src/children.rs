@@ -1,0 +1,248 @@
+//! Which objects a parent may write: the ownership rule every child apply goes through,
+//! and the metadata cache it is decided from.
+//!
+//! ```text
+//!  cache (metadata only, managed-by=bosun) ─▶ claim(existing, parent) ─┬─ Create       → apply, create only
+//!                                                                      ├─ Ours { uid } → apply over that object only
+//!                                                                      └─ Conflict     → refuse: NameConflict
+//! ```
+//!
+//! A name held by an object this parent does not control is never written: not with
+//! `force`, not partly. A parent controls an object whose controller ownerReference
+//! carries its uid; it may adopt one that has no controller at all and was written by
+//! its own field manager before (a child left behind by `kubectl delete
+//! --cascade=orphan`, or one whose labels someone removed). Anything else — a
+//! Deployment made with `kubectl create`, the child of a same-named parent of another
+//! group, an object copied from bosun's output and applied by hand — is someone
+//! else's.
+//!
+//! The decision is enforced by the apiserver, not only by the cache, through the
+//! preconditions an apply can carry. [`Claim::Ours`] applies with the `metadata.uid` of
+//! the object the decision was made on: a replacement made in the meantime is refused
+//! (the uid is immutable), and so is a re-creation of one that was deleted.
+//! [`Claim::Create`] applies with a `resourceVersion` no object has: the apiserver
+//! ignores it when the apply creates the object and refuses the apply when anything
+//! holds the name. So an object the cache has not seen yet — or never sees, because it
+//! lacks bosun's label — is never modified: the apply fails, and the object is read
+//! and judged as it is. (Creating with POST instead would leave bosun's fields owned
+//! by an `Update` entry that later applies cannot remove.)
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use bosun_resources::meta::MANAGED_BY;
+
+/// What a parent may do with the name of one of its children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Nothing holds the name: create the child, and only create it.
+    Create,
+    /// The object with this uid is the parent's (or adoptable): apply over it.
+    Ours { uid: String },
+    /// Someone else holds the name; the message names the object and its holder.
+    Conflict(String),
+}
+
+/// The parent a claim is made for.
+#[derive(Clone, Debug)]
+pub struct Parent<'a> {
+    pub kind: Cow<'a, str>,
+    pub name: &'a str,
+    pub uid: &'a str,
+    /// The field manager this parent's controller writes with.
+    pub manager: &'a str,
+}
+
+impl<'a> Parent<'a> {
+    pub fn of<K: Resource<DynamicType = ()>>(owner: &'a K, manager: &'a str) -> Self {
+        let meta = owner.meta();
+        Parent {
+            kind: K::kind(&()),
+            name: meta.name.as_deref().unwrap_or_default(),
+            uid: meta.uid.as_deref().unwrap_or_default(),
+            manager,
+        }
+    }
+}
+
+/// Decide what `parent` may do with the child `kind`/`name` whose stored metadata is
+/// `existing` (`None`: no such object).
+pub fn claim(kind: &str, name: &str, existing: Option<&ObjectMeta>, parent: Parent<'_>) -> Claim {
+    let Some(meta) = existing else {
+        return Claim::Create;
+    };
+    let uid = meta.uid.clone().unwrap_or_default();
+    let controller = meta.owner_references.iter().flatten().find(|r| r.controller == Some(true));
+    match controller {
+        Some(owner) if owner.uid == parent.uid && !parent.uid.is_empty() => Claim::Ours { uid },
+        Some(owner) => Claim::Conflict(format!(
+            "{kind} {name} already exists and is controlled by {} {} (uid {}), not by this {}: \
+             rename one of them or delete the {kind}",
+            owner.kind, owner.name, owner.uid, parent.kind
+        )),
+        // An orphan is adopted only while it still says it is bosun's: removing the label
+        // from an orphaned child is how a user keeps it for themselves.
+        None if written_by(meta, parent.manager) && managed_by_bosun(meta) => Claim::Ours { uid },
+        None => Claim::Conflict(format!(
+            "{kind} {name} already exists and is not managed by bosun{}: it is left as it is; \
+             delete or rename it, or give this {} another name",
+            created_by(meta).map(|m| format!(" (written by {m})")).unwrap_or_default(),
+            parent.kind
+        )),
+    }
+}
+
+/// Whether `child` has `owner` as its controller.
+pub fn controlled_by<C: Resource, K: Resource>(child: &C, owner: &K) -> bool {
+    let uid = owner.meta().uid.as_deref();
+    child.meta().owner_references.iter().flatten().any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == uid)
+}
+
+fn managed_by_bosun(meta: &ObjectMeta) -> bool {
+    meta.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/managed-by")).is_some_and(|v| v == MANAGED_BY)
+}
+
+/// Whether `manager` has applied fields of the object.
+fn written_by(meta: &ObjectMeta, manager: &str) -> bool {
+    meta.managed_fields.iter().flatten().any(|m| m.manager.as_deref() == Some(manager))
+}
+
+/// The managers that wrote the object, for the conflict message.
+fn created_by(meta: &ObjectMeta) -> Option<String> {
+    let managers: Vec<&str> = meta.managed_fields.iter().flatten().filter_map(|m| m.manager.as_deref()).collect();
+    (!managers.is_empty()).then(|| managers.join(", "))
+}
+
+/// The metadata cache of one child kind: what bosun-labelled objects of that kind exist,
+/// who controls them and which field managers wrote them.
+pub struct Owned<C: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<PartialObjectMeta<C>>,
+}
+
+impl<C: Resource<DynamicType = ()> + Clone + 'static> Clone for Owned<C> {
+    fn clone(&self) -> Self {
+        Self { store: self.store.clone() }
+    }
+}
+
+impl<C: Resource<DynamicType = ()> + Clone + 'static> std::fmt::Debug for Owned<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Owned").field("kind", &C::kind(&())).field("cached", &self.store.state().len()).finish()
+    }
+}
+
+impl<C: Resource<DynamicType = ()> + Clone + 'static> Owned<C> {
+    pub fn new(store: Store<PartialObjectMeta<C>>) -> Self {
+        Self { store }
+    }
+
+    /// The cached metadata of `namespace/name`, if bosun's watch has it.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<C>>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// Trim what the cache keeps of a child: only which managers wrote it, not the field
+/// sets (most of an object's metadata by size).
+pub fn trim<C>(obj: &mut PartialObjectMeta<C>) {
+    for entry in obj.metadata.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+    obj.metadata.annotations.as_mut().map(|a| a.remove("kubectl.kubernetes.io/last-applied-configuration"));
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+
+    use super::*;
+
+    const MANAGER: &str = "bosun-webapp.apps.example.com";
+
+    fn parent() -> Parent<'static> {
+        Parent { kind: "WebApp".into(), name: "web", uid: "parent-uid", manager: MANAGER }
+    }
+
+    fn meta(controller: Option<(&str, &str)>, managers: &[&str], labelled: bool) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("web".into()),
+            uid: Some("child-uid".into()),
+            owner_references: controller.map(|(kind, uid)| {
+                vec![OwnerReference {
+                    api_version: "apps.example.com/v1".into(),
+                    kind: kind.into(),
+                    name: "web".into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]
+            }),
+            managed_fields: Some(
+                managers
+                    .iter()
+                    .map(|m| ManagedFieldsEntry { manager: Some((*m).into()), ..Default::default() })
+                    .collect(),
+            ),
+            labels: labelled.then(|| [("app.kubernetes.io/managed-by".to_owned(), "bosun".to_owned())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn decide(existing: Option<&ObjectMeta>) -> Claim {
+        claim("Deployment", "web", existing, parent())
+    }
+
+    #[test]
+    fn a_free_name_is_created() {
+        assert_eq!(decide(None), Claim::Create);
+    }
+
+    #[test]
+    fn the_parents_own_child_is_applied_over_by_uid() {
+        let m = meta(Some(("WebApp", "parent-uid")), &[MANAGER], true);
+        assert_eq!(decide(Some(&m)), Claim::Ours { uid: "child-uid".into() });
+    }
+
+    #[test]
+    fn a_hand_made_object_is_refused_naming_who_wrote_it() {
+        let m = meta(None, &["kubectl-create"], false);
+        let Claim::Conflict(message) = decide(Some(&m)) else { panic!("a kubectl-created Deployment was claimed") };
+        assert!(message.contains("Deployment web") && message.contains("kubectl-create"), "{message}");
+    }
+
+    #[test]
+    fn another_parents_child_is_refused_naming_that_parent() {
+        // The twin of another group: same kind and name, another uid.
+        let m = meta(Some(("WebApp", "twin-uid")), &["bosun-webapp.example.com"], true);
+        let Claim::Conflict(message) = decide(Some(&m)) else { panic!("the twin's Deployment was claimed") };
+        assert!(message.contains("twin-uid") && message.contains("controlled by WebApp web"), "{message}");
+    }
+
+    #[test]
+    fn an_orphan_this_controller_wrote_is_adopted() {
+        // After `kubectl delete --cascade=orphan` and re-creating the parent (new uid).
+        let m = meta(None, &[MANAGER, "kube-controller-manager"], true);
+        assert_eq!(decide(Some(&m)), Claim::Ours { uid: "child-uid".into() });
+    }
+
+    #[test]
+    fn an_orphan_whose_bosun_label_was_removed_is_the_users() {
+        let m = meta(None, &[MANAGER], false);
+        assert!(matches!(decide(Some(&m)), Claim::Conflict(_)));
+    }
+
+    #[test]
+    fn bosun_labels_alone_do_not_make_an_object_adoptable() {
+        // Copied from `bosun render` and applied by hand: labelled, but not bosun's writing.
+        let m = meta(None, &["kubectl-client-side-apply"], true);
+        assert!(matches!(decide(Some(&m)), Claim::Conflict(_)));
+        // An orphan of another controller (the other WebApp group) is not this one's.
+        let m = meta(None, &["bosun-webapp.example.com"], true);
+        assert!(matches!(decide(Some(&m)), Claim::Conflict(_)));
+    }
+}
