@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::conditions::Condition;
 
+/// The largest `spec.size` accepted: 1 PiB. The spec sets no upper bound; this one is
+/// far above any single volume a demo needs and well inside `i32`.
+pub const MAX_SIZE_GIB: i32 = 1 << 20;
+
 /// A volume of `size` GiB, served by a claim named after the DemoVolume.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -27,15 +31,17 @@ use crate::conditions::Condition;
     printcolumn = r#"{"name":"Capacity","type":"string","jsonPath":".status.capacity"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 63")
+        .message("metadata.name may have at most 63 characters: the app.kubernetes.io/instance label of the PersistentVolumeClaim holds the name, and a label value has at most 63 characters")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DemoVolumeSpec {
     /// A display name for the volume, copied to `status.name`.
     #[schemars(length(min = 1))]
     pub name: String,
-    /// Size in GiB. It may grow (the claim is expanded) but not shrink.
-    #[schemars(range(min = 1))]
+    /// Size in GiB, 1 to 1048576 (1 PiB). It may grow (the claim is expanded) but not shrink.
+    #[schemars(range(min = 1, max = MAX_SIZE_GIB))]
     pub size: i32,
 }
 

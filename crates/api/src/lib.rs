@@ -6,19 +6,20 @@
 
 pub mod conditions;
 pub mod demovolume;
+pub mod schema;
 pub mod voteconfig;
 pub mod webapp;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 
-/// Every CRD bosun serves, in a stable order.
+/// Every CRD bosun serves, in a stable order, with the schema tightening of
+/// [`schema::crd`] (integer bounds, quantity patterns) applied.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
-        webapp::apps_v1::WebApp::crd(),
-        webapp::example_v1::WebApp::crd(),
-        voteconfig::VoteConfig::crd(),
-        demovolume::DemoVolume::crd(),
+        schema::crd::<webapp::apps_v1::WebApp>(),
+        schema::crd::<webapp::example_v1::WebApp>(),
+        schema::crd::<voteconfig::VoteConfig>(),
+        schema::crd::<demovolume::DemoVolume>(),
     ]
 }
 

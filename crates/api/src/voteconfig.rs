@@ -20,8 +20,9 @@ pub const MAX_OPTIONS: usize = 26;
 
 /// The options of a vote.
 //
-// The ConfigMap is named `<name>-config`: the name rule leaves room for the suffix
-// within the 253 characters of an object name, so the child can always be created.
+// The ConfigMap is named `<name>-config` and labelled `app.kubernetes.io/instance:
+// <name>`; a label value has at most 63 characters, so the name rule says so up front
+// (which also leaves room for the suffix within the 253 characters of an object name).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "voting.schoolofdevops.com",
@@ -36,8 +37,8 @@ pub const MAX_OPTIONS: usize = 26;
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Updated","type":"date","jsonPath":".status.lastUpdated"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = kube::core::Rule::new("size(self.metadata.name) <= 246")
-        .message("metadata.name may have at most 246 characters: the ConfigMap is named <name>-config")
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 63")
+        .message("metadata.name may have at most 63 characters: the app.kubernetes.io/instance label of the ConfigMap holds the name, and a label value has at most 63 characters")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VoteConfigSpec {

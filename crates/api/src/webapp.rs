@@ -117,8 +117,10 @@ macro_rules! webapp_kind {
             #[serde(default = $port_default)]
             #[schemars(range(min = 1, max = 65535))]
             pub port: i32,
-            /// Environment variables for the container.
+            /// Environment variables for the container. A list-map keyed by `name`, so a
+            /// duplicate name is refused at admission (the Deployment would refuse it later).
             #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["name".into()]))]
             pub env: Option<Vec<EnvVar>>,
             /// Compute resources for the container.
             #[serde(default, skip_serializing_if = "Option::is_none")]

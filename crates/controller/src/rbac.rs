@@ -1,9 +1,11 @@
 //! The permissions bosun uses, declared next to the code that uses them, and the
 //! least-privilege RBAC generated from them (`make manifests` → `config/rbac/`).
 //!
-//! Each controller module exports `PERMISSIONS`; the manager adds what it needs itself
-//! (events, the leader Lease). The e2e tests run bosun with exactly the generated
-//! ClusterRole, so a permission missing here fails them.
+//! Each controller module exports `PERMISSIONS`; the manager adds what it needs itself:
+//! events, in every namespace it serves ([`MANAGER`], in the ClusterRole), and the
+//! leader Lease, only in its own namespace ([`LEADER_ELECTION`], in a Role there, as
+//! kubebuilder lays it out). The e2e tests run bosun with exactly the generated roles,
+//! so a permission missing here fails them.
 
 use std::collections::BTreeMap;
 
@@ -60,11 +62,15 @@ pub const fn reconciled(group: &'static str, plural: &'static str) -> [Permissio
     ]
 }
 
-/// What the manager itself needs: events on the resources, and the leader Lease.
-pub const MANAGER: &[Permission] = &[
-    Permission::new("events.k8s.io", "events", &["create", "patch"]),
-    Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"]),
-];
+/// What the manager itself needs in every namespace it serves: events on the
+/// resources (written in the namespace of the object they are about).
+pub const MANAGER: &[Permission] = &[Permission::new("events.k8s.io", "events", &["create", "patch"])];
+
+/// What leader election needs, granted only in bosun's own namespace by a Role: the
+/// leader Lease. kube-lease-manager 0.13 reads it (`get`), creates it when missing and
+/// renews, takes over and releases it with patches (no list, watch, update or delete).
+pub const LEADER_ELECTION: &[Permission] =
+    &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
 
 /// The rules of the ClusterRole: permissions merged per (group, verbs), resources and
 /// verbs sorted, so the generated YAML is stable.
@@ -95,17 +101,33 @@ pub fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
 pub const NAMESPACE: &str = "bosun-system";
 pub const SERVICE_ACCOUNT: &str = "bosun-controller-manager";
 pub const CLUSTER_ROLE: &str = "bosun-manager-role";
+pub const CLUSTER_ROLE_BINDING: &str = "bosun-manager-rolebinding";
+/// The Role (in [`NAMESPACE`]) with the [`LEADER_ELECTION`] permissions.
+pub const LEADER_ELECTION_ROLE: &str = "bosun-leader-election-role";
+pub const LEADER_ELECTION_ROLE_BINDING: &str = "bosun-leader-election-rolebinding";
 
-/// Every permission bosun uses: the manager's and every controller's.
-pub fn all_permissions() -> Vec<Permission> {
+/// The permissions of the ClusterRole: the manager's and every controller's, in every
+/// namespace bosun serves.
+pub fn cluster_permissions() -> Vec<Permission> {
     [MANAGER, crate::webapp::PERMISSIONS, crate::voteconfig::PERMISSIONS, crate::demovolume::PERMISSIONS].concat()
 }
 
-/// The files of `config/rbac/`: ServiceAccount, ClusterRole, ClusterRoleBinding and a
-/// kustomization. Paths are relative to `config/rbac/`.
+/// The permissions of the leader-election Role, in bosun's own namespace only.
+pub fn namespaced_permissions() -> Vec<Permission> {
+    LEADER_ELECTION.to_vec()
+}
+
+/// Every permission bosun uses, cluster-wide and namespaced.
+pub fn all_permissions() -> Vec<Permission> {
+    [cluster_permissions(), namespaced_permissions()].concat()
+}
+
+/// The files of `config/rbac/`: ServiceAccount, ClusterRole and ClusterRoleBinding, the
+/// leader-election Role and RoleBinding in [`NAMESPACE`], and a kustomization listing
+/// them. Paths are relative to `config/rbac/`.
 pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
     use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     const HEADER: &str = "# Generated from the permissions declared in the code by `make manifests`. Do not edit.\n";
@@ -116,32 +138,49 @@ pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
         ..ObjectMeta::default()
     };
     let account = ServiceAccount { metadata: meta(SERVICE_ACCOUNT, Some(NAMESPACE)), ..ServiceAccount::default() };
-    let role = ClusterRole {
-        metadata: meta(CLUSTER_ROLE, None),
-        rules: Some(rules(&all_permissions())),
-        aggregation_rule: None,
-    };
-    let binding = ClusterRoleBinding {
-        metadata: meta("bosun-manager-rolebinding", None),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: CLUSTER_ROLE.into(),
-        },
-        subjects: Some(vec![Subject {
+    let subjects = || {
+        Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: SERVICE_ACCOUNT.into(),
             namespace: Some(NAMESPACE.into()),
             api_group: None,
-        }]),
+        }])
     };
-    let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- service_account.yaml\n- role.yaml\n- role_binding.yaml\n";
-    Ok(vec![
-        ("service_account.yaml".into(), format!("{HEADER}{}", serde_yaml_ng::to_string(&account)?)),
-        ("role.yaml".into(), format!("{HEADER}{}", serde_yaml_ng::to_string(&role)?)),
-        ("role_binding.yaml".into(), format!("{HEADER}{}", serde_yaml_ng::to_string(&binding)?)),
-        ("kustomization.yaml".into(), format!("{HEADER}{kustomization}")),
-    ])
+    let role_ref = |kind: &str, name: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.into(),
+    };
+    let role = ClusterRole {
+        metadata: meta(CLUSTER_ROLE, None),
+        rules: Some(rules(&cluster_permissions())),
+        aggregation_rule: None,
+    };
+    let binding = ClusterRoleBinding {
+        metadata: meta(CLUSTER_ROLE_BINDING, None),
+        role_ref: role_ref("ClusterRole", CLUSTER_ROLE),
+        subjects: subjects(),
+    };
+    let leader_role =
+        Role { metadata: meta(LEADER_ELECTION_ROLE, Some(NAMESPACE)), rules: Some(rules(&namespaced_permissions())) };
+    let leader_binding = RoleBinding {
+        metadata: meta(LEADER_ELECTION_ROLE_BINDING, Some(NAMESPACE)),
+        role_ref: role_ref("Role", LEADER_ELECTION_ROLE),
+        subjects: subjects(),
+    };
+    let mut files = vec![
+        ("service_account.yaml".to_owned(), serde_yaml_ng::to_string(&account)?),
+        ("role.yaml".to_owned(), serde_yaml_ng::to_string(&role)?),
+        ("role_binding.yaml".to_owned(), serde_yaml_ng::to_string(&binding)?),
+        ("leader_election_role.yaml".to_owned(), serde_yaml_ng::to_string(&leader_role)?),
+        ("leader_election_role_binding.yaml".to_owned(), serde_yaml_ng::to_string(&leader_binding)?),
+    ];
+    let mut kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n".to_owned();
+    for (path, _) in &files {
+        kustomization.push_str(&format!("- {path}\n"));
+    }
+    files.push(("kustomization.yaml".to_owned(), kustomization));
+    Ok(files.into_iter().map(|(path, yaml)| (path, format!("{HEADER}{yaml}"))).collect())
 }
 
 #[cfg(test)]
@@ -172,5 +211,64 @@ mod tests {
             ("webapps".into(), "webapps/status".into(), "webapps/finalizers".into())
         );
         assert_eq!(status.verbs, STATUS);
+    }
+
+    #[test]
+    fn the_cluster_role_grants_no_leases_and_keeps_events() {
+        let rules = rules(&cluster_permissions());
+        let groups: Vec<_> = rules.iter().flat_map(|r| r.api_groups.iter().flatten()).collect();
+        assert!(!groups.iter().any(|g| *g == "coordination.k8s.io"), "leases in the ClusterRole: {rules:?}");
+        let events = rules
+            .iter()
+            .find(|r| r.api_groups == Some(vec!["events.k8s.io".to_owned()]))
+            .expect("events in the ClusterRole: they are written in every namespace bosun serves");
+        assert_eq!(events.verbs, vec!["create", "patch"]);
+    }
+
+    #[test]
+    fn the_leader_election_role_grants_exactly_what_the_lease_manager_calls() {
+        let rules = rules(&namespaced_permissions());
+        assert_eq!(rules.len(), 1, "{rules:?}");
+        assert_eq!(rules[0].api_groups, Some(vec!["coordination.k8s.io".to_owned()]));
+        assert_eq!(rules[0].resources, Some(vec!["leases".to_owned()]));
+        assert_eq!(rules[0].verbs, vec!["create", "get", "patch"]);
+    }
+
+    #[test]
+    fn no_permission_is_both_cluster_wide_and_namespaced() {
+        let cluster = cluster_permissions();
+        for p in namespaced_permissions() {
+            assert!(
+                !cluster.iter().any(|c| c.group == p.group && c.name() == p.name()),
+                "{}/{} is granted both cluster-wide and in {NAMESPACE}",
+                p.group,
+                p.name()
+            );
+        }
+    }
+
+    #[test]
+    fn files_include_the_leader_election_role_in_bosuns_namespace() {
+        use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+        let files = files().expect("files");
+        let get = |name: &str| {
+            files.iter().find(|(p, _)| p == name).map(|(_, y)| y.clone()).unwrap_or_else(|| panic!("no {name}"))
+        };
+        let role: Role = serde_yaml_ng::from_str(&get("leader_election_role.yaml")).expect("Role");
+        assert_eq!(role.metadata.name.as_deref(), Some(LEADER_ELECTION_ROLE));
+        assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
+        assert_eq!(role.rules, Some(rules(LEADER_ELECTION)));
+        let binding: RoleBinding = serde_yaml_ng::from_str(&get("leader_election_role_binding.yaml")).expect("binding");
+        assert_eq!(binding.metadata.name.as_deref(), Some(LEADER_ELECTION_ROLE_BINDING));
+        assert_eq!(binding.metadata.namespace.as_deref(), Some(NAMESPACE));
+        assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", LEADER_ELECTION_ROLE));
+        let subject = &binding.subjects.expect("subjects")[0];
+        assert_eq!((subject.name.as_str(), subject.namespace.as_deref()), (SERVICE_ACCOUNT, Some(NAMESPACE)));
+
+        let kustomization = get("kustomization.yaml");
+        for (path, _) in files.iter().filter(|(p, _)| p != "kustomization.yaml") {
+            assert!(kustomization.contains(&format!("- {path}\n")), "{path} not in kustomization.yaml");
+        }
     }
 }

@@ -71,7 +71,8 @@ impl Env {
     }
 
     /// Start `bosun run` watching only this test's namespace, as ServiceAccount
-    /// `bosun` with only the generated ClusterRole.
+    /// `bosun` with only the generated roles (the ClusterRole, and the leader-election
+    /// Role in the test namespace).
     pub async fn start_bosun(&self, extra_args: &[&str]) -> Bosun {
         let kubeconfig = self.bosun_kubeconfig().await;
         self.start_bosun_as(&kubeconfig, extra_args)

@@ -1,14 +1,20 @@
-//! Running bosun as its own ServiceAccount with only the generated ClusterRole.
+//! Running bosun as its own ServiceAccount with only the generated roles.
 //!
 //! Each test gets a ServiceAccount `bosun` in its namespace, bound to the committed
 //! `config/rbac/role.yaml` ClusterRole by a ClusterRoleBinding that the namespace owns
 //! (so deleting the namespace removes it), and a kubeconfig with a TokenRequest token.
+//!
+//! Leader election is granted the way a deployment grants it in `bosun-system`: the
+//! rules of the committed `config/rbac/leader_election_role.yaml` Role, as a Role and
+//! RoleBinding in the test's namespace. That is where the tests' Lease lives: they pass
+//! `--leader-elect-namespace=<test namespace>`, and the kubeconfig's default namespace
+//! (bosun's fallback) is the test's namespace too.
 
 use std::path::PathBuf;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{AuthInfo, Kubeconfig, NamedAuthInfo};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -43,8 +49,52 @@ pub(crate) async fn bosun_kubeconfig(
     path
 }
 
-/// Bind ServiceAccount `bosun` in `ns` to `cluster_role`; the binding is owned by the namespace.
+/// The committed leader-election Role (not the one in the code: the file is what users deploy).
+fn leader_election_role() -> Role {
+    let path = repo_root().join("config/rbac/leader_election_role.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
+
+/// Bind ServiceAccount `bosun` in `ns` to `cluster_role` (the binding is owned by the
+/// namespace) and grant it the leader-election Role's rules in `ns`.
 pub(crate) async fn bind(client: &Client, ns: &str, cluster_role: &str) {
+    bind_leader_election(client, ns).await;
+    bind_cluster_role(client, ns, cluster_role).await;
+}
+
+/// A Role with the rules of `config/rbac/leader_election_role.yaml` and a RoleBinding
+/// to ServiceAccount `bosun`, both in `ns` (deleted with it).
+async fn bind_leader_election(client: &Client, ns: &str) {
+    let committed = leader_election_role();
+    let name = committed.name_any();
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": ns},
+        "rules": committed.rules,
+    }))
+    .expect("leader-election Role");
+    Api::<Role>::namespaced(client.clone(), ns)
+        .patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&role))
+        .await
+        .unwrap_or_else(|e| panic!("creating Role {ns}/{name}: {e}"));
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": format!("{name}binding"), "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "bosun", "namespace": ns}],
+    }))
+    .expect("leader-election RoleBinding");
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .patch(&binding.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&binding))
+        .await
+        .unwrap_or_else(|e| panic!("binding Role {ns}/{name}: {e}"));
+}
+
+/// Bind ServiceAccount `bosun` in `ns` to `cluster_role`; the binding is owned by the namespace.
+async fn bind_cluster_role(client: &Client, ns: &str, cluster_role: &str) {
     let namespace: Namespace = Api::all(client.clone()).get(ns).await.expect("test namespace");
     let owner = namespace.controller_owner_ref(&()).expect("namespace uid");
     let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({

@@ -17,7 +17,7 @@
 //! * [`e2e`] gives each test a fresh namespace and deletes it afterwards, also when
 //!   the test panics.
 //! * [`Env::start_bosun`] runs the real `bosun` binary as its own ServiceAccount with
-//!   only the generated ClusterRole, watching only the test's namespace, so tests run
+//!   only the generated roles, watching only the test's namespace, so tests run
 //!   in parallel without seeing each other's objects and prove the RBAC is enough.
 //! * [`Env::wait_for`] polls with a timeout and, on failure, says what was expected
 //!   and shows the object as it last was.

@@ -1,0 +1,130 @@
+//! What the CRD schemas refuse at admission, on the local control plane: nothing the
+//! apiserver stores may fail to deserialize into the Rust types or fail later when a
+//! child is applied. No operator runs here: this is the apiserver alone.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
+
+use bosun_api::demovolume::DemoVolume;
+use bosun_api::schema::INT64_MAXIMUM;
+use bosun_api::voteconfig::VoteConfig;
+use bosun_api::webapp::apps_v1;
+use bosun_testing::{Env, e2e};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// `result` is a refusal whose message names `field`.
+fn refused(result: Result<DynamicObject, kube::Error>, what: &str, field: &str) {
+    match result {
+        Ok(obj) => panic!("{what} was accepted: {obj:?}"),
+        Err(kube::Error::Api(status)) => {
+            assert!(
+                status.code == 422 || status.code == 400,
+                "{what}: expected an Invalid response, got {}: {}",
+                status.code,
+                status.message
+            );
+            assert!(status.message.contains(field), "the refusal of {what} does not name {field}: {}", status.message);
+        }
+        Err(e) => panic!("{what}: expected a refusal by the apiserver, got {e}"),
+    }
+}
+
+fn accepted(result: Result<DynamicObject, kube::Error>, what: &str) {
+    if let Err(e) = result {
+        panic!("{what} was refused: {e}");
+    }
+}
+
+fn webapp(name: &str, spec: Value) -> Value {
+    json!({"metadata": {"name": name}, "spec": spec})
+}
+
+/// Merge-patch `status` of WebApp `name` through the status subresource.
+async fn patch_webapp_status(env: &Env, name: &str, status: Value) -> Result<DynamicObject, kube::Error> {
+    let ar = ApiResource::erase::<apps_v1::WebApp>(&());
+    Api::<DynamicObject>::namespaced_with(env.client.clone(), &env.ns, &ar)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .await
+}
+
+#[tokio::test]
+async fn out_of_range_and_malformed_input_is_refused_naming_the_field() {
+    e2e("schema", |env| async move {
+        // DemoVolume size: an i32 in the operator, at most 1 PiB in GiB.
+        let size = |name: &str, size: i64| json!({"metadata": {"name": name}, "spec": {"name": name, "size": size}});
+        refused(env.create_raw::<DemoVolume>(size("huge", 2_147_483_648)).await, "size 2147483648", "spec.size");
+        refused(env.create_raw::<DemoVolume>(size("over", 1_048_577)).await, "size 1048577", "spec.size");
+        accepted(env.create_raw::<DemoVolume>(size("pib", 1_048_576)).await, "size 1048576 (1 PiB)");
+
+        // Names: the app.kubernetes.io/instance label of the children holds them.
+        let long = "n".repeat(64);
+        let at_most = "n".repeat(63);
+        let volume = |name: &str| json!({"metadata": {"name": name}, "spec": {"name": "v", "size": 1}});
+        refused(env.create_raw::<DemoVolume>(volume(&long)).await, "a DemoVolume with a 64-character name", "metadata.name");
+        accepted(env.create_raw::<DemoVolume>(volume(&at_most)).await, "a DemoVolume with a 63-character name");
+        let vote = |name: &str| {
+            json!({"metadata": {"name": name}, "spec": {"options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}})
+        };
+        refused(env.create_raw::<VoteConfig>(vote(&long)).await, "a VoteConfig with a 64-character name", "metadata.name");
+        accepted(env.create_raw::<VoteConfig>(vote(&at_most)).await, "a VoteConfig with a 63-character name");
+
+        // WebApp env: a list-map keyed by name, so duplicates never reach the Deployment.
+        let env_vars = json!([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]);
+        refused(
+            env.create_raw::<apps_v1::WebApp>(webapp("dup-env", json!({"image": "nginx", "env": env_vars}))).await,
+            "a WebApp with duplicate env names",
+            "spec.env",
+        );
+        let env_vars = json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+        accepted(
+            env.create_raw::<apps_v1::WebApp>(webapp("env", json!({"image": "nginx", "env": env_vars}))).await,
+            "a WebApp with distinct env names",
+        );
+
+        // Quantities: the string form must be a Kubernetes quantity; the number form stays valid.
+        let resources = |memory: Value| json!({"image": "nginx", "resources": {"limits": {"memory": memory}}});
+        refused(
+            env.create_raw::<apps_v1::WebApp>(webapp("bad-memory", resources(json!("1.5.5Gi")))).await,
+            "a WebApp with memory 1.5.5Gi",
+            "spec.resources",
+        );
+        for (i, good) in [json!("1.5Gi"), json!("512Mi"), json!("100m"), json!("1e3"), json!(1)].into_iter().enumerate() {
+            accepted(
+                env.create_raw::<apps_v1::WebApp>(webapp(&format!("memory-{i}"), resources(good.clone()))).await,
+                &format!("a WebApp with memory {good}"),
+            );
+        }
+
+        // Status, written through the status subresource: bounded like the Rust types.
+        accepted(env.create_raw::<apps_v1::WebApp>(webapp("status", json!({"image": "nginx"}))).await, "WebApp status");
+        refused(
+            patch_webapp_status(&env, "status", json!({"availableReplicas": 3_000_000_000_i64})).await,
+            "status.availableReplicas 3000000000",
+            "status.availableReplicas",
+        );
+        accepted(
+            patch_webapp_status(&env, "status", json!({"availableReplicas": i32::MAX})).await,
+            "status.availableReplicas 2147483647",
+        );
+        // i64: up to the largest float64 below 2^63 (see INT64_MAXIMUM), nothing beyond i64.
+        for (value, what) in [(json!(i64::MAX), "i64::MAX"), (json!(u64::try_from(i64::MAX).unwrap() + 1), "2^63")] {
+            refused(
+                patch_webapp_status(&env, "status", json!({"observedGeneration": value})).await,
+                &format!("status.observedGeneration {what}"),
+                "status.observedGeneration",
+            );
+        }
+        for value in [i64::MIN, INT64_MAXIMUM] {
+            accepted(
+                patch_webapp_status(&env, "status", json!({"observedGeneration": value})).await,
+                &format!("status.observedGeneration {value}"),
+            );
+        }
+        // What was stored still deserializes into the Rust type.
+        let stored: apps_v1::WebApp = env.api().get("status").await.expect("the WebApp deserializes");
+        let status = stored.status.expect("status");
+        assert_eq!((status.available_replicas, status.observed_generation), (i32::MAX, Some(INT64_MAXIMUM)));
+    })
+    .await;
+}
