@@ -17,7 +17,7 @@
 //!   `app.kubernetes.io/managed-by=bosun`, into a cache ([`Owned`]) that maps an edit or
 //!   deletion back to the owner (drift correction) and answers who controls a name
 //!   before bosun writes it ([`crate::children`]).
-//! * Each watch retries on its own short backoff (¼ s doubling to 5 s) and the
+//! * Each watch retries on its own short backoff (¼ s doubling to 2 s) and the
 //!   Controller adds none on top, so reconciling resumes within seconds of an
 //!   apiserver's return; a watch that is failing makes `/readyz` say so.
 //! * Errors go through [`error_policy`]: per-object exponential backoff with jitter.
@@ -62,13 +62,15 @@ impl<K> Reconciled for K where
 {
 }
 
-/// The backoff of one watch: ¼ s doubling to 5 s with jitter, reset after 30 s
-/// without errors. Short on purpose: after an apiserver restart each watch is back
-/// within seconds, and errors are logged by kube at most once per attempt.
+/// The backoff of one watch: ¼ s doubling to 2 s, plus up to as much again of jitter,
+/// reset after 30 s without errors. Short on purpose: a restarted apiserver refuses
+/// (403) for a moment while its authorizer warms up, and a watch must not sit out
+/// the seconds after that in a long backoff. Ten watches retrying every 2–4 s are
+/// little load on an apiserver that is coming back.
 fn watch_backoff() -> impl Backoff {
     let exponential = backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_secs(2))
         .with_factor(2.0)
         .with_jitter()
         .without_max_times();
