@@ -20,6 +20,7 @@ use crate::children::{self, Claim, Owned, Parent};
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::ChildChange;
+use crate::read;
 
 /// The field manager of the controller of `K`, e.g. `bosun-webapp.apps.example.com`:
 /// one per controller, so two controllers never silently share (and fight over) fields.
@@ -89,43 +90,45 @@ where
     K: Resource<DynamicType = ()>,
     C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned + Clone + Debug,
 {
-    let manager = field_manager::<K>();
     let ns = child.namespace().unwrap_or_default();
     let name = child.name_any();
-    let mut existing = owned.get(&ns, &name).map(|m| m.as_ref().clone());
-    // Twice at most: a name the cache did not know may turn out to be taken (then it is
-    // read and judged), or to be an adoptable child of ours that lost its label.
-    for attempt in 0..2 {
-        let claim = claim_child(owner, &child, existing.as_ref().map(|e| &e.metadata))?;
-        let meta = child.meta_mut();
-        (meta.uid, meta.resource_version) = match &claim {
-            Claim::Ours { uid } => (Some(uid.clone()), None),
-            _ => (None, Some(CREATE_ONLY.to_owned())),
-        };
-        let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
-        match apply(&ctx.client, &manager, &child).await {
-            Ok(applied) => {
-                let before = existing.as_ref().and_then(|e| e.metadata.resource_version.as_deref());
-                let change = match claim {
-                    Claim::Create => ChildChange::Created,
-                    _ if applied.resource_version().as_deref() == before => ChildChange::Unchanged,
-                    _ => change_of(&applied, &manager, started),
-                };
-                if change != ChildChange::Unchanged {
-                    ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&())).await;
-                }
-                return Ok(applied);
-            }
-            Err(err) if err.is_precondition_failed() && attempt == 0 => {
-                existing = Api::<C>::namespaced(ctx.client.clone(), &ns)
-                    .get_metadata_opt(&name)
-                    .await
-                    .map_err(|source| Error::Read { what: format!("{} {ns}/{name}", C::kind(&())), source })?;
-            }
-            Err(err) => return Err(err),
+    let cached = owned.get(&ns, &name);
+    match apply_claimed(ctx, owner, &mut child, cached.as_ref().map(|c| &c.metadata)).await {
+        // The cache did not know the name's holder (not yet, or never: no bosun label):
+        // read it and judge once more.
+        Err(err) if err.is_precondition_failed() => {
+            let stored = read::metadata::<C>(&ctx.client, &ns, &name).await?;
+            apply_claimed(ctx, owner, &mut child, stored.as_ref().map(|s| &s.metadata)).await
         }
+        result => result,
     }
-    unreachable!("the second attempt returns")
+}
+
+/// Claim `child`'s name from `existing`, apply with the claim's precondition, and
+/// publish the event of what the apply did.
+async fn apply_claimed<K, C>(ctx: &Context, owner: &K, child: &mut C, existing: Option<&ObjectMeta>) -> Result<C, Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned + Clone + Debug,
+{
+    let manager = field_manager::<K>();
+    let claim = claim_child(owner, child, existing)?;
+    let meta = child.meta_mut();
+    (meta.uid, meta.resource_version) = match &claim {
+        Claim::Ours { uid } => (Some(uid.clone()), None),
+        _ => (None, Some(CREATE_ONLY.to_owned())),
+    };
+    let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
+    let applied = apply(&ctx.client, &manager, child).await?;
+    let change = match claim {
+        Claim::Create => ChildChange::Created,
+        _ if applied.resource_version() == existing.and_then(|e| e.resource_version.clone()) => ChildChange::Unchanged,
+        _ => change_of(&applied, &manager, started),
+    };
+    if change != ChildChange::Unchanged {
+        ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&())).await;
+    }
+    Ok(applied)
 }
 
 /// A resourceVersion no stored object has (etcd revisions are positive int64 and

@@ -77,8 +77,5 @@ async fn reconcile(
     };
     let status = build::status(volume, Observed { claim: claim.as_ref(), refusal: refusal.as_ref() }, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, volume, volume.status.as_ref(), &status).await?;
-    Ok(match refusal {
-        Some(refusal) => Outcome::Refused { reason: refusal.reason(), message: refusal.message(), announce },
-        None => Outcome::Applied,
-    })
+    Ok(Outcome::of(refusal.map(|r| (r.reason(), r.message())), announce))
 }

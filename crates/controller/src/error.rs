@@ -151,14 +151,16 @@ const SPEC_CAUSED_500: &[&str] = &[
 mod tests {
     use super::*;
 
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(Box::new(
-            Status::failure("nope: spec.template.spec.containers[0].env[0].name", "Invalid").with_code(code),
-        ))
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(Status::failure(message, "Invalid").with_code(code)))
+    }
+
+    fn apply_err_with(code: u16, message: &str) -> Error {
+        Error::Apply { kind: "Deployment".into(), name: "w".into(), source: api(code, message) }
     }
 
     fn apply_err(code: u16) -> Error {
-        Error::Apply { kind: "Deployment".into(), name: "w".into(), source: api(code) }
+        apply_err_with(code, "nope: spec.template.spec.containers[0].env[0].name")
     }
 
     #[test]
@@ -174,11 +176,6 @@ mod tests {
         for code in [400, 401, 403, 404, 409, 422, 429, 500, 503, 418] {
             assert!(Error::CATEGORIES.contains(&apply_err(code).category()), "{code}");
         }
-    }
-
-    fn apply_err_with(code: u16, message: &str) -> Error {
-        let status = Status::failure(message, "InternalError").with_code(code);
-        Error::Apply { kind: "Deployment".into(), name: "w".into(), source: kube::Error::Api(Box::new(status)) }
     }
 
     #[test]
@@ -227,6 +224,6 @@ mod tests {
         assert!(!apply_err(500).is_invalid_spec());
         assert_eq!(apply_err(503).category(), "ApiUnavailable");
         assert_eq!(apply_err(409).category(), "Conflict");
-        assert!(!Error::Status(api(422)).is_invalid_spec());
+        assert!(!Error::Status(api(422, "nope")).is_invalid_spec());
     }
 }

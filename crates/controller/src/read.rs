@@ -8,6 +8,7 @@
 use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
+use kube::core::PartialObjectMeta;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
@@ -20,6 +21,17 @@ where
 {
     Api::<C>::namespaced(client.clone(), namespace)
         .get_opt(name)
+        .await
+        .map_err(|source| Error::Read { what: format!("{} {namespace}/{name}", C::kind(&())), source })
+}
+
+/// The metadata of the `C` named `name` in `namespace`, or `None` when there is none.
+pub async fn metadata<C>(client: &Client, namespace: &str, name: &str) -> Result<Option<PartialObjectMeta<C>>, Error>
+where
+    C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
+{
+    Api::<C>::namespaced(client.clone(), namespace)
+        .get_metadata_opt(name)
         .await
         .map_err(|source| Error::Read { what: format!("{} {namespace}/{name}", C::kind(&())), source })
 }

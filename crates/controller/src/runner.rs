@@ -94,6 +94,20 @@ impl Backoff for NoBackoff {
     fn reset(&mut self) {}
 }
 
+/// `watch` with its health counted towards `/readyz` and its own short backoff.
+fn watched<S, T>(ctx: &Context, watch: S) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send + use<S, T>
+where
+    S: futures::Stream<Item = Result<T, watcher::Error>> + Send,
+{
+    let flow = ctx.watches.register();
+    watch
+        .map(move |event| {
+            flow.observe(event.is_ok());
+            event
+        })
+        .backoff(watch_backoff())
+}
+
 /// A controller for `K` in `namespace` (or cluster-wide) whose trigger ignores
 /// status-only changes. `controller` is its label in metrics.
 pub fn controller_for<K: Reconciled>(
@@ -103,13 +117,7 @@ pub fn controller_for<K: Reconciled>(
 ) -> Controller<Guarded<K>> {
     let (reader, writer) = reflector::store();
     track_cache(ctx, reader.clone(), controller);
-    let flow = ctx.watches.register();
-    let trigger = watcher(api::<Guarded<K>>(&ctx.client, namespace), watcher::Config::default())
-        .map(move |event| {
-            flow.observe(event.is_ok());
-            event
-        })
-        .backoff(watch_backoff())
+    let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), watcher::Config::default()))
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
@@ -157,17 +165,9 @@ pub fn owns<K: Reconciled, C: Reconciled>(
 ) -> (Controller<Guarded<K>>, Owned<C>) {
     let selector = format!("app.kubernetes.io/managed-by={MANAGED_BY}");
     let (reader, writer) = reflector::store();
-    let flow = ctx.watches.register();
-    let children =
-        watcher(api::<PartialObjectMeta<C>>(&ctx.client, namespace), watcher::Config::default().labels(&selector))
-            .map(move |event| {
-                flow.observe(event.is_ok());
-                event
-            })
-            .backoff(watch_backoff())
-            .modify(children::trim)
-            .reflect(writer)
-            .touched_objects();
+    let watch =
+        watcher(api::<PartialObjectMeta<C>>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
+    let children = watched(ctx, watch).modify(children::trim).reflect(writer).touched_objects();
     (ctrl.owns_stream(children), Owned::new(reader))
 }
 
@@ -285,6 +285,16 @@ pub enum Outcome {
     /// changed: the same refusal is announced once); waits for a spec change — or,
     /// for a `NameConflict`, looks again every [`NAME_CONFLICT_RECHECK`].
     Refused { reason: &'static str, message: String, announce: bool },
+}
+
+impl Outcome {
+    /// `Refused` with `(reason, message)` when there is a refusal, else `Applied`.
+    pub fn of(refused: Option<(&'static str, String)>, announce: bool) -> Self {
+        match refused {
+            Some((reason, message)) => Outcome::Refused { reason, message, announce },
+            None => Outcome::Applied,
+        }
+    }
 }
 
 /// Run one reconcile of `obj` through `stage` inside a span naming the object, and

@@ -68,8 +68,5 @@ async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>, owned: Owned<Config
     };
     let status = build::status(vote, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, vote, vote.status.as_ref(), &status).await?;
-    Ok(match refused {
-        Some((reason, message)) => Outcome::Refused { reason, message, announce },
-        None => Outcome::Applied,
-    })
+    Ok(Outcome::of(refused, announce))
 }

@@ -89,10 +89,7 @@ async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>, children: C
     };
     let status = build::status(webapp, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, webapp, webapp.current_status(), &status).await?;
-    Ok(match refused {
-        Some((reason, message)) => Outcome::Refused { reason, message, announce },
-        None => Outcome::Applied,
-    })
+    Ok(Outcome::of(refused, announce))
 }
 
 /// Apply the Deployment, then the Service; returns the Deployment as stored.
