@@ -30,7 +30,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -104,7 +104,7 @@ pub fn controlled_by<C: Resource, K: Resource>(child: &C, owner: &K) -> bool {
 }
 
 fn managed_by_bosun(meta: &ObjectMeta) -> bool {
-    meta.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/managed-by")).is_some_and(|v| v == MANAGED_BY)
+    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == MANAGED_BY)
 }
 
 /// Whether `manager` has applied fields of the object.
@@ -147,14 +147,22 @@ impl<C: Resource<DynamicType = ()> + Clone + 'static> Owned<C> {
     }
 }
 
-/// Trim what the cache keeps of a child: only which managers wrote it, not the field
-/// sets (most of an object's metadata by size).
+/// Keep of a cached child only what [`claim`] and the owner mapping read: identity,
+/// ownerReferences, the managed-by label and the names of the managers that wrote it.
+/// Annotations, other labels and the managers' field sets are most of an object's
+/// metadata by size, and each child kind is cached once per parent kind.
 pub fn trim<C>(obj: &mut PartialObjectMeta<C>) {
-    for entry in obj.metadata.managed_fields.iter_mut().flatten() {
-        entry.fields_v1 = None;
+    let meta = &mut obj.metadata;
+    meta.annotations = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|key, _| key == MANAGED_BY_LABEL);
     }
-    obj.metadata.annotations.as_mut().map(|a| a.remove("kubectl.kubernetes.io/last-applied-configuration"));
+    for entry in meta.managed_fields.iter_mut().flatten() {
+        *entry = ManagedFieldsEntry { manager: entry.manager.take(), ..ManagedFieldsEntry::default() };
+    }
 }
+
+const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 #[cfg(test)]
 mod tests {
@@ -228,6 +236,28 @@ mod tests {
         // After `kubectl delete --cascade=orphan` and re-creating the parent (new uid).
         let m = meta(None, &[MANAGER, "kube-controller-manager"], true);
         assert_eq!(decide(Some(&m)), Claim::Ours { uid: "child-uid".into() });
+    }
+
+    #[test]
+    fn trimming_for_the_cache_keeps_every_decision() {
+        let cases = [
+            meta(Some(("WebApp", "parent-uid")), &[MANAGER], true),
+            meta(None, &[MANAGER, "kube-controller-manager"], true),
+            meta(None, &["kubectl-create"], false),
+            meta(Some(("WebApp", "twin-uid")), &["bosun-webapp.example.com"], true),
+        ];
+        for m in cases {
+            let mut cached = PartialObjectMeta::<k8s_openapi::api::apps::v1::Deployment> {
+                types: None,
+                metadata: m.clone(),
+                _phantom: Default::default(),
+            };
+            cached.metadata.annotations = Some([("deployment.kubernetes.io/revision".into(), "1".into())].into());
+            trim(&mut cached);
+            assert_eq!(cached.metadata.annotations, None);
+            assert_eq!(decide(Some(&cached.metadata)), decide(Some(&m)));
+            assert_eq!(cached.metadata.owner_references, m.owner_references);
+        }
     }
 
     #[test]
