@@ -63,6 +63,7 @@ pub struct WebAppSettings<'a> {
 /// One controller serves both groups through this view.
 pub trait WebAppKind:
     Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + kube::core::object::HasStatus<Status = WebAppStatus>
     + Clone
     + std::fmt::Debug
     + Serialize

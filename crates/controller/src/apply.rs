@@ -15,8 +15,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::debug;
 
-use crate::children::{self, Claim, Owned, Parent};
+use crate::changes::{self, Applied};
+use crate::children::{self, Child, Claim, Owned, Parent};
 use crate::context::Context;
 use crate::error::Error;
 use crate::events::ChildChange;
@@ -45,8 +47,8 @@ where
         .map_err(|source| Error::Apply { kind: C::kind(&()).into_owned(), name, source })
 }
 
-/// Apply `status` to the status subresource of `owner`.
-pub async fn apply_status<K, S>(client: &Client, owner: &K, status: &S) -> Result<(), Error>
+/// Apply `status` to the status subresource of `owner`; returns the stored metadata.
+pub async fn apply_status<K, S>(client: &Client, owner: &K, status: &S) -> Result<ObjectMeta, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
     S: Serialize,
@@ -60,7 +62,7 @@ where
     Api::<K>::namespaced(client.clone(), &ns)
         .patch_status(&owner.name_any(), &params(&field_manager::<K>()), &Patch::Apply(body))
         .await
-        .map(|_| ())
+        .map(|stored| stored.meta().clone())
         .map_err(Error::Status)
 }
 
@@ -80,53 +82,88 @@ where
     }
 }
 
-/// Apply `child` of `owner` — only if the name is free or the object is the owner's
-/// (see [`crate::children`]) — and publish a `Created`/`Updated` event on the owner
-/// when the apply created or changed it. `owned` is the cache of the child's kind.
+/// Bring `child` of `owner` to its desired state, and return it as stored (or as
+/// cached, when it already was).
 ///
-/// A name held by someone else is an [`Error::NameConflict`] and nothing is written.
+/// Nothing is sent when the child already holds what bosun last applied and nobody
+/// changed it since ([`changes::drift`]); otherwise it is applied — only if the name is
+/// free or the object is the owner's (see [`crate::children`]) — and a `Created` or
+/// `Updated` event is published on the owner when the apply created or changed it.
+/// `owned` is the cache and record of the child's kind. A name held by someone else is
+/// an [`Error::NameConflict`] and nothing is written.
 pub async fn apply_child<K, C>(ctx: &Context, owner: &K, owned: &Owned<C>, mut child: C) -> Result<C, Error>
 where
     K: Resource<DynamicType = ()>,
-    C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned + Clone + Debug,
+    C: Child,
 {
     let ns = child.namespace().unwrap_or_default();
     let name = child.name_any();
+    let print = changes::fingerprint(&child);
     let cached = owned.get(&ns, &name);
-    match apply_claimed(ctx, owner, &mut child, cached.as_ref().map(|c| &c.metadata)).await {
-        // The cache did not know the name's holder (not yet, or never: no bosun label):
-        // read it and judge once more.
+    let record = owned.recorded(&ns, &name);
+    let cached_meta = cached.as_ref().map(|c| c.meta());
+    let drift = match (changes::drift(child.meta(), print, record.as_ref(), cached_meta), &cached) {
+        (None, Some(cached)) => return Ok((**cached).clone()),
+        (drift, _) => drift.unwrap_or(changes::Drift::Missing),
+    };
+    debug!(kind = %C::kind(&()), %ns, %name, ?drift, "applying");
+    // Who holds the name, as far as bosun knows: the cache, else its own record of the
+    // object it applied (the watch has not delivered it yet, or it was deleted: the
+    // uid precondition tells which).
+    let known = cached_meta.cloned().or_else(|| {
+        record.as_ref().map(|r| ObjectMeta {
+            uid: Some(r.uid.clone()),
+            owner_references: child.meta().owner_references.clone(),
+            ..ObjectMeta::default()
+        })
+    });
+    let before = Before { cached: cached_meta, record: record.as_ref() };
+    let applied = match apply_claimed(ctx, owner, &mut child, known.as_ref(), before).await {
+        // The cache did not know the name's holder (not yet, or never: no bosun label),
+        // or the object bosun applied is gone: read it and judge once more.
         Err(err) if err.is_precondition_failed() => {
             let stored = read::metadata::<C>(&ctx.client, &ns, &name).await?;
-            apply_claimed(ctx, owner, &mut child, stored.as_ref().map(|s| &s.metadata)).await
+            let stored = stored.as_ref().map(|s| &s.metadata);
+            apply_claimed(ctx, owner, &mut child, stored, Before { cached: stored, record: None }).await?
         }
-        result => result,
-    }
+        result => result?,
+    };
+    owned.record(&ns, &name, Applied::of(applied.meta(), print));
+    Ok(applied)
+}
+
+/// The child as known before an apply, to tell what the apply changed.
+#[derive(Clone, Copy)]
+struct Before<'a> {
+    cached: Option<&'a ObjectMeta>,
+    record: Option<&'a Applied>,
 }
 
 /// Claim `child`'s name from `existing`, apply with the claim's precondition, and
 /// publish the event of what the apply did.
-async fn apply_claimed<K, C>(ctx: &Context, owner: &K, child: &mut C, existing: Option<&ObjectMeta>) -> Result<C, Error>
+async fn apply_claimed<K, C>(
+    ctx: &Context,
+    owner: &K,
+    child: &mut C,
+    existing: Option<&ObjectMeta>,
+    before: Before<'_>,
+) -> Result<C, Error>
 where
     K: Resource<DynamicType = ()>,
-    C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned + Clone + Debug,
+    C: Child,
 {
     let manager = field_manager::<K>();
     let claim = claim_child(owner, child, existing)?;
+    let desired = child.meta().clone();
     let meta = child.meta_mut();
     (meta.uid, meta.resource_version) = match &claim {
         Claim::Ours { uid } => (Some(uid.clone()), None),
         _ => (None, Some(CREATE_ONLY.to_owned())),
     };
-    let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1);
     let applied = apply(&ctx.client, &manager, child).await?;
-    let change = match claim {
-        Claim::Create => ChildChange::Created,
-        _ if applied.resource_version() == existing.and_then(|e| e.resource_version.clone()) => ChildChange::Unchanged,
-        _ => change_of(&applied, &manager, started),
-    };
+    let change = changes::change(claim == Claim::Create, &desired, before.cached, before.record, applied.meta());
     if change != ChildChange::Unchanged {
-        ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&())).await;
+        ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&()));
     }
     Ok(applied)
 }
@@ -137,46 +174,9 @@ where
 /// refuses the apply (409) when any object holds the name.
 const CREATE_ONLY: &str = "9223372036854775807";
 
-/// Whether an apply that moved the resourceVersion changed bosun's own fields (a
-/// resourceVersion also moves when another writer changed something in between):
-/// the apiserver moves the `time` of `manager`'s managedFields entry only when its
-/// fields changed; a time at or after the start of the apply (less a second: the stamps
-/// have one-second precision) means this apply changed them.
-fn change_of<C: Resource>(applied: &C, manager: &str, since: jiff::Timestamp) -> ChildChange {
-    let meta = applied.meta();
-    let ours = meta.managed_fields.iter().flatten().find(|m| m.manager.as_deref() == Some(manager));
-    match ours.and_then(|m| m.time.as_ref()).map(|t| t.0) {
-        Some(stamped) if stamped >= since => ChildChange::Updated,
-        _ => ChildChange::Unchanged,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta, Time};
-
     use super::*;
-
-    fn at(s: i64) -> jiff::Timestamp {
-        jiff::Timestamp::from_second(s).unwrap()
-    }
-
-    fn cm(stamped: Option<(&str, i64)>) -> ConfigMap {
-        let managed = stamped.map(|(manager, t)| {
-            vec![ManagedFieldsEntry { manager: Some(manager.into()), time: Some(Time(at(t))), ..Default::default() }]
-        });
-        ConfigMap { metadata: ObjectMeta { managed_fields: managed, ..Default::default() }, ..Default::default() }
-    }
-
-    #[test]
-    fn an_update_is_told_from_the_managers_own_stamp() {
-        assert_eq!(change_of(&cm(Some(("bosun-x", 100))), "bosun-x", at(100)), ChildChange::Updated);
-        assert_eq!(change_of(&cm(Some(("bosun-x", 60))), "bosun-x", at(100)), ChildChange::Unchanged);
-        // Someone else's change is not bosun's.
-        assert_eq!(change_of(&cm(Some(("kubectl", 100))), "bosun-x", at(100)), ChildChange::Unchanged);
-        assert_eq!(change_of(&cm(None), "bosun-x", at(100)), ChildChange::Unchanged);
-    }
 
     #[test]
     fn field_managers_are_per_controller() {

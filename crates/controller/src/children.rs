@@ -28,12 +28,16 @@
 //! by an `Update` entry that later applies cannot remove.)
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::changes::Applied;
 
 use bosun_resources::meta::MANAGED_BY;
 
@@ -118,44 +122,106 @@ fn created_by(meta: &ObjectMeta) -> Option<String> {
     (!managers.is_empty()).then(|| managers.join(", "))
 }
 
-/// The metadata cache of one child kind: what bosun-labelled objects of that kind exist,
-/// who controls them and which field managers wrote them.
-pub struct Owned<C: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Store<PartialObjectMeta<C>>,
+/// A kind bosun creates as a child: what its cache keeps of each object.
+pub trait Child: crate::runner::Reconciled + serde::Serialize {
+    /// Drop what neither the ownership rule, change detection nor a status reads, so
+    /// the cache stays small and a change to what was dropped triggers nothing.
+    fn slim(&mut self);
 }
 
-impl<C: Resource<DynamicType = ()> + Clone + 'static> Clone for Owned<C> {
-    fn clone(&self) -> Self {
-        Self { store: self.store.clone() }
+impl Child for Deployment {
+    /// A WebApp's status reads the Deployment's counters and its conditions' types,
+    /// statuses and reasons; the spec is known from bosun's own record.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = None;
+        if let Some(conditions) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            for c in conditions {
+                (c.message, c.last_update_time, c.last_transition_time) = (None, None, None);
+            }
+        }
     }
 }
 
-impl<C: Resource<DynamicType = ()> + Clone + 'static> std::fmt::Debug for Owned<C> {
+impl Child for Service {
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        (self.spec, self.status) = (None, None);
+    }
+}
+
+impl Child for ConfigMap {
+    /// The data stays: a VoteConfig's status tells when it changed.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+    }
+}
+
+impl Child for PersistentVolumeClaim {
+    /// Spec and status stay: a DemoVolume refuses a shrink and reports binding from them.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+    }
+}
+
+/// The cache of one child kind (objects labelled managed-by=bosun, slimmed by
+/// [`Child::slim`]), and bosun's record of what it last applied to each.
+pub struct Owned<C: Child> {
+    store: Store<C>,
+    records: Arc<Mutex<HashMap<ObjectRef<C>, Applied>>>,
+}
+
+impl<C: Child> Clone for Owned<C> {
+    fn clone(&self) -> Self {
+        Self { store: self.store.clone(), records: self.records.clone() }
+    }
+}
+
+impl<C: Child> std::fmt::Debug for Owned<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Owned").field("kind", &C::kind(&())).field("cached", &self.store.state().len()).finish()
     }
 }
 
-impl<C: Resource<DynamicType = ()> + Clone + 'static> Owned<C> {
-    pub fn new(store: Store<PartialObjectMeta<C>>) -> Self {
-        Self { store }
+impl<C: Child> Owned<C> {
+    pub fn new(store: Store<C>) -> Self {
+        Self { store, records: Arc::default() }
     }
 
-    /// The cached metadata of `namespace/name`, if bosun's watch has it.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<PartialObjectMeta<C>>> {
+    /// The cached `namespace/name`, if bosun's watch has it.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<C>> {
         self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// What bosun last applied to `namespace/name`, since it started.
+    pub fn recorded(&self, namespace: &str, name: &str) -> Option<Applied> {
+        self.lock().get(&ObjectRef::new(name).within(namespace)).cloned()
+    }
+
+    /// Note what an apply to `namespace/name` stored.
+    pub fn record(&self, namespace: &str, name: &str, applied: Applied) {
+        self.lock().insert(ObjectRef::new(name).within(namespace), applied);
+    }
+
+    /// Forget `object`: it was deleted.
+    pub fn forget(&self, object: &ObjectRef<C>) {
+        self.lock().remove(object);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<C>, Applied>> {
+        self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Keep of a cached child only what [`claim`] and the owner mapping read: identity,
-/// ownerReferences, the managed-by label and the names of the managers that wrote it.
-/// Annotations, other labels and the managers' field sets are most of an object's
-/// metadata by size, and each child kind is cached once per parent kind.
-pub fn trim<C>(obj: &mut PartialObjectMeta<C>) {
-    let meta = &mut obj.metadata;
-    meta.annotations = None;
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|key, _| key == MANAGED_BY_LABEL);
+/// Keep of a child's metadata only what the ownership rule, change detection and the
+/// owner mapping read: identity, versions, labels, annotations (less kubectl's copy
+/// of the whole object), ownerReferences and the names of the managers that wrote it
+/// (their field sets are most of an object's metadata by size).
+/// Parents go through it too: nothing reads a parent's managers, but their list costs
+/// as much as the rest of a small object.
+pub fn slim_meta(meta: &mut ObjectMeta) {
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
     for entry in meta.managed_fields.iter_mut().flatten() {
         *entry = ManagedFieldsEntry { manager: entry.manager.take(), ..ManagedFieldsEntry::default() };
@@ -239,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn trimming_for_the_cache_keeps_every_decision() {
+    fn slimming_for_the_cache_keeps_every_decision() {
         let cases = [
             meta(Some(("WebApp", "parent-uid")), &[MANAGER], true),
             meta(None, &[MANAGER, "kube-controller-manager"], true),
@@ -247,16 +313,18 @@ mod tests {
             meta(Some(("WebApp", "twin-uid")), &["bosun-webapp.example.com"], true),
         ];
         for m in cases {
-            let mut cached = PartialObjectMeta::<k8s_openapi::api::apps::v1::Deployment> {
-                types: None,
-                metadata: m.clone(),
-                _phantom: Default::default(),
-            };
-            cached.metadata.annotations = Some([("deployment.kubernetes.io/revision".into(), "1".into())].into());
-            trim(&mut cached);
-            assert_eq!(cached.metadata.annotations, None);
+            let mut cached = Service { metadata: m.clone(), ..Default::default() };
+            cached.metadata.annotations = Some(
+                [("kubectl.kubernetes.io/last-applied-configuration".into(), "{...}".into()), ("a".into(), "b".into())]
+                    .into(),
+            );
+            cached.spec = Some(Default::default());
+            cached.slim();
+            assert_eq!(cached.metadata.annotations, Some([("a".into(), "b".into())].into()));
+            assert_eq!(cached.spec, None);
             assert_eq!(decide(Some(&cached.metadata)), decide(Some(&m)));
             assert_eq!(cached.metadata.owner_references, m.owner_references);
+            assert_eq!(cached.metadata.labels, m.labels);
         }
     }
 

@@ -1,15 +1,21 @@
 //! What every reconcile gets: the client, the clock, and shared bookkeeping.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
+use kube::core::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource};
+use tokio::sync::watch;
+use tracing::info;
 
 use crate::backoff::Backoff;
 use crate::events::Events;
-use crate::metrics::Metrics;
+use crate::metrics::{ControllerLabels, Metrics};
+use crate::status::Written;
 
 /// Shared state of one controller manager.
 pub struct Context {
@@ -19,6 +25,12 @@ pub struct Context {
     pub events: Events,
     pub caches: Caches,
     pub watches: Watches,
+    /// Statuses written that the caches may not have caught up with.
+    pub written: Written,
+    /// Objects triggered and waiting for a reconcile, per controller.
+    pub queues: Queues,
+    /// Whether this replica may reconcile (it leads).
+    pub leader: Gate,
     /// The clock status timestamps are taken from; injectable so tests are deterministic.
     pub clock: fn() -> Timestamp,
 }
@@ -96,6 +108,112 @@ impl Watches {
     }
 }
 
+/// The work queue of one controller as a set: objects a watch triggered whose
+/// reconcile has not started yet (kube-runtime's queue does not expose its length).
+/// Its size is the `bosun_workqueue_depth` gauge.
+#[derive(Debug)]
+pub struct Queue {
+    waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    depth: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Queue {
+    pub(crate) fn add(&self, object: ObjectRef<DynamicObject>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.insert(object);
+        self.depth.set(waiting.len() as i64);
+    }
+
+    pub(crate) fn done(&self, object: &ObjectRef<DynamicObject>) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.remove(object);
+        self.depth.set(waiting.len() as i64);
+    }
+}
+
+/// The queues of all controllers, by their metrics label.
+#[derive(Debug)]
+pub struct Queues {
+    metrics: Arc<Metrics>,
+    queues: Mutex<HashMap<&'static str, Arc<Queue>>>,
+}
+
+impl Queues {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        Self { metrics, queues: Mutex::default() }
+    }
+
+    pub fn of(&self, controller: &'static str) -> Arc<Queue> {
+        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        queues
+            .entry(controller)
+            .or_insert_with(|| {
+                let depth = self.metrics.queue_depth.get_or_create(&ControllerLabels { controller }).clone();
+                Arc::new(Queue { waiting: Mutex::default(), depth })
+            })
+            .clone()
+    }
+}
+
+/// Whether reconciles may run: closed on a standby (its watches and caches run all
+/// the same, so it takes over warm), open once it leads, shut at shutdown.
+#[derive(Debug)]
+pub struct Gate {
+    state: watch::Sender<GateState>,
+    first_reconcile: AtomicBool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum GateState {
+    Standby,
+    Leading(Instant),
+    Shut,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self { state: watch::Sender::new(GateState::Standby), first_reconcile: AtomicBool::new(false) }
+    }
+}
+
+impl Gate {
+    /// This replica leads (from now: the takeover time is measured from here).
+    pub fn open(&self) {
+        self.state.send_replace(GateState::Leading(Instant::now()));
+    }
+
+    /// Whether this replica leads now (not standby, not shut).
+    pub fn leading(&self) -> bool {
+        matches!(*self.state.borrow(), GateState::Leading(_))
+    }
+
+    /// No reconcile starts any more; those waiting return without reconciling.
+    pub fn shut(&self) {
+        self.state.send_replace(GateState::Shut);
+    }
+
+    /// Wait until this replica leads: `true`, or `false` once shut.
+    pub async fn wait(&self) -> bool {
+        let mut rx = self.state.subscribe();
+        match rx.wait_for(|s| *s != GateState::Standby).await {
+            Ok(state) => matches!(*state, GateState::Leading(_)),
+            Err(_) => false,
+        }
+    }
+
+    /// A reconcile starts: the first one after taking the lead reports the time since.
+    pub(crate) fn reconciling(&self, metrics: &Metrics) {
+        if self.first_reconcile.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let GateState::Leading(since) = *self.state.borrow() {
+            let seconds = since.elapsed().as_secs_f64();
+            metrics.takeover.set(seconds);
+            info!(ms = (seconds * 1000.0) as u64, "first reconcile after taking the lead");
+        }
+    }
+}
+
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("backoff", &self.backoff).finish_non_exhaustive()
@@ -109,9 +227,12 @@ impl Context {
             events: Events::new(client.clone(), identity),
             client,
             backoff: Backoff::default(),
+            queues: Queues::new(metrics.clone()),
             metrics,
             caches: Caches::default(),
             watches: Watches::default(),
+            written: Written::default(),
+            leader: Gate::default(),
             clock: Timestamp::now,
         }
     }

@@ -1,7 +1,7 @@
 //! The DemoVolume controller.
 //!
-//! Pipeline: read the DemoVolume's stored status and the claim as it is → check the resize (pure) → build and apply the
-//! claim → compute status from the claim → write status only if it changed.
+//! Pipeline: the claim as cached → check the resize (pure) → build and apply the claim
+//! if it drifted → compute status from the claim → write status only if it changed.
 //!
 //! A smaller `size` than the claim already requests is refused before anything is
 //! applied: the claim stays untouched, `Ready=False` with reason `ShrinkRefused` says
@@ -16,14 +16,12 @@ use bosun_api::demovolume::DemoVolume;
 use bosun_resources::demovolume::{self as build, Observed, Refusal};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
-use kube::runtime::controller;
 
 use crate::apply::{apply_child, claim_child};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
-use crate::read;
 use crate::runner::{self, Outcome};
 use crate::status::update_status;
 
@@ -41,11 +39,16 @@ pub const PERMISSIONS: &[Permission] = &{
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
-    config: controller::Config,
+    concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     runner::run_owning::<DemoVolume, PersistentVolumeClaim, _, _>(
-        CONTROLLER, ctx, namespace, config, shutdown, reconcile,
+        CONTROLLER,
+        ctx,
+        namespace,
+        concurrency,
+        shutdown,
+        reconcile,
     )
     .await;
 }
@@ -55,11 +58,11 @@ async fn reconcile(
     ctx: Arc<Context>,
     owned: Owned<PersistentVolumeClaim>,
 ) -> Result<Outcome, Error> {
-    // The stored status, not the cached one: condition times are carried over from it.
-    let volume = &read::latest(&ctx.client, volume.as_ref()).await?;
+    let volume = volume.as_ref();
     let ns = volume.namespace().unwrap_or_default();
     let desired = build::desired_claim(volume);
-    let existing = read::current::<PersistentVolumeClaim>(&ctx.client, &ns, &desired.name_any()).await?;
+    // A claim bosun's cache does not hold is not bosun's: the apply finds that out.
+    let existing = owned.get(&ns, &desired.name_any()).map(|c| (*c).clone());
     // Whose claim it is comes first: a claim that is not this DemoVolume's is neither
     // resized nor judged, nor described in its status.
     let (claim, refusal) = match claim_child(volume, &desired, existing.as_ref().map(|c| &c.metadata)) {
@@ -76,6 +79,6 @@ async fn reconcile(
         },
     };
     let status = build::status(volume, Observed { claim: claim.as_ref(), refusal: refusal.as_ref() }, ctx.now());
-    let announce = update_status(&ctx, CONTROLLER, volume, volume.status.as_ref(), &status).await?;
+    let announce = update_status(&ctx, CONTROLLER, volume, &status).await?;
     Ok(Outcome::of(refusal.map(|r| (r.reason(), r.message())), announce))
 }

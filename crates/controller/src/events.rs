@@ -4,7 +4,7 @@
 //! Reasons are fixed CamelCase words to filter on (`kubectl get events
 //! --field-selector reason=InvalidSpec`): `Created`, `Updated`, and for failures the
 //! error's bounded category (`InvalidSpec`, `Conflict`, `ApiUnavailable`, …).
-//! Publishing an event never fails a reconcile; a failure to publish is logged.
+//! Publishing an event never fails or delays a reconcile; a failure to publish is logged.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -40,7 +40,7 @@ impl Events {
 
     /// A child of `owner` was created or changed by an apply. The child is the event's
     /// `related` object (the recorder folds events that differ only in their note).
-    pub async fn child(&self, owner: &ObjectReference, change: ChildChange, child: ObjectReference) {
+    pub fn child(&self, owner: &ObjectReference, change: ChildChange, child: ObjectReference) {
         let (reason, action) = match change {
             ChildChange::Created => ("Created", "Create"),
             ChildChange::Updated => ("Updated", "Update"),
@@ -51,20 +51,22 @@ impl Events {
             child.kind.as_deref().unwrap_or_default(),
             child.name.as_deref().unwrap_or_default()
         );
-        self.publish(owner, EventType::Normal, reason, action, note, Some(child)).await;
+        self.publish(owner, EventType::Normal, reason, action, note, Some(child))
     }
 
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
-    pub async fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
-        self.publish(owner, EventType::Warning, reason, "Reconcile", message.to_owned(), None).await;
+    pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
+        self.publish(owner, EventType::Warning, reason, "Reconcile", message.to_owned(), None);
     }
 
     /// A reconcile of `owner` failed.
-    pub async fn failed(&self, owner: &ObjectReference, err: &Error) {
-        self.publish(owner, EventType::Warning, err.category(), "Reconcile", err.user_message(), None).await;
+    pub fn failed(&self, owner: &ObjectReference, err: &Error) {
+        self.publish(owner, EventType::Warning, err.category(), "Reconcile", err.user_message(), None);
     }
 
-    async fn publish(
+    /// Publish in the background: a reconcile never waits for its events (its worker
+    /// would otherwise sit out an event write per child it created).
+    fn publish(
         &self,
         owner: &ObjectReference,
         type_: EventType,
@@ -76,8 +78,11 @@ impl Events {
         // events.k8s.io caps the note at 1 KiB.
         let note: String = note.chars().take(1000).collect();
         let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: related };
-        if let Err(err) = self.recorder.publish(&event, owner).await {
-            debug!(%err, reason, "could not publish event");
-        }
+        let (recorder, owner, reason) = (self.recorder.clone(), owner.clone(), reason.to_owned());
+        tokio::spawn(async move {
+            if let Err(err) = recorder.publish(&event, &owner).await {
+                debug!(%err, reason, "could not publish event");
+            }
+        });
     }
 }

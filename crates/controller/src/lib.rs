@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod backoff;
+pub mod changes;
 pub mod children;
 pub mod context;
 pub mod demovolume;

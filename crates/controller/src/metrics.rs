@@ -37,6 +37,9 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     pub ready_duration: Family<ControllerLabels, Histogram>,
     pub managed: Family<ControllerLabels, Gauge>,
+    pub queue_depth: Family<ControllerLabels, Gauge>,
+    /// Seconds from taking the lead to the first reconcile.
+    pub takeover: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -49,6 +52,8 @@ impl Default for Metrics {
             // 0.5 s … ~68 min
             ready_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.5, 2.0, 14))),
             managed: Family::default(),
+            queue_depth: Family::default(),
+            takeover: Gauge::default(),
         }
     }
 }
@@ -66,6 +71,16 @@ impl Metrics {
             self.ready_duration.clone(),
         );
         r.register("managed_resources", "Custom resources currently managed, by controller", self.managed.clone());
+        r.register(
+            "workqueue_depth",
+            "Objects triggered by a watch and waiting for their reconcile to start, by controller",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "leader_first_reconcile_seconds",
+            "Seconds from acquiring the leader lease (or starting, without leader election) to the first reconcile",
+            self.takeover.clone(),
+        );
     }
 
     /// Create the zero series of `controller` for every result and error reason, so
@@ -80,6 +95,7 @@ impl Metrics {
         let _ = self.reconcile_duration.get_or_create(&ControllerLabels { controller });
         let _ = self.ready_duration.get_or_create(&ControllerLabels { controller });
         let _ = self.managed.get_or_create(&ControllerLabels { controller });
+        let _ = self.queue_depth.get_or_create(&ControllerLabels { controller });
     }
 
     pub fn reconciled(&self, controller: &'static str, result: &'static str, seconds: f64) {

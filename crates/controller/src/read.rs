@@ -35,19 +35,3 @@ where
         .await
         .map_err(|source| Error::Read { what: format!("{} {namespace}/{name}", C::kind(&())), source })
 }
-
-/// `obj` as the apiserver has it now, or as given when it is gone or was replaced.
-///
-/// The controller's cache may lag behind bosun's own status write of the previous
-/// reconcile: a child changed by that reconcile triggers the next one at once, before
-/// the watch delivers the new status. Status fields carried over from the previous
-/// status (times, like `lastUpdated`) must start from the stored status, or the next
-/// write would put an older value back.
-pub async fn latest<K>(client: &Client, obj: &K) -> Result<K, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
-{
-    let (ns, name) = (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default());
-    let stored = current::<K>(client, &ns, &name).await?;
-    Ok(stored.filter(|s| s.meta().uid == obj.meta().uid).unwrap_or_else(|| obj.clone()))
-}

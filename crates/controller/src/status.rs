@@ -1,11 +1,24 @@
-//! Writing status: only when it changed, and noting when a resource first becomes Ready.
+//! Writing status: only when it changed, from the status bosun last wrote, and noting
+//! when a resource first becomes Ready.
+//!
+//! The controller's cache can lag behind bosun's own status write: a child that the
+//! previous reconcile changed triggers the next one before the watch delivers the new
+//! status. Starting from the cached (older) status would carry older condition times
+//! into the next write and re-write what was just written. So every status bosun
+//! writes is kept ([`Written`], by uid, with the resourceVersion the write produced)
+//! until the cache has caught up with it, and a reconcile starts from it meanwhile
+//! ([`Written::latest`]) — no read of the object per reconcile.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
 
 pub use bosun_api::conditions::Conditioned;
 use bosun_api::conditions::{Condition, types};
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
+use kube::core::object::HasStatus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -17,24 +30,91 @@ fn ready(conditions: &[Condition]) -> bool {
     bosun_resources::conditions::is_true(conditions, types::READY)
 }
 
-/// Apply `status` to `owner` unless it equals `previous` (returns whether it wrote); an
-/// unchanged status is never re-written, which keeps steady state silent. The first time a resource becomes Ready
-/// (generation 1, not Ready before), the time since its creation is recorded.
-pub async fn update_status<K, S>(
+/// Statuses bosun wrote that the caches may not have seen yet: uid → (the
+/// resourceVersion the write produced, the status).
+#[derive(Debug, Default)]
+pub struct Written {
+    statuses: Mutex<HashMap<String, (u64, serde_json::Value)>>,
+}
+
+fn resource_version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref().and_then(|rv| rv.parse().ok())
+}
+
+impl Written {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, serde_json::Value)>> {
+        self.statuses.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `obj` with the status bosun last wrote on it, when its cached copy is older
+    /// than that write; otherwise `obj` itself.
+    pub fn latest<K>(&self, obj: Arc<K>) -> Arc<K>
+    where
+        K: Resource + HasStatus + Clone,
+        K::Status: DeserializeOwned,
+    {
+        let Some(uid) = obj.meta().uid.as_deref() else { return obj };
+        let written = match self.lock().get(uid) {
+            Some((rv, status)) if resource_version(obj.meta()).is_none_or(|cached| cached < *rv) => status.clone(),
+            _ => return obj,
+        };
+        match serde_json::from_value(written) {
+            Ok(status) => {
+                let mut newer = (*obj).clone();
+                *newer.status_mut() = Some(status);
+                Arc::new(newer)
+            }
+            Err(_) => obj,
+        }
+    }
+
+    fn remember(&self, uid: &str, rv: u64, status: serde_json::Value) {
+        self.lock().insert(uid.to_owned(), (rv, status));
+    }
+
+    /// The cache now holds `meta` (an object seen by a watch): forget a write it has
+    /// caught up with, or that belonged to a deleted object (`gone`).
+    pub fn seen(&self, meta: &ObjectMeta, gone: bool) {
+        let Some(uid) = meta.uid.as_deref() else { return };
+        let mut statuses = self.lock();
+        if let Some((rv, _)) = statuses.get(uid)
+            && (gone || resource_version(meta).is_some_and(|cached| cached >= *rv))
+        {
+            statuses.remove(uid);
+        }
+    }
+
+    /// How many written statuses the caches have not caught up with.
+    pub fn pending(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Apply `status` to `owner` unless it equals the status `owner` has (returns whether
+/// it wrote); an unchanged status is never re-written, which keeps steady state
+/// silent. `owner` must come through [`Written::latest`] (the runner does that). The
+/// first time a resource becomes Ready (generation 1, not Ready before), the time since
+/// its creation is recorded.
+pub async fn update_status<K>(
     ctx: &Context,
     controller: &'static str,
     owner: &K,
-    previous: Option<&S>,
-    status: &S,
+    status: &K::Status,
 ) -> Result<bool, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
-    S: Serialize + PartialEq + Conditioned,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + HasStatus + DeserializeOwned + Clone + Debug,
+    K::Status: Serialize + PartialEq + Conditioned,
 {
+    let previous = owner.status();
     if previous == Some(status) {
         return Ok(false);
     }
-    apply_status(&ctx.client, owner, status).await?;
+    let stored = apply_status(&ctx.client, owner, status).await?;
+    if let (Some(uid), Some(rv), Ok(value)) =
+        (owner.meta().uid.as_deref(), resource_version(&stored), serde_json::to_value(status))
+    {
+        ctx.written.remember(uid, rv, value);
+    }
     let was_ready = previous.is_some_and(|p| ready(p.conditions()));
     let first_ready = !was_ready && ready(status.conditions()) && owner.meta().generation == Some(1);
     if let (true, Some(created)) = (first_ready, &owner.meta().creation_timestamp) {
@@ -42,4 +122,59 @@ where
         ctx.metrics.became_ready(controller, seconds.max(0.0));
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_api::voteconfig::{VoteConfig, VoteConfigStatus};
+
+    use super::*;
+
+    fn vote(rv: &str, last_updated: Option<&str>) -> Arc<VoteConfig> {
+        let mut v: VoteConfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "voting.schoolofdevops.com/v1", "kind": "VoteConfig",
+            "metadata": {"name": "v", "namespace": "ns", "uid": "u1", "resourceVersion": rv},
+            "spec": {"options": [{"id": "a", "label": "A"}]}
+        }))
+        .unwrap();
+        v.status = last_updated.map(|t| VoteConfigStatus {
+            last_updated: Some(serde_json::from_value(serde_json::json!(t)).unwrap()),
+            ..Default::default()
+        });
+        Arc::new(v)
+    }
+
+    fn last_updated(v: &VoteConfig) -> Option<String> {
+        v.status.as_ref().and_then(|s| s.last_updated.as_ref()).map(|t| t.0.to_string())
+    }
+
+    #[test]
+    fn a_reconcile_starts_from_bosuns_own_write_until_the_cache_has_it() {
+        let written = Written::default();
+        let newer = VoteConfigStatus {
+            last_updated: Some(serde_json::from_value(serde_json::json!("2026-01-02T00:00:00Z")).unwrap()),
+            ..Default::default()
+        };
+        written.remember("u1", 120, serde_json::to_value(&newer).unwrap());
+        // The cache is behind the write (rv 100 < 120): the written status is used.
+        let lagging = vote("100", Some("2026-01-01T00:00:00Z"));
+        assert_eq!(last_updated(&written.latest(lagging.clone())), Some("2026-01-02T00:00:00Z".into()));
+        // A watch event older than the write keeps it; one at or after it forgets it.
+        written.seen(&lagging.metadata, false);
+        assert_eq!(written.pending(), 1);
+        let caught_up = vote("120", Some("2026-01-02T00:00:00Z"));
+        written.seen(&caught_up.metadata, false);
+        assert_eq!(written.pending(), 0);
+        // Once forgotten, the cached status is the truth again (someone else may write it).
+        let later = vote("130", Some("2026-01-03T00:00:00Z"));
+        assert_eq!(last_updated(&written.latest(later)), Some("2026-01-03T00:00:00Z".into()));
+    }
+
+    #[test]
+    fn a_deleted_object_is_forgotten() {
+        let written = Written::default();
+        written.remember("u1", 120, serde_json::json!({}));
+        written.seen(&vote("100", None).metadata, true);
+        assert_eq!(written.pending(), 0);
+    }
 }

@@ -1,10 +1,10 @@
 //! The VoteConfig controller.
 //!
-//! Pipeline: read the VoteConfig's stored status and the ConfigMap as they are → build
-//! the desired ConfigMap (pure) → apply it → compute status from the ConfigMap before
-//! and after the apply → write status only if it changed. The reads are what let
-//! `lastUpdated` move exactly when the data changed: the ConfigMap before the apply
-//! tells whether it did, the stored status what the time was if it did not.
+//! Pipeline: build the desired ConfigMap (pure) → apply it if it drifted → compute
+//! status from the ConfigMap before (cached) and after the apply → write status only
+//! if it changed. `lastUpdated` moves exactly when the data changed: the cached
+//! ConfigMap tells whether it did, the status bosun last wrote what the time was if
+//! it did not.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,14 +15,12 @@ use bosun_resources::conditions::Refused;
 use bosun_resources::voteconfig::{self as build, Observed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::runtime::controller;
 
 use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
-use crate::read;
 use crate::runner::{self, Outcome};
 use crate::status::update_status;
 
@@ -30,7 +28,7 @@ use crate::status::update_status;
 const CONTROLLER: &str = "voteconfig";
 
 /// What this controller does with the API: VoteConfigs and their ConfigMaps (also read
-/// before an apply, to tell whether the data changed).
+/// when an apply finds the name taken).
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("voting.schoolofdevops.com", "voteconfigs");
     [a, b, c, Permission::new("", "configmaps", &["create", "get", "list", "patch", "watch"])]
@@ -40,18 +38,18 @@ pub const PERMISSIONS: &[Permission] = &{
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
-    config: controller::Config,
+    concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    runner::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, config, shutdown, reconcile).await;
+    runner::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile)
+        .await;
 }
 
 async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>, owned: Owned<ConfigMap>) -> Result<Outcome, Error> {
-    // The stored status, not the cached one: `lastUpdated` is carried over from it.
-    let vote = &read::latest(&ctx.client, vote.as_ref()).await?;
+    let vote = vote.as_ref();
     let desired = build::desired_config_map(vote);
     let ns = vote.namespace().unwrap_or_default();
-    let before = read::current::<ConfigMap>(&ctx.client, &ns, &desired.name_any()).await?;
+    let before = owned.get(&ns, &desired.name_any()).map(|cm| (*cm).clone());
     let (before, applied, refused) = match apply_child(&ctx, vote, &owned, desired).await {
         Ok(applied) => (before, Some(applied), None),
         // Someone else's ConfigMap is not described in this status.
@@ -67,6 +65,6 @@ async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>, owned: Owned<Config
         refused: refused.as_ref().map(|(reason, message)| Refused { reason, message }),
     };
     let status = build::status(vote, observed, ctx.now());
-    let announce = update_status(&ctx, CONTROLLER, vote, vote.status.as_ref(), &status).await?;
+    let announce = update_status(&ctx, CONTROLLER, vote, &status).await?;
     Ok(Outcome::of(refused, announce))
 }

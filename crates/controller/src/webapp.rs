@@ -1,28 +1,26 @@
 //! The WebApp controller: one implementation serving `apps.example.com/v1` and
 //! `example.com/v1`.
 //!
-//! Pipeline: read the WebApp's stored status → build the Deployment and Service (pure)
-//! → apply both → compute status from the applied Deployment → write it only if it
-//! changed.
+//! Pipeline: build the Deployment and Service (pure) → apply those that drifted from
+//! what bosun last applied (concurrently, once the Deployment exists) → compute status
+//! from the Deployment as applied or cached → write it only if it changed.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use bosun_api::conditions::reasons;
-use bosun_api::webapp::WebAppKind;
+use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use bosun_resources::conditions::Refused;
 use bosun_resources::webapp::{self as build, Observed};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::runtime::controller;
 
 use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
-use crate::read;
 use crate::runner::{self, Outcome};
 use crate::status::update_status;
 
@@ -46,20 +44,53 @@ pub const PERMISSIONS: &[Permission] = &{
     ]
 };
 
-/// Run the WebApp controller for kind `K` in `namespace` (or cluster-wide).
-pub async fn run<K: WebAppKind>(
+/// Run the WebApp controllers of both groups in `namespace` (or cluster-wide). They
+/// share one watch and cache of Deployments and one of Services.
+pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
-    config: controller::Config,
+    concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let shutdown = futures::FutureExt::shared(shutdown);
     let ns = namespace.as_deref();
-    let ctrl = runner::controller_for::<K>(CONTROLLER, &ctx, ns);
-    let (ctrl, deployments) = runner::owns::<K, Deployment>(ctrl, &ctx, ns);
-    let (ctrl, services) = runner::owns::<K, Service>(ctrl, &ctx, ns);
+    let (deployments, [d_apps, d_example]) = shared::<Deployment>(&ctx, ns);
+    let (services, [s_apps, s_example]) = shared::<Service>(&ctx, ns);
     let children = Children { deployments, services };
-    runner::drive(CONTROLLER, ctrl, config, ctx, shutdown, move |webapp, ctx| reconcile(webapp, ctx, children.clone()))
-        .await;
+    futures::join!(
+        run_group::<apps_v1::WebApp>(ctx.clone(), ns, concurrency, shutdown.clone(), children.clone(), d_apps, s_apps),
+        run_group::<example_v1::WebApp>(ctx.clone(), ns, concurrency, shutdown, children, d_example, s_example),
+    );
+}
+
+/// One watch of `C` for the two groups.
+fn shared<C: crate::children::Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
+    let (owned, changes) = runner::watch_children::<C>(ctx, ns, 2);
+    let [apps, example]: [Changes<C>; 2] = match changes.try_into() {
+        Ok(pair) => pair,
+        Err(_) => unreachable!("watch_children returns one stream per consumer"),
+    };
+    (owned, [apps, example])
+}
+
+type Changes<C> = futures::channel::mpsc::UnboundedReceiver<C>;
+
+async fn run_group<K: WebAppKind>(
+    ctx: Arc<Context>,
+    ns: Option<&str>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    children: Children,
+    deployments: Changes<Deployment>,
+    services: Changes<Service>,
+) {
+    let ctrl = runner::controller_for::<K>(CONTROLLER, &ctx, ns);
+    let ctrl = runner::owns::<K, Deployment>(CONTROLLER, ctrl, &ctx, deployments);
+    let ctrl = runner::owns::<K, Service>(CONTROLLER, ctrl, &ctx, services);
+    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |webapp, ctx| {
+        reconcile(webapp, ctx, children.clone())
+    })
+    .await;
 }
 
 /// The caches of a WebApp's children.
@@ -70,15 +101,15 @@ struct Children {
 }
 
 async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error> {
-    // The stored status, not the cached one: condition times are carried over from it.
-    let webapp = &read::latest(&ctx.client, webapp.as_ref()).await?;
+    let webapp = webapp.as_ref();
     let (deployment, refused) = match apply_children(webapp, &ctx, &children).await {
-        Ok(deployment) => (Some(deployment), None),
+        Ok(Some(deployment)) => (Some(deployment), None),
+        Ok(None) => return Ok(Outcome::Yielded),
         Err(Error::NameConflict(message)) => (None, Some((reasons::NAME_CONFLICT, message))),
         Err(err) if err.is_invalid_spec() => {
             // What still runs of the last good spec, if this WebApp's.
             let ns = webapp.namespace().unwrap_or_default();
-            let current = read::current::<Deployment>(&ctx.client, &ns, &webapp.name_any()).await?;
+            let current = children.deployments.get(&ns, &webapp.name_any()).map(|d| (*d).clone());
             (current.filter(|d| controlled_by(d, webapp)), Some((reasons::INVALID_SPEC, err.user_message())))
         }
         Err(err) => return Err(err),
@@ -88,13 +119,42 @@ async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>, children: C
         refused: refused.as_ref().map(|(reason, message)| Refused { reason, message }),
     };
     let status = build::status(webapp, observed, ctx.now());
-    let announce = update_status(&ctx, CONTROLLER, webapp, webapp.current_status(), &status).await?;
+    let announce = update_status(&ctx, CONTROLLER, webapp, &status).await?;
     Ok(Outcome::of(refused, announce))
 }
 
-/// Apply the Deployment, then the Service; returns the Deployment as stored.
-async fn apply_children<K: WebAppKind>(webapp: &K, ctx: &Context, children: &Children) -> Result<Deployment, Error> {
-    let deployment = apply_child(ctx, webapp, &children.deployments, build::desired_deployment(webapp)).await?;
-    apply_child(ctx, webapp, &children.services, build::desired_service(webapp)).await?;
-    Ok(deployment)
+/// Bring the Deployment and the Service to their desired state; returns the
+/// Deployment, or `None` when this reconcile created it and the Service follows in the
+/// next one.
+///
+/// Once the Deployment is this WebApp's, both are applied at once. A Deployment bosun
+/// does not know yet goes first and alone: a name someone else holds stops the WebApp
+/// before a Service selecting their pods is created, and a new WebApp's pods start
+/// without waiting for its Service's ClusterIP (allocated one at a time by the
+/// apiserver) — nor for the Services of WebApps created before it.
+async fn apply_children<K: WebAppKind>(
+    webapp: &K,
+    ctx: &Context,
+    children: &Children,
+) -> Result<Option<Deployment>, Error> {
+    let deployment = build::desired_deployment(webapp);
+    let service = build::desired_service(webapp);
+    let ns = webapp.namespace().unwrap_or_default();
+    let known =
+        children.deployments.get(&ns, &deployment.name_any()).is_some_and(|d| controlled_by(d.as_ref(), webapp));
+    if !known {
+        let deployment = apply_child(ctx, webapp, &children.deployments, deployment).await?;
+        if children.services.get(&ns, &service.name_any()).is_none() {
+            return Ok(None);
+        }
+        // The Service exists (the Deployment was deleted, or is being adopted after
+        // --cascade=orphan): nothing slow to wait for.
+        apply_child(ctx, webapp, &children.services, service).await?;
+        return Ok(Some(deployment));
+    }
+    let (deployment, _) = futures::try_join!(
+        apply_child(ctx, webapp, &children.deployments, deployment),
+        apply_child(ctx, webapp, &children.services, service),
+    )?;
+    Ok(Some(deployment))
 }

@@ -106,8 +106,8 @@ pub struct Observed<'a> {
 
 /// The status a WebApp should have, given what was applied.
 ///
-/// `phase` is `Pending` until the Deployment controller has observed the Deployment,
-/// `Deploying` while it rolls out, `Running` once every desired replica is updated,
+/// `phase` is `Pending` before the Deployment exists, `Deploying` from its creation
+/// while it rolls out, `Running` once every desired replica is updated,
 /// ready and available and no old pods remain, and `Failed` when the spec is invalid
 /// or the rollout exceeded its progress deadline.
 pub fn status<K: WebAppKind>(webapp: &K, observed: Observed<'_>, now: Timestamp) -> WebAppStatus {
@@ -133,12 +133,19 @@ pub fn status<K: WebAppKind>(webapp: &K, observed: Observed<'_>, now: Timestamp)
 }
 
 fn rollout(deployment: &Deployment, desired: i32) -> (Phase, Vec<Desired>) {
-    let Some(status) = deployment.status.as_ref().filter(|s| s.observed_generation.is_some()) else {
-        return (Phase::Pending, pending("waiting for the Deployment controller to observe the Deployment"));
-    };
-    if status.observed_generation < deployment.metadata.generation {
-        let msg = "waiting for the Deployment controller to observe the latest change";
-        return (Phase::Deploying, progressing(msg.to_owned()));
+    let status = deployment.status.clone().unwrap_or_default();
+    let ready = status.ready_replicas.unwrap_or(0);
+    let available = status.available_replicas.unwrap_or(0);
+    let total = status.replicas.unwrap_or(0);
+    // The message names only what the status counts too (and old pods, when there are
+    // any): the Deployment controller's intermediate steps change nothing the WebApp
+    // shows, so they cost no status write.
+    let old = if total > desired { format!(", {} old pods still running", total - desired) } else { String::new() };
+    let message = format!("rolling out: {ready}/{desired} replicas ready, {available} available{old}");
+    let observed = status.observed_generation.is_some_and(|g| Some(g) >= deployment.metadata.generation);
+    if !observed {
+        // Just created or changed: the Deployment controller has not caught up yet.
+        return (Phase::Deploying, progressing(message));
     }
     let deadline_exceeded = status.conditions.iter().flatten().any(|c| {
         c.type_ == "Progressing" && c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
@@ -147,9 +154,6 @@ fn rollout(deployment: &Deployment, desired: i32) -> (Phase, Vec<Desired>) {
         return (Phase::Failed, failed(reasons::ROLLOUT_FAILED, "the Deployment exceeded its progress deadline"));
     }
     let updated = status.updated_replicas.unwrap_or(0);
-    let ready = status.ready_replicas.unwrap_or(0);
-    let available = status.available_replicas.unwrap_or(0);
-    let total = status.replicas.unwrap_or(0);
     if updated == desired && ready == desired && available == desired && total == desired {
         let msg = format!("{available}/{desired} replicas available");
         return (
@@ -161,8 +165,7 @@ fn rollout(deployment: &Deployment, desired: i32) -> (Phase, Vec<Desired>) {
             ],
         );
     }
-    let msg = format!("{updated}/{desired} replicas updated, {ready} ready, {available} available, {total} in total");
-    (Phase::Deploying, progressing(msg))
+    (Phase::Deploying, progressing(message))
 }
 
 fn progressing(message: String) -> Vec<Desired> {
@@ -292,15 +295,22 @@ mod tests {
     }
 
     #[test]
-    fn pending_before_the_deployment_is_observed() {
+    fn pending_before_the_deployment_exists_then_deploying() {
         let w = webapp(3);
         let s = status(&w, Observed { deployment: None, refused: None }, now());
         assert_eq!(s.phase, Some(Phase::Pending));
         let mut d = deployment(1, 0, 0, 0, 0, 0);
         d.status = None;
-        let s = status(&w, Observed { deployment: Some(&d), refused: None }, now());
-        assert_eq!(s.phase, Some(Phase::Pending));
-        assert_eq!(condition(&s, "Ready").status, "False");
+        let created = status(&w, Observed { deployment: Some(&d), refused: None }, now());
+        assert_eq!(created.phase, Some(Phase::Deploying));
+        assert_eq!(condition(&created, "Ready").status, "False");
+        // The Deployment controller's first steps (observed, pods created, none ready)
+        // change nothing a WebApp shows: no status write.
+        let observed = deployment(1, 1, 3, 0, 0, 3);
+        let mut w2 = webapp(3);
+        w2.status = Some(created.clone());
+        let s = status(&w2, Observed { deployment: Some(&observed), refused: None }, now());
+        assert_eq!(s, created);
     }
 
     #[test]

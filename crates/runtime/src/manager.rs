@@ -2,7 +2,8 @@
 //!
 //! ```text
 //!  connect ─▶ serve /metrics /healthz /readyz (every replica)
-//!          ─▶ [leader election: wait for the Lease] ─▶ controllers
+//!          ─▶ controllers: watches and caches (every replica; a standby's stay warm)
+//!          ─▶ [leader election: wait for the Lease] ─▶ reconciles start
 //!  SIGTERM ─▶ stop taking work ─▶ in-flight reconciles finish (bounded) ─▶ release Lease ─▶ exit 0
 //!  Lease lost or not renewable ─▶ exit 1 at once (never run leaderless)
 //! ```
@@ -13,11 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bosun_api::webapp::{apps_v1, example_v1};
 use bosun_controller::metrics::Metrics;
 use bosun_controller::{Context, Scope, demovolume, voteconfig, webapp};
 use kube::Client;
-use kube::runtime::controller;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -77,21 +76,25 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     info!(%addr, "serving /metrics, /healthz and /readyz");
     spawn_api_probe(client.clone(), health, shutdown.clone());
 
+    // Controllers start on every replica: a standby's watches and caches run (and
+    // /readyz reflects them), its reconciles wait at the gate until it leads.
+    let controllers = run_controllers(ctx.clone(), &args, shutdown.clone());
+    tokio::pin!(controllers);
     let Some(lease) = lease else {
         leadership.set(true);
-        info!(startup_ms = started.elapsed().as_millis() as u64, "leader election disabled; starting controllers");
-        run_controllers(ctx, &args, shutdown).await;
+        ctx.leader.open();
+        info!(startup_ms = started.elapsed().as_millis() as u64, "leader election disabled; reconciling");
+        controllers.await;
         return Ok(());
     };
 
     let mgr = tokio::select! {
         mgr = leader::acquire(&client, &lease) => mgr,
-        () = shutdown.cancelled() => return Ok(()),
+        () = &mut controllers => return Ok(()),
     };
     leadership.set(true);
-    info!(startup_ms = started.elapsed().as_millis() as u64, "leading; starting controllers");
-    let controllers = run_controllers(ctx, &args, shutdown.clone());
-    tokio::pin!(controllers);
+    ctx.leader.open();
+    info!(startup_ms = started.elapsed().as_millis() as u64, "leading; reconciling");
     tokio::select! {
         () = &mut controllers => {
             // Only a shutdown ends the controllers; they have finished their work.
@@ -105,6 +108,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         }
         lost = leader::hold(&mgr, &lease) => {
             // Stop writing at once: returning ends the process and every in-flight reconcile.
+            ctx.leader.shut();
             leadership.set(false);
             error!(error = %lost, "leadership lost; exiting");
             Err(lost.into())
@@ -153,7 +157,7 @@ fn rand_suffix() -> u32 {
 /// reconciles finish (bounded by `--shutdown-grace`).
 pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: CancellationToken) {
     let scope = Scope { namespaces: args.namespaces.clone() };
-    let config = controller::Config::default().concurrency(args.concurrency);
+    let concurrency = args.concurrency;
     let controllers = args.enabled_controllers();
     for name in &controllers {
         ctx.metrics.init(name.as_str());
@@ -165,20 +169,12 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
         for ns in scope.targets() {
             let stop = || shutdown.clone().cancelled_owned();
             match name {
-                ControllerName::WebApp => {
-                    tasks.push(Box::pin(webapp::run::<apps_v1::WebApp>(
-                        ctx.clone(),
-                        ns.clone(),
-                        config.clone(),
-                        stop(),
-                    )));
-                    tasks.push(Box::pin(webapp::run::<example_v1::WebApp>(ctx.clone(), ns, config.clone(), stop())));
-                }
+                ControllerName::WebApp => tasks.push(Box::pin(webapp::run(ctx.clone(), ns, concurrency, stop()))),
                 ControllerName::VoteConfig => {
-                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, config.clone(), stop())))
+                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, concurrency, stop())))
                 }
                 ControllerName::DemoVolume => {
-                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, config.clone(), stop())))
+                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, concurrency, stop())))
                 }
             }
         }
@@ -188,6 +184,8 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
     tokio::select! {
         _ = &mut all => {}
         () = shutdown.cancelled() => {
+            // Reconciles not yet started (a standby's all) do not start any more.
+            ctx.leader.shut();
             info!(grace = ?args.shutdown_grace, "shutting down: finishing in-flight reconciles");
             if tokio::time::timeout(args.shutdown_grace, &mut all).await.is_err() {
                 warn!("in-flight reconciles did not finish within the shutdown grace period");
