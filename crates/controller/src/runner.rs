@@ -130,13 +130,13 @@ pub fn controller_for<K: Reconciled>(
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => written.written.seen(obj.meta(), false),
             watcher::Event::Delete(obj) => {
                 written.written.seen(obj.meta(), true);
-                forget.done(&ObjectRef::from_obj(obj).erase());
+                forget.done(&ObjectRef::from_obj(obj));
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default())
-        .inspect_ok(move |obj| queue.add(ObjectRef::from_obj(obj).erase()));
+        .inspect_ok(move |obj| queue.add(&ObjectRef::from_obj(obj)));
     Controller::for_stream(trigger, reader).trigger_backoff(NoBackoff)
 }
 
@@ -172,31 +172,44 @@ fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, c
 }
 
 /// One watch of the bosun-managed `C` in `namespace` (or cluster-wide), shared by
-/// `consumers` controllers (both WebApp groups watch the same Deployments): one decode
-/// and one cache ([`Owned`], slimmed by [`Child::slim`]) however many parent kinds
-/// own `C`. Returns the cache and one stream of relevant changes per consumer.
+/// the controllers of the parent kinds in `owners` (`(kind, apiVersion)`; both WebApp
+/// groups watch the same Deployments): one decode and one cache ([`Owned`], slimmed by
+/// [`Child::slim`]) however many parent kinds own `C`. Returns the cache and, per
+/// owner kind, the relevant changes of the children it controls.
 pub fn watch_children<C: Child>(
     ctx: &Context,
     namespace: Option<&str>,
-    consumers: usize,
+    owners: &[(&str, &str)],
 ) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
     let selector = format!("app.kubernetes.io/managed-by={MANAGED_BY}");
     let (reader, writer) = reflector::store();
     let owned = Owned::new(reader);
     let watch = watcher(api::<C>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
     let mut relevant = Relevant::new(owned.clone());
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..consumers).map(|_| mpsc::unbounded()).unzip();
+    let (senders, receivers): (Vec<_>, Vec<_>) = owners
+        .iter()
+        .map(|(kind, api_version)| {
+            let (tx, rx) = mpsc::unbounded();
+            (((*kind).to_owned(), (*api_version).to_owned(), tx), rx)
+        })
+        .unzip();
     let changes = watched(ctx, watch)
         .modify(C::slim)
         .reflect(writer)
         .flat_map(move |event| futures::stream::iter(relevant.triggers(event)));
     tokio::spawn(async move {
         tokio::pin!(changes);
-        // Watch errors are retried by `watched` and reported by /readyz; only objects go on.
+        // Watch errors are retried by `watched` and reported by /readyz; only objects go
+        // on, each to the controller of its controller's kind.
         while let Some(change) = changes.next().await {
             let Ok(child) = change else { continue };
-            let delivered = senders.iter().filter(|tx| tx.unbounded_send(child.clone()).is_ok()).count();
-            if delivered == 0 {
+            let controller = child.owner_references().iter().find(|r| r.controller == Some(true));
+            let Some(owner) = controller else { continue };
+            let route = senders.iter().find(|(kind, api_version, _)| *kind == owner.kind && *api_version == owner.api_version);
+            if let Some((_, _, tx)) = route
+                && tx.unbounded_send(child).is_err()
+                && senders.iter().all(|(_, _, tx)| tx.is_closed())
+            {
                 return; // every controller stopped
             }
         }
@@ -223,7 +236,7 @@ pub fn owns<K: Reconciled, C: Child>(
             .filter(|owner| parents.get(owner).is_some())
             .collect();
         for owner in &owners {
-            queue.add(owner.clone().erase());
+            queue.add(owner);
         }
         owners
     };
@@ -247,12 +260,15 @@ impl<C: Child> Relevant<C> {
     fn triggers(&mut self, event: Result<watcher::Event<C>, watcher::Error>) -> Vec<Result<C, watcher::Error>> {
         match event {
             Err(err) => vec![Err(err)],
-            Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
-                let mut view = obj.clone();
-                if matches!(Version::of(view.meta()), Version::Generation(_)) {
-                    view.meta_mut().resource_version = None;
-                }
-                let print = changes::fingerprint(&view);
+            Ok(watcher::Event::Apply(mut obj) | watcher::Event::InitApply(mut obj)) => {
+                let print = if matches!(Version::of(obj.meta()), Version::Generation(_)) {
+                    let rv = obj.meta_mut().resource_version.take();
+                    let print = changes::fingerprint(&obj);
+                    obj.meta_mut().resource_version = rv;
+                    print
+                } else {
+                    changes::fingerprint(&obj)
+                };
                 let changed = self.seen.insert(ObjectRef::from_obj(&obj), print) != Some(print);
                 if changed { vec![Ok(obj)] } else { vec![] }
             }
@@ -319,7 +335,7 @@ pub async fn drive<K, F, Fut>(
                         return Ok(Action::await_change());
                     }
                     let Ok(_worker) = workers.acquire().await else { return Ok(Action::await_change()) };
-                    ctx.queues.of(controller).done(&key.clone().erase());
+                    ctx.queues.of(controller).done(&key);
                     let current = store.get(&key);
                     let obj = match current.as_deref().map(|g| &g.0) {
                         Some(Ok(obj)) if obj.meta().deletion_timestamp.is_none() && ctx.leader.leading() => obj,
@@ -396,7 +412,7 @@ pub async fn run_owning<K, C, F, Fut>(
     Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
 {
     let ns = namespace.as_deref();
-    let (owned, mut changes) = watch_children::<C>(&ctx, ns, 1);
+    let (owned, mut changes) = watch_children::<C>(&ctx, ns, &[(&K::kind(&()), &K::api_version(&()))]);
     let Some(changes) = changes.pop() else { return };
     let ctrl = owns::<K, C>(controller, controller_for::<K>(controller, &ctx, ns), &ctx, changes);
     drive(controller, ctrl, concurrency, ctx, shutdown, move |obj, ctx| reconcile(obj, ctx, owned.clone())).await;

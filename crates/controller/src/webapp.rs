@@ -14,7 +14,7 @@ use bosun_resources::conditions::Refused;
 use bosun_resources::webapp::{self as build, Observed};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
@@ -65,7 +65,11 @@ pub async fn run(
 
 /// One watch of `C` for the two groups.
 fn shared<C: crate::children::Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
-    let (owned, changes) = runner::watch_children::<C>(ctx, ns, 2);
+    let owners = [
+        (&*apps_v1::WebApp::kind(&()), &*apps_v1::WebApp::api_version(&())),
+        (&*example_v1::WebApp::kind(&()), &*example_v1::WebApp::api_version(&())),
+    ];
+    let (owned, changes) = runner::watch_children::<C>(ctx, ns, &owners);
     let [apps, example]: [Changes<C>; 2] = match changes.try_into() {
         Ok(pair) => pair,
         Err(_) => unreachable!("watch_children returns one stream per consumer"),
