@@ -324,9 +324,10 @@ write_bootstrap() {
   {
     for i in "${!fake_nodes[@]}"; do
       name=${fake_nodes[$i]}
-      # Each node gets its own pod CIDR (/21: 2046 addresses) so kwok can hand
-      # out distinct pod IPs for well over 1,000 pods per node. No taints: any
-      # ordinary pod may land there.
+      # Each node gets its own pod CIDR (/18: 16382 addresses) so kwok can hand
+      # out distinct pod IPs for the 8,000 pods a node takes: `make bench N=10000`
+      # needs 10,000 pods (at 1,100 a node, 7,800 of them stayed Pending). No
+      # taints: any ordinary pod may land there.
       cat <<EOF
 apiVersion: v1
 kind: Node
@@ -342,15 +343,15 @@ metadata:
     kubernetes.io/hostname: $name
     node-role.kubernetes.io/agent: ""
 spec:
-  podCIDR: 10.244.$((i * 8)).0/21
-  podCIDRs: [10.244.$((i * 8)).0/21]
+  podCIDR: 10.244.$((i * 64)).0/18
+  podCIDRs: [10.244.$((i * 64)).0/18]
 status:
   # Made-up addresses; kwok copies the InternalIP into the pods' hostIP.
   addresses:
   - {type: InternalIP, address: 10.240.0.$((10 + i))}
   - {type: Hostname, address: $name}
-  allocatable: {cpu: "32", memory: 256Gi, pods: "1100", ephemeral-storage: 1Ti}
-  capacity: {cpu: "32", memory: 256Gi, pods: "1100", ephemeral-storage: 1Ti}
+  allocatable: {cpu: "512", memory: 4Ti, pods: "8000", ephemeral-storage: 16Ti}
+  capacity: {cpu: "512", memory: 4Ti, pods: "8000", ephemeral-storage: 16Ti}
 ---
 EOF
     done

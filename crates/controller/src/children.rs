@@ -1,8 +1,8 @@
 //! Which objects a parent may write: the ownership rule every child apply goes through,
-//! and the metadata cache it is decided from.
+//! and the cache it is decided from.
 //!
 //! ```text
-//!  cache (metadata only, managed-by=bosun) ─▶ claim(existing, parent) ─┬─ Create       → apply, create only
+//!  cache (slimmed, managed-by=bosun)       ─▶ claim(existing, parent) ─┬─ Create       → apply, create only
 //!                                                                      ├─ Ours { uid } → apply over that object only
 //!                                                                      └─ Conflict     → refuse: NameConflict
 //! ```

@@ -28,11 +28,10 @@ use crate::status::update_status;
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "demovolume";
 
-/// What this controller does with the API: DemoVolumes and their claims (also read
-/// before an apply, to refuse a shrink).
+/// What this controller does with the API: DemoVolumes and their claims.
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("demo.example.com", "demovolumes");
-    [a, b, c, Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "patch", "watch"])]
+    [a, b, c, Permission::new("", "persistentvolumeclaims", rbac::OWN)]
 };
 
 /// Run the DemoVolume controller in `namespace` (or cluster-wide).

@@ -43,10 +43,12 @@ impl Permission {
     }
 }
 
-/// A kind bosun reconciles: watched, and read fresh at the start of each reconcile.
-pub const RECONCILED: &[&str] = &["get", "list", "watch"];
-/// Watching and server-side applying a child (`create` for an apply that creates it).
-pub const OWN: &[&str] = &["create", "list", "patch", "watch"];
+/// A kind bosun reconciles: watched (a reconcile reads it from the cache).
+pub const RECONCILED: &[&str] = &["list", "watch"];
+/// Watching and server-side applying a child (`create` for an apply that creates it;
+/// `get` for its metadata when an apply finds the name taken by an object the watch,
+/// filtered on bosun's label, does not see).
+pub const OWN: &[&str] = &["create", "get", "list", "patch", "watch"];
 /// Status written with server-side apply.
 pub const STATUS: &[&str] = &["patch"];
 /// Owner references with `blockOwnerDeletion` need `update` on the owner's finalizers
@@ -191,7 +193,7 @@ mod tests {
     fn merges_and_sorts_without_wildcards() {
         let perms = [
             Permission::new("apps", "deployments", &["watch", "list"]),
-            Permission::new("apps", "deployments", &["create", "patch"]),
+            Permission::new("apps", "deployments", &["create", "get", "patch"]),
             Permission::new("", "services", OWN),
             Permission::new("apps", "statefulsets", OWN),
         ];
@@ -199,7 +201,7 @@ mod tests {
         assert_eq!(rules.len(), 2, "{rules:?}");
         assert_eq!(rules[0].api_groups, Some(vec!["".to_owned()]));
         assert_eq!(rules[1].resources, Some(vec!["deployments".to_owned(), "statefulsets".to_owned()]));
-        assert_eq!(rules[1].verbs, vec!["create", "list", "patch", "watch"]);
+        assert_eq!(rules[1].verbs, vec!["create", "get", "list", "patch", "watch"]);
         assert!(rules.iter().all(|r| !r.verbs.contains(&"*".to_owned())));
     }
 

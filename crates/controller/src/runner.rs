@@ -2,9 +2,10 @@
 //! every kind.
 //!
 //! ```text
-//!   watch(K, each object guarded) ─reflect─▶ store ─generation predicate─┐
-//!   watch(children, metadata only, managed-by=bosun) ─reflect─▶ Owned<C> ┴─▶ Controller
-//!       ─▶ unreadable? report it · being deleted? leave it · else instrumented(reconcile)
+//!   watch(K, each object guarded) ─reflect─▶ store ─generation predicate───────┐
+//!   watch(C, managed-by=bosun) ─slim─reflect─▶ Owned<C> ─relevant changes─▶ owner ┴─▶ Controller
+//!     ─▶ gate (leads?) ─▶ fair worker semaphore ─▶ unreadable? report · being deleted? leave
+//!     ─▶ the object as cached now, with bosun's last status ─▶ instrumented(reconcile)
 //! ```
 //!
 //! * The parent's watch is filtered on `metadata.generation`, so bosun's own status
@@ -13,10 +14,14 @@
 //!   reported on itself and counted, and the watch goes on for all others.
 //! * A parent with a `deletionTimestamp` is never reconciled into its children: it is
 //!   going away, and its children go with it or — `--cascade=orphan` — stay as they are.
-//! * Children are watched as metadata only and only those labelled
-//!   `app.kubernetes.io/managed-by=bosun`, into a cache ([`Owned`]) that maps an edit or
-//!   deletion back to the owner (drift correction) and answers who controls a name
-//!   before bosun writes it ([`crate::children`]).
+//! * Children are watched only when labelled `app.kubernetes.io/managed-by=bosun`, once
+//!   per kind however many parent kinds own it ([`watch_children`]), slimmed to what
+//!   decisions read ([`Child::slim`]), into a cache ([`Owned`]) that answers who controls
+//!   a name before bosun writes it ([`crate::children`]) and whether a child drifted
+//!   ([`crate::changes`]). A child triggers its owner only when the slimmed object
+//!   changed, or it was deleted.
+//! * Every replica runs the watches; reconciles wait at [`crate::context::Gate`] until
+//!   the replica leads, then run at most `concurrency` at a time in trigger order.
 //! * Each watch retries on its own short backoff (¼ s doubling to 2 s) and the
 //!   Controller adds none on top, so reconciling resumes within seconds of an
 //!   apiserver's return; a watch that is failing makes `/readyz` say so.
@@ -205,7 +210,8 @@ pub fn watch_children<C: Child>(
             let Ok(child) = change else { continue };
             let controller = child.owner_references().iter().find(|r| r.controller == Some(true));
             let Some(owner) = controller else { continue };
-            let route = senders.iter().find(|(kind, api_version, _)| *kind == owner.kind && *api_version == owner.api_version);
+            let route =
+                senders.iter().find(|(kind, api_version, _)| *kind == owner.kind && *api_version == owner.api_version);
             if let Some((_, _, tx)) = route
                 && tx.unbounded_send(child).is_err()
                 && senders.iter().all(|(_, _, tx)| tx.is_closed())
@@ -523,5 +529,72 @@ where
             ctx.events.failed(&obj.object_ref(&()), &err);
             Err(err)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::changes::Applied;
+
+    fn deployment(rv: &str, generation: i64, available: i32) -> Deployment {
+        let mut d = Deployment {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u1".into()),
+                resource_version: Some(rv.into()),
+                generation: Some(generation),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec::default()),
+            status: Some(DeploymentStatus { available_replicas: Some(available), ..Default::default() }),
+        };
+        d.slim();
+        d
+    }
+
+    fn triggered(relevant: &mut Relevant<Deployment>, event: watcher::Event<Deployment>) -> bool {
+        !relevant.triggers(Ok(event)).is_empty()
+    }
+
+    #[test]
+    fn only_changes_a_decision_reads_trigger_the_owner() {
+        let (reader, _writer) = reflector::store();
+        let owned = Owned::new(reader);
+        let mut relevant = Relevant::new(owned.clone());
+        assert!(triggered(&mut relevant, watcher::Event::Apply(deployment("10", 1, 0))));
+        // A status write that changes nothing the slim keeps (only the resourceVersion).
+        assert!(!triggered(&mut relevant, watcher::Event::Apply(deployment("11", 1, 0))));
+        // Counters that a WebApp's status shows, and a hand edit (new generation), do.
+        assert!(triggered(&mut relevant, watcher::Event::Apply(deployment("12", 1, 1))));
+        assert!(triggered(&mut relevant, watcher::Event::Apply(deployment("13", 2, 1))));
+        // A deletion always does, and forgets what bosun applied.
+        owned.record("ns", "web", Applied::of(&deployment("13", 2, 1).metadata, 7));
+        assert!(triggered(&mut relevant, watcher::Event::Delete(deployment("13", 2, 1))));
+        assert_eq!(owned.recorded("ns", "web"), None);
+    }
+
+    #[test]
+    fn kinds_without_a_generation_trigger_on_every_write() {
+        use k8s_openapi::api::core::v1::Service;
+        let (reader, _writer) = reflector::store();
+        let mut relevant = Relevant::new(Owned::<Service>::new(reader));
+        let service = |rv: &str| Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(!relevant.triggers(Ok(watcher::Event::Apply(service("1")))).is_empty());
+        // A Service's spec is not cached: only its resourceVersion tells of an edit.
+        assert!(!relevant.triggers(Ok(watcher::Event::Apply(service("2")))).is_empty());
+        assert!(relevant.triggers(Ok(watcher::Event::Apply(service("2")))).is_empty());
     }
 }

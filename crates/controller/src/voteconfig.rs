@@ -27,11 +27,10 @@ use crate::status::update_status;
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "voteconfig";
 
-/// What this controller does with the API: VoteConfigs and their ConfigMaps (also read
-/// when an apply finds the name taken).
+/// What this controller does with the API: VoteConfigs and their ConfigMaps.
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("voting.schoolofdevops.com", "voteconfigs");
-    [a, b, c, Permission::new("", "configmaps", &["create", "get", "list", "patch", "watch"])]
+    [a, b, c, Permission::new("", "configmaps", rbac::OWN)]
 };
 
 /// Run the VoteConfig controller in `namespace` (or cluster-wide).

@@ -28,7 +28,7 @@ use crate::status::update_status;
 const CONTROLLER: &str = "webapp";
 
 /// What this controller does with the API: both WebApp groups, their Deployments
-/// (also read when a new one is refused) and Services.
+/// and Services.
 pub const PERMISSIONS: &[Permission] = &{
     let [a0, a1, a2] = rbac::reconciled("apps.example.com", "webapps");
     let [e0, e1, e2] = rbac::reconciled("example.com", "webapps");
@@ -39,7 +39,7 @@ pub const PERMISSIONS: &[Permission] = &{
         e0,
         e1,
         e2,
-        Permission::new("apps", "deployments", &["create", "get", "list", "patch", "watch"]),
+        Permission::new("apps", "deployments", rbac::OWN),
         Permission::new("", "services", rbac::OWN),
     ]
 };
