@@ -315,7 +315,10 @@ pub async fn drive<K, F, Fut>(
             Err(unreadable) => {
                 let (unreadable, object) = (unreadable.clone(), guarded.object_ref(&()));
                 Box::pin(async move {
-                    report_unreadable::<K>(controller, &ctx, &unreadable, object).await;
+                    // Reporting is a write (an event): the leader's alone.
+                    if ctx.leader.wait().await {
+                        report_unreadable::<K>(controller, &ctx, &unreadable, object).await;
+                    }
                     Ok(Action::await_change())
                 })
             }
