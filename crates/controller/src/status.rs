@@ -85,7 +85,8 @@ impl Written {
     }
 
     /// How many written statuses the caches have not caught up with.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.lock().len()
     }
 }
