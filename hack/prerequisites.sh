@@ -15,12 +15,33 @@ need make make
 need kubectl kubectl
 need git git
 need curl curl
+# hack/images.sh: root file systems from Debian packages, kubelet's pause.c
+# built statically, and the import into containerd.
+need mmdebstrap mmdebstrap
+need gcc gcc
+[ -e /usr/include/stdio.h ] || missing_pkgs+=(libc6-dev)  # static libc for pause
+need ctr containerd
+need flock util-linux
+# The real node (hack/controlplane/node.sh): runtime, CNI plugins, packet filters.
+need containerd containerd
+need runc runc
+[ -x /usr/lib/cni/bridge ] || missing_pkgs+=(containernetworking-plugins)
+need nft nftables
+need iptables iptables
+need conntrack conntrack
+need ip iproute2
+# The backup runner and its tests (hack/backends.sh): the databases and their clients.
+[ -x /usr/lib/postgresql/15/bin/initdb ] || missing_pkgs+=(postgresql-15)
+need pg_dump postgresql-client-15
+[ -x /usr/sbin/mariadbd ] || missing_pkgs+=(mariadb-server)
+need mysqldump mariadb-client
+need npm npm
 
 if ((${#missing_pkgs[@]})); then
   echo "prerequisites: installing ${missing_pkgs[*]}" >&2
   if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing_pkgs[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing_pkgs[@]}" >/dev/null
 fi
 
 fail=0

@@ -5,6 +5,9 @@
 # kubelets of a few fake nodes so that pods become Running/Ready, Job pods
 # Succeed and PersistentVolumeClaims get bound, without any container runtime.
 #
+# One real node runs beside them (node.sh): containerd, runc, kubelet,
+# kube-proxy and CoreDNS, for the pods that must really run.
+#
 # Usage: cluster.sh up | down | status | kubeconfig | env
 #        cluster.sh sa-kubeconfig NAMESPACE SERVICEACCOUNT [DURATION]
 #        cluster.sh restart-apiserver [OUTAGE_SECONDS]
@@ -18,7 +21,10 @@
 #   kubeconfigs/         kube-controller-manager.kubeconfig, kube-scheduler.kubeconfig
 #   etcd/                etcd data
 #   kwok/                kwok.yaml (the stages kwok plays) and kwok's work dir
-#   manifests/           bootstrap.yaml (fake nodes, default StorageClass)
+#   manifests/           bootstrap.yaml (fake nodes, default StorageClass, cluster DNS)
+#   node/                the real node (node.sh): containerd, kubelet, CNI state
+#   node-missing         why this machine runs no real node (absent when it does)
+#   volumes/             the hostPath directories behind claims of the default class
 #   logs/<component>.log (and bootstrap.log: kubectl apply of manifests/)
 #   pids/<component>.pid
 #   args/<component>     the arguments it was started with, NUL-separated
@@ -39,7 +45,8 @@ state=$(realpath -m "${BOSUN_CLUSTER_DIR:-$repo_root/.cluster}")
 # for machines under load (e.g. while cargo builds) before calling it failed.
 timeout=${BOSUN_CLUSTER_TIMEOUT:-120}
 
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+control_plane=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+components=("${control_plane[@]}")
 # Fixed cluster shape. Service CIDR per Kubernetes convention; its first address
 # is the "kubernetes" Service, which therefore must be in the serving cert.
 service_cidr=10.96.0.0/16
@@ -49,6 +56,14 @@ fake_nodes=(kwok-node-0 kwok-node-1)
 # this class (see <build>/stages/volume/fast/*.yaml).
 storage_class=kwok-volume
 storage_provisioner=kwok.x-k8s.io/volume
+# kwok's volume stages write hostPath volumes under this machine-wide default;
+# ours go into the state directory, so `down` removes them with everything else.
+kwok_volume_root=/tmp/kwok-local-path-provisioner
+
+# shellcheck source=node.sh
+. "$here/node.sh"
+# The node's components are part of a cluster whose state says it runs one.
+node_enabled && components+=("${node_components[@]}")
 
 log() { echo "cluster.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -58,6 +73,16 @@ elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((u
 # --- process bookkeeping ------------------------------------------------------
 
 pidfile() { echo "$state/pids/$1.pid"; }
+
+# The executable a component runs: containerd is Debian's, the node's own
+# components come from the node build, the rest from the control plane build.
+component_exe() {
+  case $1 in
+    containerd) command -v containerd ;;
+    kubelet | kube-proxy | coredns) echo "$node_bin/$1" ;;
+    *) echo "$bin/$1" ;;
+  esac
+}
 
 # Prints the pid of a component if it is alive. The pid file alone is not
 # enough: after a reboot or a crash the pid may have been reused by an
@@ -108,7 +133,7 @@ strays() {
   for pid in $(pgrep -f -- "$pattern" || true); do
     exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
     exe=${exe% (deleted)}
-    case " ${components[*]} " in *" ${exe##*/} "*) echo "$pid" ;; esac
+    case " ${components[*]} ${node_components[*]} " in *" ${exe##*/} "*) echo "$pid" ;; esac
   done
 }
 
@@ -238,7 +263,7 @@ extendedKeyUsage=clientAuth"
   local pids=()
   issue_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
+subjectAltName=IP:127.0.0.1,IP:$first_service_ip,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
   pids+=($!)
   # O=system:masters bypasses RBAC; the controller-manager and scheduler get
   # the user names the built-in RBAC policy grants exactly their permissions.
@@ -252,6 +277,7 @@ subjectAltName=IP:127.0.0.1,IP:$first_service_ip,DNS:localhost,DNS:kubernetes,DN
   local p
   for p in "${pids[@]}"; do wait "$p" || die "certificate generation failed"; done
   chmod 600 "$d"/*.key
+  ! node_enabled || node_certs
 }
 
 # A kubeconfig for the local apiserver on stdout. CREDENTIALS are the lines of the
@@ -310,7 +336,7 @@ write_kwok_config() {
       [ -f "$stages/$f" ] || die "kwok stage $stages/$f is missing; rebuild with build.sh"
       [ "$first" = 1 ] || echo "---"
       first=0
-      cat "$stages/$f"
+      sed "s|$kwok_volume_root|$state/volumes|g" "$stages/$f"
     done
   } >"$state/kwok/kwok.yaml"
 }
@@ -370,6 +396,7 @@ reclaimPolicy: Delete
 volumeBindingMode: Immediate
 allowVolumeExpansion: true
 EOF
+    ! node_enabled || write_node_bootstrap
   } >"$state/manifests/bootstrap.yaml"
 }
 
@@ -380,14 +407,15 @@ EOF
 # The arguments are recorded (NUL-separated, so any argument survives) for
 # restart_component, which must start the component exactly as `up` did.
 start() {  # component args...
-  local c=$1 pid deadline
+  local c=$1 pid deadline exe
   shift
+  exe=$(component_exe "$c")
   # Set here rather than by the caller so that a restart gets it too:
   # KWOK_WORKDIR keeps kwok from also loading a ~/.kwok/kwok.yaml.
   [ "$c" != kwok ] || local -x KWOK_WORKDIR="$state/kwok"
   mkdir -p "$state/args"
   { [ $# -eq 0 ] || printf '%s\0' "$@"; } >"$state/args/$c"
-  setsid "$bin/$c" "$@" </dev/null >>"$state/logs/$c.log" 2>&1 9<&- &
+  setsid "$exe" "$@" </dev/null >>"$state/logs/$c.log" 2>&1 9<&- &
   pid=$!
   echo "$pid" >"$(pidfile "$c")"
   disown "$pid"  # no "Killed" job notices from this shell if `up` stops it again
@@ -398,7 +426,7 @@ start() {  # component args...
   # wait for the exec here: once start returns, the pid is the component or
   # gone (then wait_healthy reports it, with its log).
   deadline=$(( $(now) + 10000000 ))
-  until [ "/proc/$pid/exe" -ef "$bin/$c" ]; do   # builtin test: no fork while it is quick
+  until [ "/proc/$pid/exe" -ef "$exe" ]; do   # builtin test: no fork while it is quick
     is_running "$pid" || break
     [ "$(now)" -lt "$deadline" ] ||
       die "$c (pid $pid) has not started 10 s after launch; '$0 down' cleans up"
@@ -441,6 +469,7 @@ restart_component() {  # component [outage-seconds]
   fi
   mapfile -d '' -t args <"$state/args/$c"
   bin=$(cat "$state/bin-dir")
+  node_bin=$(cat "$state/node-bin-dir" 2>/dev/null || true)
   stop_component "$c"
   if [ "$outage" != 0 ]; then
     log "$c down for ${outage}s"
@@ -458,15 +487,30 @@ start_cluster() {
   echo "$bin" >"$state/bin-dir"
 
   read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KUBE_CONTROLLER_MANAGER_PORT KUBE_SCHEDULER_PORT \
-    <<<"$(free_ports 5)"
+    KUBELET_PORT KUBELET_HEALTHZ_PORT KUBE_PROXY_METRICS_PORT KUBE_PROXY_HEALTHZ_PORT \
+    <<<"$(free_ports 9)"
   cat >"$state/ports.env" <<EOF
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 APISERVER_PORT=$APISERVER_PORT
 KUBE_CONTROLLER_MANAGER_PORT=$KUBE_CONTROLLER_MANAGER_PORT
 KUBE_SCHEDULER_PORT=$KUBE_SCHEDULER_PORT
+KUBELET_PORT=$KUBELET_PORT
+KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
+KUBE_PROXY_METRICS_PORT=$KUBE_PROXY_METRICS_PORT
+KUBE_PROXY_HEALTHZ_PORT=$KUBE_PROXY_HEALTHZ_PORT
 EOF
 
+  # The real node's bridge carries the address the apiserver advertises, so
+  # it comes first; a machine that cannot run containers gets the rest.
+  components=("${control_plane[@]}")
+  if [ -n "$node_bin" ]; then
+    node_network_up
+    components+=("${node_components[@]}")
+    echo "$node_bin" >"$state/node-bin-dir"
+  else
+    echo "$node_reason" >"$state/node-missing"
+  fi
   # etcd needs no certificates, so it boots while they are generated.
   # --unsafe-no-fsync: the data is disposable and fsync dominates write latency.
   start etcd --name=bosun --data-dir="$state/etcd" \
@@ -489,15 +533,27 @@ EOF
   write_kwok_config "$(dirname "$bin")/stages"
   write_bootstrap
 
-  local certs=$state/certs
-  # --advertise-address is loopback, which Endpoints validation rejects, so the
-  # "kubernetes" Service gets no endpoints (endpoint-reconciler none). Nothing
-  # in a cluster without a network could reach it anyway.
+  local certs=$state/certs node_args=()
+  # With the real node, the `kubernetes` Service's endpoint is the node's
+  # address (see node_network_up for how pods get from there to the loopback
+  # listener), and the apiserver calls kubelet for logs and exec with a
+  # certificate of its own. Without it, --advertise-address is loopback,
+  # which Endpoints validation rejects, so the Service gets no endpoints.
+  if node_enabled; then
+    node_args=(--advertise-address="$node_ip" --endpoint-reconciler-type=lease
+      --kubelet-client-certificate="$certs/kube-apiserver-kubelet-client.crt"
+      --kubelet-client-key="$certs/kube-apiserver-kubelet-client.key"
+      --kubelet-preferred-address-types=InternalIP)
+  else
+    node_args=(--advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  fi
   # --cert-dir only keeps the apiserver from writing to /var/run/kubernetes.
+  # PodNodeSelector and PodTolerationRestriction let a test send every pod of
+  # a namespace to the real node with two namespace annotations.
   start kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+    "${node_args[@]}" \
     --cert-dir="$certs" \
     --tls-cert-file="$certs/apiserver.crt" --tls-private-key-file="$certs/apiserver.key" \
     --client-ca-file="$certs/ca.crt" \
@@ -506,7 +562,7 @@ EOF
     --service-account-key-file="$certs/sa.pub" \
     --service-account-signing-key-file="$certs/sa.key" \
     --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NodeRestriction,DefaultStorageClass,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --enable-admission-plugins=NodeRestriction,DefaultStorageClass,PodNodeSelector,PodTolerationRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
     --allow-privileged=true \
     --profiling=false
 
@@ -553,6 +609,8 @@ EOF
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --node-lease-duration-seconds=40 \
     --cidr=10.244.128.0/17
+
+  ! node_enabled || start_node
 }
 
 # --- health ----------------------------------------------------------------
@@ -621,7 +679,7 @@ check() {
   if [ "$(api_status /api/v1/namespaces/default/serviceaccounts/default)" != 200 ]; then
     failed="ServiceAccount default/default" culprit=kube-controller-manager; return 1
   fi
-  return 0
+  check_node
 }
 
 # Waits until CHECK (default: check) passes. Returns 2 (with `exited` set)
@@ -690,7 +748,9 @@ cmd_up() {
       log "removing stale state in $state (no component running)"
     fi
     stop_all
+    node_teardown
     remove_state
+    pick_node
     log "starting control plane in $state"
     start_cluster
   fi
@@ -699,12 +759,28 @@ cmd_up() {
   if [ "$rc" = 2 ] && grep -q 'address already in use' "$state/logs/$exited.log" 2>/dev/null; then
     log "port conflict; restarting with other ports"
     stop_all
+    node_teardown
     remove_state
     start_cluster
     rc=0
     wait_healthy "$start" || rc=$?
   fi
   [ "$rc" = 0 ] || die "cluster failed to start ('$0 down' cleans up)"
+  if node_enabled; then
+    log "real node $node_name: Ready (pods with node selector $node_label=true and its toleration run there)"
+  else
+    log "real node: MISSING — $(node_missing_reason); tests that need it will fail"
+  fi
+}
+
+# Decides whether this cluster gets the real node, building its components
+# (once, cached like the control plane's) if so. Sets node_bin, or
+# node_reason when the machine cannot run it.
+node_bin='' node_reason=''
+pick_node() {
+  node_reason=$(node_unsupported)
+  [ -z "$node_reason" ] || return 0
+  node_bin=$("$here/build.sh" node) || { node_reason="building kubelet, kube-proxy and CoreDNS failed"; node_bin=''; }
 }
 
 cmd_down() {
@@ -714,6 +790,7 @@ cmd_down() {
     return 0
   fi
   stop_all
+  node_teardown
   local left
   left=$(strays)
   [ -z "$left" ] || die "processes still running: $left"
@@ -731,7 +808,10 @@ cmd_status() {
       kube-apiserver) port=${APISERVER_PORT:-?} ;;
       kube-controller-manager) port=${KUBE_CONTROLLER_MANAGER_PORT:-?} ;;
       kube-scheduler) port=${KUBE_SCHEDULER_PORT:-?} ;;
-      kwok) port="-" ;;
+      kubelet) port="${KUBELET_PORT:-?} (healthz ${KUBELET_HEALTHZ_PORT:-?})" ;;
+      kube-proxy) port="${KUBE_PROXY_HEALTHZ_PORT:-?} (healthz)" ;;
+      coredns) port="53 on $node_ip" ;;
+      *) port="-" ;;
     esac
     if pid=$(component_pid "$c"); then
       printf '%-24s running  pid %-8s port %s\n' "$c" "$pid" "$port"
@@ -744,6 +824,7 @@ cmd_status() {
     echo "apiserver: https://127.0.0.1:$APISERVER_PORT (/readyz: $(api_status /readyz))"
     echo "kubeconfig: $state/kubeconfig"
   fi
+  node_enabled || echo "real node: missing — $(node_missing_reason)"
   return "$ok"
 }
 

@@ -39,8 +39,12 @@ fn kubeconfig_path() -> PathBuf {
     if let Some(p) = std::env::var_os("BOSUN_TEST_KUBECONFIG") {
         return PathBuf::from(p);
     }
-    let dir = std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"));
-    dir.join("kubeconfig")
+    cluster_dir().join("kubeconfig")
+}
+
+/// The local cluster's state directory (`$BOSUN_CLUSTER_DIR`, default `.cluster`).
+pub(crate) fn cluster_dir() -> PathBuf {
+    std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"))
 }
 
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \

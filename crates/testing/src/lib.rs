@@ -19,15 +19,22 @@
 //! * [`Env::start_bosun`] runs the real `bosun` binary as its own ServiceAccount with
 //!   only the generated roles, watching only the test's namespace, so tests run
 //!   in parallel without seeing each other's objects and prove the RBAC is enough.
+//! * [`Env::use_real_node`] sends the namespace's pods to the cluster's one real node
+//!   (see [`node`]), for what must really run; everything else runs on fake nodes.
 //! * [`Env::wait_for`] polls with a timeout and, on failure, says what was expected
 //!   and shows the object as it last was.
+//! * [`backends()`] (no cluster) starts the real database and storage servers of
+//!   `hack/backends.sh` for the backup runner's tests, and runs `bosun` against them.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // test support: failing loudly is the point
 
+pub mod backends;
 mod cluster;
 mod env;
 mod identity;
+pub mod node;
 mod operator;
 
+pub use backends::{Backends, Outcome, backends};
 pub use cluster::{Cluster, cluster, repo_root};
 pub use env::{Env, e2e};
 pub use operator::Bosun;

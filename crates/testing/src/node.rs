@@ -1,0 +1,154 @@
+//! The local cluster's one real node: pods that really run.
+//!
+//! Everything else in the local cluster runs on kwok's fake nodes, which mark pods
+//! Ready without starting a container. A test that needs a process to really run
+//! (a database, a backup job, bosun in a pod) calls [`Env::use_real_node`]: every pod
+//! of its namespace then lands on the real node, through the apiserver's
+//! `PodNodeSelector` and `PodTolerationRestriction` admission plugins, so the
+//! manifests under test stay unchanged. When the machine cannot run the node, the
+//! test **fails** with the reason `cluster.sh` recorded; it never skips.
+//!
+//! The node runs images built offline by `hack/images.sh`; [`images`] names them.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::cluster::cluster_dir;
+use crate::env::Env;
+
+/// The real node's name (`hack/controlplane/node.sh`).
+pub const REAL_NODE: &str = "bosun-node";
+/// The label and the taint (value `true`, effect `NoSchedule`) that keep ordinary pods off it.
+pub const REAL_NODE_LABEL: &str = "bosun.dev/real-node";
+
+/// The images `hack/images.sh` builds from Debian packages and imports into the real
+/// node. Nothing can pull on this machine: use them with `imagePullPolicy: Never`
+/// (or `IfNotPresent`).
+pub mod images {
+    /// A minimal Debian base (bash, coreutils, ca-certificates).
+    pub const BASE: &str = "localhost/bosun-base:bookworm";
+    /// The base plus curl, DNS and network tools, for probing from inside a pod.
+    pub const TOOLBOX: &str = "localhost/bosun-toolbox:bookworm";
+    /// PostgreSQL 15 with the official `postgres` image's interface.
+    pub const POSTGRES: &str = "localhost/postgres:15";
+    /// MariaDB 10.11 with the official `mariadb` image's interface.
+    pub const MARIADB: &str = "localhost/mariadb:10.11";
+    /// Redis 7.
+    pub const REDIS: &str = "localhost/redis:7";
+    /// The backup runner's base: the base plus the database dump clients and zstd.
+    pub const RUNNER_BASE: &str = "localhost/bosun-runner-base:bookworm";
+}
+
+/// Why the running cluster has no real node, as `cluster.sh up` recorded it.
+fn missing_reason() -> String {
+    std::fs::read_to_string(cluster_dir().join("node-missing"))
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "cluster.sh recorded no reason; see `hack/controlplane/cluster.sh status`".to_owned())
+}
+
+/// Panics, saying why, unless the real node is registered and Ready.
+pub async fn require_real_node(client: &kube::Client) {
+    let node = Api::<Node>::all(client.clone()).get_opt(REAL_NODE).await.expect("reading nodes");
+    let Some(node) = node else {
+        panic!("this test needs the local cluster's real node, which is missing: {}", missing_reason());
+    };
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    assert!(ready, "the real node {REAL_NODE} is not Ready: {:?}", node.status.and_then(|s| s.conditions));
+}
+
+/// A container's state as the kubelet reported it.
+pub fn container_status<'a>(pod: &'a Pod, container: &str) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == container)
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+impl Env {
+    /// Send every pod of this test's namespace to the real node (and fail, with the
+    /// reason, if the cluster has none).
+    pub async fn use_real_node(&self) {
+        require_real_node(&self.client).await;
+        let tolerations =
+            json!([{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+        let patch = json!({"metadata": {"annotations": {
+            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=true"),
+            "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
+        }}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("annotating namespace {} for the real node: {e}", self.ns));
+    }
+
+    /// Wait until pod `name` is Ready; panics after `timeout` with its status and the
+    /// node's view of it (events), which is what explains a pod that does not start.
+    pub async fn wait_pod_ready(&self, name: &str, timeout: Duration) -> Pod {
+        self.wait_pod(name, "Ready", timeout, pod_ready).await
+    }
+
+    /// Poll pod `name` until `condition` holds; on timeout, panic with its status and events.
+    pub async fn wait_pod(
+        &self,
+        name: &str,
+        expected: &str,
+        timeout: Duration,
+        condition: impl Fn(&Pod) -> bool,
+    ) -> Pod {
+        let api = self.api::<Pod>();
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(pod)) = api.get_opt(name).await
+                && condition(&pod)
+            {
+                return pod;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (_, described) = self.kubectl(&["describe", "pod", name]);
+        panic!("timed out after {timeout:?} waiting for pod {}/{name} to be {expected}:\n{described}", self.ns)
+    }
+
+    /// `kubectl exec POD -- COMMAND...`: (exit status zero, stdout+stderr).
+    pub fn exec(&self, pod: &str, command: &[&str]) -> (bool, String) {
+        let mut args = vec!["exec", pod, "--"];
+        args.extend_from_slice(command);
+        self.kubectl(&args)
+    }
+
+    /// `kubectl exec`, panicking with the output when the command fails.
+    pub fn exec_ok(&self, pod: &str, command: &[&str]) -> String {
+        let (ok, out) = self.exec(pod, command);
+        assert!(ok, "kubectl exec {pod} -- {command:?} failed:\n{out}");
+        out
+    }
+
+    /// `kubectl logs POD [-c CONTAINER] [--previous]`.
+    pub fn logs(&self, pod: &str, container: Option<&str>, previous: bool) -> String {
+        let mut args = vec!["logs", pod];
+        if let Some(c) = container {
+            args.extend(["-c", c]);
+        }
+        if previous {
+            args.push("--previous");
+        }
+        let (ok, out) = self.kubectl(&args);
+        assert!(ok, "kubectl logs {pod} failed:\n{out}");
+        out
+    }
+}

@@ -1,0 +1,200 @@
+//! `make cluster` / `make cluster-down` with the real node: starting twice is
+//! harmless, and `down` leaves nothing of the node on the machine: no process,
+//! mount, nftables table, iptables chain, interface, cgroup or changed sysctl.
+//!
+//! Its own test binary, with one test: it stops the cluster the other tests share and
+//! starts it again, so nothing may run beside it (cargo runs test binaries one after
+//! another). Run: `cargo test -p bosun-testing --test lifecycle`.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // tests: failing loudly is the point
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use bosun_testing::node::require_real_node;
+use bosun_testing::{cluster, repo_root};
+
+/// Sysctls the node changes (kubelet's kernel tunables, forwarding, bridge netfilter).
+const SYSCTLS: &[&str] = &[
+    "net/ipv4/ip_forward",
+    "net/bridge/bridge-nf-call-iptables",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+];
+
+/// What the real node can leave on a machine, as sets of lines per kind.
+#[derive(Debug, PartialEq, Eq)]
+struct Machine {
+    processes: BTreeSet<String>,
+    mounts: BTreeSet<String>,
+    nft_tables: BTreeSet<String>,
+    kube_iptables_chains: BTreeSet<String>,
+    interfaces: BTreeSet<String>,
+    cgroups: BTreeSet<String>,
+    sysctls: BTreeSet<String>,
+    owner_file: bool,
+}
+
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("running {program}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn lines(text: &str) -> BTreeSet<String> {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+/// The cluster's state directory.
+fn state_dir() -> PathBuf {
+    std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"))
+}
+
+/// The cluster's components by name, from their pid files.
+fn component_pids() -> BTreeSet<String> {
+    let Ok(dir) = std::fs::read_dir(state_dir().join("pids")) else { return BTreeSet::new() };
+    dir.flatten()
+        .map(|f| {
+            let pid = std::fs::read_to_string(f.path()).unwrap_or_default();
+            format!("{} {}", f.file_name().to_string_lossy(), pid.trim())
+        })
+        .collect()
+}
+
+impl Machine {
+    /// What this cluster can have left on the machine. Other processes, mounts and
+    /// containerds on the machine (another cluster's, a developer's) are not counted.
+    fn now() -> Self {
+        let state = state_dir().display().to_string();
+        // Components and shims name the state directory on their command line; the
+        // containers (and their pause processes) sit in kubepods cgroups, counted below.
+        let processes = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+            .filter_map(|e| {
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                let pid = e.file_name().to_string_lossy().into_owned();
+                cmdline.contains(&format!("{state}/")).then(|| format!("{pid} {}", cmdline.trim()))
+            })
+            .collect();
+        let mounts = std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&state) || m.contains("kubepods"))
+            .map(str::to_owned)
+            .collect();
+        let mut kube_iptables_chains = BTreeSet::new();
+        for cmd in ["iptables", "ip6tables"] {
+            for table in ["filter", "nat", "mangle"] {
+                for chain in run(cmd, &["-w", "-t", table, "-S"]).lines().filter(|l| l.contains("KUBE-")) {
+                    kube_iptables_chains.insert(format!("{cmd} {table}: {chain}"));
+                }
+            }
+        }
+        let interfaces = run("ip", &["-o", "link", "show"])
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|name| name.split('@').next().unwrap_or(name).to_owned())
+            .collect();
+        let cgroups = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|h| {
+                        let p = h.path().join("kubepods");
+                        p.exists().then(|| p.display().to_string())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let sysctls = SYSCTLS
+            .iter()
+            .filter_map(|k| std::fs::read_to_string(format!("/proc/sys/{k}")).ok().map(|v| format!("{k}={}", v.trim())))
+            .collect();
+        Machine {
+            processes,
+            mounts,
+            nft_tables: lines(&run("nft", &["list", "tables"])),
+            kube_iptables_chains,
+            interfaces,
+            cgroups,
+            sysctls,
+            owner_file: std::path::Path::new("/run/bosun-node.owner").exists(),
+        }
+    }
+}
+
+fn cluster_sh(command: &str) -> String {
+    let start = Instant::now();
+    let out = Command::new(repo_root().join("hack/controlplane/cluster.sh"))
+        .arg(command)
+        .output()
+        .unwrap_or_else(|e| panic!("running cluster.sh {command}: {e}"));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "cluster.sh {command} failed:\n{text}");
+    eprintln!("cluster.sh {command}: {:?}", start.elapsed());
+    text
+}
+
+#[tokio::test]
+async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
+    // The suite's cluster, with its real node: proves the node was there to clean up.
+    require_real_node(&cluster().await.client).await;
+    let saved_sysctls =
+        std::fs::read_to_string(state_dir().join("node/sysctl.saved")).expect("the node's saved sysctls");
+    assert!(saved_sysctls.contains("net.ipv4.ip_forward="), "{saved_sysctls}");
+
+    // Starting again while healthy changes nothing: same processes.
+    let running = Machine::now();
+    let components = component_pids();
+    assert!(components.iter().any(|c| c.starts_with("kubelet.pid ")), "{components:?}");
+    let again = cluster_sh("up");
+    assert!(again.contains("already running"), "a second up keeps the running cluster:\n{again}");
+    assert_eq!(component_pids(), components, "no component was restarted");
+    assert!(running.interfaces.contains("bosun0"), "the node's bridge exists while it runs: {:?}", running.interfaces);
+    assert!(running.nft_tables.contains("table inet bosun-node"), "{:?}", running.nft_tables);
+    assert!(!running.cgroups.is_empty(), "kubelet's cgroups exist while it runs");
+
+    // Down, the machine as it is without a cluster; up, down again: the same machine.
+    cluster_sh("down");
+    let without = Machine::now();
+    cluster_sh("up");
+    let up = Machine::now();
+    assert!(up.interfaces.contains("bosun0") && up.owner_file, "the node came back: {up:?}");
+    cluster_sh("down");
+    let after = Machine::now();
+
+    assert_eq!(after, without, "a second up/down cycle left something behind");
+    assert!(after.processes.is_empty(), "processes left: {:?}", after.processes);
+    assert!(after.mounts.is_empty(), "mounts left: {:?}", after.mounts);
+    assert!(after.kube_iptables_chains.is_empty(), "iptables chains left: {:?}", after.kube_iptables_chains);
+    assert!(after.cgroups.is_empty(), "cgroups left: {:?}", after.cgroups);
+    assert!(!after.owner_file, "/run/bosun-node.owner left");
+    assert!(
+        !after.interfaces.iter().any(|i| i == "bosun0" || i.starts_with("veth")),
+        "interfaces left: {:?}",
+        after.interfaces
+    );
+    assert!(
+        !after.nft_tables.iter().any(|t| t.contains("bosun-node") || t.contains("kube-proxy")),
+        "nftables tables left: {:?}",
+        after.nft_tables
+    );
+    // Every sysctl the node changed is back at the value it had before the node
+    // started, as the running cluster recorded it.
+    for line in saved_sysctls.lines() {
+        let (key, value) = line.split_once('=').unwrap_or_else(|| panic!("sysctl.saved line {line:?}"));
+        let now = std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/"))).unwrap_or_default();
+        assert_eq!(now.trim(), value, "sysctl {key} restored");
+    }
+    assert_eq!(after.sysctls, without.sysctls, "sysctls after a second cycle");
+
+    // Leave the cluster running for the test binaries after this one.
+    cluster_sh("up");
+    require_real_node(&cluster().await.client).await;
+}

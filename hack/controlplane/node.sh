@@ -1,0 +1,501 @@
+# shellcheck shell=bash
+# The real node of the local cluster, sourced by cluster.sh: containerd + runc
+# (Debian), a kubelet and kube-proxy of the control plane's release and CoreDNS
+# (built by `build.sh node`), the CNI bridge plugin, and the images of
+# hack/images.sh. Pods that ask for it (label and taint bosun.dev/real-node)
+# really run here; everything else keeps going to kwok's fake nodes.
+#
+# One real node per machine: its bridge, its address and the DNS port are
+# machine-wide. Network layout (also in the README):
+#   10.245.0.0/24   pods of the real node, on the bridge bosun0
+#   10.245.0.1      the node itself (bridge address): kubelet, apiserver
+#                   endpoint of the `kubernetes` Service, CoreDNS on port 53
+#   10.96.0.0/16    Services (10.96.0.1 kubernetes, 10.96.0.10 kube-dns)
+# Pods get routes to the bridge and to the Service range only, no default
+# route, and a forward rule drops anything from the pod range that would leave
+# by another interface: pod traffic reaches the node, other pods and Services,
+# nothing off the machine. No masquerading (kube-proxy still SNATs a pod that
+# reaches itself through its own Service, on the bridge).
+#
+# State under $state/node (wiped by `down`); the machine-wide things it
+# touches (sysctls, cgroups, nftables/iptables, the bridge, /var/log/containers
+# links, libcni's cache) are recorded at start and put back by node_teardown.
+
+node_name=bosun-node
+node_bridge=bosun0
+node_cidr=10.245.0.0/24
+node_ip=10.245.0.1
+dns_service_ip=10.96.0.10
+cluster_domain=cluster.local
+node_label=bosun.dev/real-node
+node_components=(containerd kubelet kube-proxy coredns)
+# Built by hack/images.sh from kubelet's own pause.c; nothing is pulled.
+pause_image=localhost/pause:k8s-v1.34.4
+# Changed by kubelet (kernel tunables it insists on), kube-proxy and us; saved
+# before the node starts and restored by teardown.
+node_sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables
+  net.bridge.bridge-nf-call-ip6tables vm.overcommit_memory vm.panic_on_oom
+  kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+# Every hierarchy kubelet may create kubepods in: the v1 controllers and, on a
+# hybrid machine, the v2 tree mounted at unified/.
+cgroup_controllers=(cpu cpuacct cpuset memory devices freezer blkio pids systemd hugetlb net_cls net_prio perf_event rdma misc unified)
+node_dir() { echo "$state/node"; }
+
+# Why this machine cannot run the real node, or nothing if it can.
+node_unsupported() {
+  [ "$(id -u)" = 0 ] || { echo "not running as root (containers need root here)"; return; }
+  [ -w /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] ||
+    { echo "no writable cgroup hierarchy at /sys/fs/cgroup"; return; }
+  [ -d /proc/sys/net/bridge ] || modprobe br_netfilter 2>/dev/null ||
+    { echo "no bridge netfilter (br_netfilter) in this kernel"; return; }
+  local t
+  for t in containerd runc nft iptables ip /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback; do
+    command -v "$t" >/dev/null 2>&1 || [ -x "$t" ] ||
+      { echo "$t is not installed (hack/prerequisites.sh installs it)"; return; }
+  done
+  if ip link show "$node_bridge" >/dev/null 2>&1 && [ ! -e "$(node_dir)/up" ]; then
+    local owner
+    owner=$(cat /run/bosun-node.owner 2>/dev/null || true)
+    if [ -n "$owner" ] && [ "$owner" != "$state" ] && [ -e "$owner/node/up" ]; then
+      echo "the real node is already in use by the cluster in $owner (one per machine)"
+      return
+    fi
+  fi
+}
+
+node_enabled() { [ -e "$(node_dir)/enabled" ]; }
+
+# The message tests fail with when the node is missing.
+node_missing_reason() { cat "$state/node-missing" 2>/dev/null || true; }
+
+
+# --- start ---------------------------------------------------------------------
+
+save_sysctls() {
+  local f=$(node_dir)/sysctl.saved k
+  [ -e "$f" ] && return 0
+  # The nftables tables that exist before the node: iptables-nft tables that
+  # kubelet and kube-proxy create are removed again by teardown.
+  nft list tables >"$(node_dir)/nft-tables.saved"
+  for k in "${node_sysctls[@]}"; do
+    [ -e "/proc/sys/${k//.//}" ] && echo "$k=$(cat "/proc/sys/${k//.//}")"
+  done >"$f.tmp"
+  mv "$f.tmp" "$f"
+}
+
+restore_sysctls() {
+  local f=$(node_dir)/sysctl.saved k v
+  [ -r "$f" ] || return 0
+  while IFS='=' read -r k v; do
+    echo "$v" >"/proc/sys/${k//.//}" 2>/dev/null || log "could not restore $k=$v"
+  done <"$f"
+}
+
+# Bridge with the node's address, forwarding, the way from pods to the
+# apiserver, and the guards that keep cluster traffic on the machine. Before
+# the apiserver starts: it advertises this address for the `kubernetes`
+# Service.
+#
+# The apiserver keeps listening on 127.0.0.1 only. Pods reach it through the
+# `kubernetes` Service (10.96.0.1:443) or its endpoint (the node address and
+# the apiserver's port); both are DNATed to the loopback listener by a chain
+# that runs before kube-proxy's (the first NAT decision of a connection
+# wins). route_localnet on this bridge alone lets such packets in and their
+# replies out; it goes away with the bridge.
+node_network_up() {
+  local d
+  d=$(node_dir)
+  mkdir -p "$d"
+  save_sysctls
+  echo "$state" >/run/bosun-node.owner
+  if ! ip link show "$node_bridge" >/dev/null 2>&1; then
+    ip link add "$node_bridge" type bridge
+  fi
+  ip addr replace "$node_ip/${node_cidr#*/}" dev "$node_bridge"
+  ip link set "$node_bridge" up
+  echo 1 >"/proc/sys/net/ipv4/conf/$node_bridge/route_localnet"
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+  echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+  nft -f - <<EOF
+table inet bosun-node
+delete table inet bosun-node
+table inet bosun-node {
+  chain api {
+    type nat hook prerouting priority dstnat - 10; policy accept;
+    iifname "$node_bridge" ip daddr $first_service_ip tcp dport 443 dnat ip to 127.0.0.1:$APISERVER_PORT comment "kubernetes Service"
+    iifname "$node_bridge" ip daddr $node_ip tcp dport $APISERVER_PORT dnat ip to 127.0.0.1:$APISERVER_PORT comment "its endpoint"
+  }
+  chain forward {
+    type filter hook forward priority filter; policy accept;
+    ip saddr $node_cidr oifname != "$node_bridge" counter drop comment "pod traffic stays on the machine"
+  }
+  chain out {
+    type filter hook postrouting priority srcnat + 10; policy accept;
+    oifname != { "lo", "$node_bridge" } ip daddr { $node_cidr, $service_cidr } counter drop comment "cluster addresses are never sent off the machine"
+    oifname != { "lo", "$node_bridge" } ip saddr $node_cidr counter drop
+  }
+}
+EOF
+  touch "$d/enabled"
+}
+
+write_node_configs() {
+  local d
+  d=$(node_dir)
+  mkdir -p "$d/cni" "$d/ipam" "$d/kubelet" "$d/pod-logs" "$d/containerd-root" "$d/containerd"
+  cat >"$d/containerd.toml" <<EOF
+version = 2
+root = "$d/containerd-root"
+state = "$d/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$d/containerd.sock"
+[ttrpc]
+  address = "$d/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$d/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$pause_image"
+  # runc cannot lower the sandbox's oom_score_adj here ("can't get final
+  # child's PID from pipe: EOF"); clamp it to the current value instead.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$d/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$d/cni"
+    max_conf_num = 1
+EOF
+  # Routes: the Service range through the node; the pod range is on-link. No
+  # default route, so nothing off the machine is reachable.
+  cat >"$d/cni/10-bosun.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "bosun",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$node_bridge",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$d/ipam",
+        "ranges": [[{"subnet": "$node_cidr", "gateway": "$node_ip"}]],
+        "routes": [{"dst": "$service_cidr"}]
+      }
+    }
+  ]
+}
+EOF
+  # Pods with dnsPolicy Default get this instead of the machine's resolvers.
+  : >"$d/resolv.conf"
+  cat >"$d/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $node_ip
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $state/certs/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$d/containerd.sock
+# cgroup v1 (hybrid) on these machines, and no systemd.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+clusterDNS: [$dns_service_ip]
+clusterDomain: $cluster_domain
+resolvConf: $d/resolv.conf
+podLogsDir: $d/pod-logs
+# Nothing here can pull an image again: never collect them, and do not evict
+# pods because a shared CI disk is fuller than a production node's would be.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+maxPods: 110
+serializeImagePulls: false
+registerNode: true
+registerWithTaints:
+- {key: $node_label, value: "true", effect: NoSchedule}
+nodeStatusUpdateFrequency: 10s
+syncFrequency: 10s
+fileCheckFrequency: 0s
+shutdownGracePeriod: 0s
+EOF
+  cat >"$d/Corefile" <<EOF
+$cluster_domain:53 in-addr.arpa:53 ip6.arpa:53 {
+  bind $node_ip
+  errors
+  kubernetes $cluster_domain in-addr.arpa ip6.arpa {
+    kubeconfig $state/kubeconfigs/coredns.kubeconfig
+    pods insecure
+    fallthrough in-addr.arpa ip6.arpa
+  }
+  cache 5
+  reload
+}
+# Nothing outside the cluster: pods have no route off the machine either.
+.:53 {
+  bind $node_ip
+  errors
+  template ANY ANY {
+    rcode NXDOMAIN
+  }
+}
+EOF
+}
+
+# Cluster objects the node needs: DNS Service with the host's CoreDNS as its
+# endpoint, and RBAC for CoreDNS and for the apiserver calling kubelets (logs,
+# exec). Appended to the bootstrap manifests.
+write_node_bootstrap() {
+  cat <<EOF
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS}
+spec:
+  clusterIP: $dns_service_ip
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-host
+  namespace: kube-system
+  labels:
+    kubernetes.io/service-name: kube-dns
+    endpointslice.kubernetes.io/managed-by: cluster.sh.bosun.dev
+addressType: IPv4
+endpoints:
+- addresses: [$node_ip]
+  conditions: {ready: true}
+  nodeName: $node_name
+ports:
+- {name: dns, port: 53, protocol: UDP}
+- {name: dns-tcp, port: 53, protocol: TCP}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: bosun:coredns
+rules:
+- apiGroups: [""]
+  resources: [services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: bosun:coredns
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bosun:coredns}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "bosun:coredns"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: bosun:apiserver-kubelet-client
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-apiserver-kubelet-client}
+EOF
+}
+
+# Client certificates of the node's components, issued with the others.
+node_certs() {
+  local client="keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth" pids=() p
+  issue_cert node "/O=system:nodes/CN=system:node:$node_name" "$client" & pids+=($!)
+  issue_cert kube-proxy "/CN=system:kube-proxy" "$client" & pids+=($!)
+  issue_cert coredns "/CN=bosun:coredns" "$client" & pids+=($!)
+  issue_cert kube-apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "$client" & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || die "certificate generation failed"; done
+  chmod 600 "$state/certs"/*.key
+  local c
+  for c in node kube-proxy coredns; do
+    write_kubeconfig "$state/kubeconfigs/$c.kubeconfig" "$c"
+  done
+}
+
+# After the control plane: containerd, the images, kubelet, kube-proxy,
+# CoreDNS.
+start_node() {
+  local d i
+  d=$(node_dir)
+  write_node_configs
+  start containerd --config "$d/containerd.toml" --log-level warn
+  for ((i = 0; i < 300; i++)); do
+    [ -S "$d/containerd.sock" ] && ctr -a "$d/containerd.sock" version >/dev/null 2>&1 && break
+    component_pid containerd >/dev/null || die "containerd exited; see $state/logs/containerd.log"
+    sleep 0.1
+  done
+  "$repo_root/hack/images.sh" import --address "$d/containerd.sock" >"$state/logs/images.log" 2>&1 ||
+    { tail -n 20 "$state/logs/images.log" >&2; die "importing the images into the real node failed; see $state/logs/images.log"; }
+  start kubelet --config="$d/kubelet.yaml" \
+    --kubeconfig="$state/kubeconfigs/node.kubeconfig" \
+    --root-dir="$d/kubelet" --cert-dir="$d/kubelet/pki" \
+    --hostname-override="$node_name" --node-ip="$node_ip" \
+    --node-labels="$node_label=true" \
+    --v=1
+  start kube-proxy --kubeconfig="$state/kubeconfigs/kube-proxy.kubeconfig" \
+    --proxy-mode=nftables --hostname-override="$node_name" \
+    --nodeport-addresses="$node_cidr" \
+    --metrics-bind-address="127.0.0.1:$KUBE_PROXY_METRICS_PORT" \
+    --healthz-bind-address="127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT" \
+    --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
+    --conntrack-tcp-timeout-close-wait=0 \
+    --v=1
+  start coredns -conf "$d/Corefile"
+  touch "$d/up"
+}
+
+# Health of the node, for wait_healthy: Ready, untainted but for its own taint,
+# DNS answering, kube-proxy healthy.
+check_node() {
+  node_enabled || return 0
+  local ready taints
+  read -r ready taints < <(kc get node "$node_name" -o \
+    jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}' 2>/dev/null || echo "?")
+  if [ "$ready" != True ]; then
+    failed="real node $node_name to become Ready" culprit=kubelet; return 1
+  fi
+  if [ "$taints" != "$node_label" ]; then
+    failed="real node $node_name to have only its own taint ($taints)" culprit=kube-controller-manager; return 1
+  fi
+  if ! curl -sf --max-time 3 "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/healthz" >/dev/null; then
+    failed="kube-proxy /healthz" culprit=kube-proxy; return 1
+  fi
+  if [ "$(api_status /api/v1/namespaces/kube-system/services/kube-dns)" != 200 ]; then
+    kc apply -f "$state/manifests/bootstrap.yaml" >/dev/null 2>>"$state/logs/bootstrap.log" || true
+    failed="kube-dns Service to be created" culprit=bootstrap; return 1
+  fi
+}
+
+# --- teardown --------------------------------------------------------------------
+
+# Pids of every process in the node's cgroups (the pods' containers).
+pod_pids() {
+  local c
+  for c in "${cgroup_controllers[@]}"; do
+    [ -d "/sys/fs/cgroup/$c/kubepods" ] || continue
+    find "/sys/fs/cgroup/$c/kubepods" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done | sort -u
+}
+
+shim_pids() {
+  local pid
+  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $(node_dir)/containerd.sock" || true); do
+    echo "$pid"
+  done
+}
+
+kill_pids() {  # pid...
+  [ $# -gt 0 ] || return 0
+  kill -KILL "$@" 2>/dev/null || true
+}
+
+# Stops everything of the node and removes what it left on the machine. Safe
+# on a half-started or long-dead node (also used to clean up after a crash).
+node_teardown() {
+  local d i m c
+  d=$(node_dir)
+  [ -e "$d" ] || [ "$(cat /run/bosun-node.owner 2>/dev/null)" = "$state" ] || return 0
+  # Containers first, while nothing restarts them (kubelet and containerd were
+  # stopped by stop_all); shims after, so that no container outlives them.
+  for ((i = 0; i < 50; i++)); do
+    mapfile -t pids < <(pod_pids)
+    [ "${#pids[@]}" -eq 0 ] && break
+    kill_pids "${pids[@]}"
+    sleep 0.1
+  done
+  mapfile -t pids < <(shim_pids)
+  kill_pids "${pids[@]}"
+  await_reaped "${pids[@]}"
+  # Mounts: container root filesystems, network namespaces, kubelet's volumes
+  # (deepest first).
+  for ((i = 0; i < 5; i++)); do
+    mapfile -t m < <(awk -v p="$state/" 'index($2, p) == 1 { print $2 }' /proc/self/mounts | sort -r)
+    [ "${#m[@]}" -eq 0 ] && break
+    for c in "${m[@]}"; do umount -l "$(printf '%b' "$c")" 2>/dev/null || true; done
+  done
+  # cgroups, leaves first.
+  for c in "${cgroup_controllers[@]}"; do
+    [ -d "/sys/fs/cgroup/$c/kubepods" ] || continue
+    find "/sys/fs/cgroup/$c/kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  ip link del "$node_bridge" 2>/dev/null || true
+  # Veths whose namespace is gone are deleted with it; the bridge took the rest.
+  nft delete table inet bosun-node 2>/dev/null || true
+  nft delete table ip kube-proxy 2>/dev/null || true
+  nft delete table ip6 kube-proxy 2>/dev/null || true
+  remove_kube_iptables
+  remove_new_iptables_tables
+  conntrack -D -s "$node_cidr" >/dev/null 2>&1 || true
+  conntrack -D -d "$node_cidr" >/dev/null 2>&1 || true
+  restore_sysctls
+  # kubelet's links to the pods' logs, libcni's result cache of our network.
+  find /var/log/containers -maxdepth 1 -type l -lname "$d/*" -delete 2>/dev/null || true
+  rm -f /var/lib/cni/results/bosun-* 2>/dev/null || true
+  rm -f /run/bosun-node.owner
+  rm -rf "$d"
+}
+
+# The iptables-nft tables (filter, nat, mangle) that were not there before the
+# node started and hold nothing but their built-in chains now.
+remove_new_iptables_tables() {
+  local saved=$(node_dir)/nft-tables.saved family table cmd
+  [ -r "$saved" ] || return 0
+  nft list tables 2>/dev/null | while read -r _ family table; do
+    grep -qx "table $family $table" "$saved" && continue
+    case $family in ip) cmd=iptables ;; ip6) cmd=ip6tables ;; *) continue ;; esac
+    case $table in filter | nat | mangle | raw | security) ;; *) continue ;; esac
+    if ! "$cmd" -w -t "$table" -S 2>/dev/null | grep -qv '^-P '; then
+      nft delete table "$family" "$table" 2>/dev/null || true
+    fi
+  done
+}
+
+# kubelet and kube-proxy keep a few canary and hint chains in the iptables
+# tables even in nftables mode; remove every KUBE-* chain they created.
+remove_kube_iptables() {
+  local cmd t chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for t in mangle nat filter; do
+      for chain in $("$cmd" -w -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$t" -F "$chain" 2>/dev/null || true
+      done
+      # Jumps into them from the built-in chains.
+      "$cmd" -w -t "$t" -S 2>/dev/null | awk '$1 == "-A" && / -j KUBE-/' | while read -r -a rule; do
+        rule[0]=-D
+        "$cmd" -w -t "$t" "${rule[@]}" 2>/dev/null || true
+      done
+      for chain in $("$cmd" -w -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -w -t "$t" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
