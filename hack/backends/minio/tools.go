@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the upstream command this module builds.
+package tools
+
+import _ "github.com/minio/minio"
