@@ -1,4 +1,5 @@
-//! `bosun`: the controller manager, the CRDs it serves, and an offline renderer.
+//! `bosun`: the controller manager, the CRDs it serves, an offline renderer, and the
+//! backup and restore runners the Backup and Restore jobs run.
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
@@ -45,9 +46,16 @@ enum Command {
         #[arg(short = 'f', long = "filename")]
         file: PathBuf,
     },
+    /// Back up a database into object storage, or list the backups (the Backup CronJob's runner).
+    #[command(subcommand)]
+    Backup(bosun_runner::cli::BackupCommand),
+    /// Load a backup into a database (the Restore Job's runner).
+    #[command(subcommand)]
+    Restore(bosun_runner::cli::RestoreCommand),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand};
     let cli = Cli::parse();
     match cli.command {
         Command::Crd { out_dir: None } => print!("{}", bosun_api::crds_yaml()?),
@@ -62,8 +70,29 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(bosun_runtime::run(args))?;
         }
+        // The runners print one JSON result line on stdout and log to stderr.
+        Command::Backup(BackupCommand::Run(args)) => {
+            init_logging(cli.log_format);
+            let outcome = runner_runtime()?.block_on(runner::backup_run(&args));
+            return Ok(runner::report(outcome, args.result_file.as_ref()));
+        }
+        Command::Backup(BackupCommand::List(args)) => {
+            let outcome = runner_runtime()?.block_on(runner::backup_list(&args));
+            return Ok(runner::report(outcome, None));
+        }
+        Command::Restore(RestoreCommand::Run(args)) => {
+            init_logging(cli.log_format);
+            let outcome = runner_runtime()?.block_on(runner::restore_run(&args));
+            return Ok(runner::report(outcome, args.result_file.as_ref()));
+        }
     }
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The runners stream one pipeline: two workers let compression and part uploads
+/// overlap while keeping the footprint small.
+fn runner_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
 }
 
 /// Where kube's client logs response bodies it could not decode (at WARN) or parse as

@@ -330,7 +330,7 @@ async fn handle(
 /// Serve the webhook over TLS on 127.0.0.1 (a free port) until the task is aborted.
 async fn serve_webhook(nonce: &str, reviews: Reviews) -> (SocketAddr, String, tokio::task::JoinHandle<()>) {
     let (ca_pem, cert, key) = test_pki();
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_no_client_auth()

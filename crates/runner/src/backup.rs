@@ -1,0 +1,247 @@
+//! One backup run, streamed end to end:
+//!
+//! ```text
+//! pg_dump/mysqldump/mongodump stdout ──► zstd ──► sha256 ──► multipart upload
+//!                                                     (a few parts in flight at most)
+//! tool exit 0? ─► complete upload ─► size and sha256 read back ─► manifest ─► retention
+//!      │ no              │ failed            │ mismatch
+//!      └─ abort upload   └─ nothing stored   └─ dump deleted          (nothing deleted)
+//! ```
+//!
+//! Memory is bounded by the part size times the parts in flight, whatever the dump's
+//! size; nothing touches local disk.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use jiff::{SignedDuration, Timestamp};
+use object_store::buffered::BufWriter;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::catalogue::Catalogue;
+use crate::location::Database;
+use crate::manifest::{self, Manifest};
+use crate::retention;
+use crate::store::Store;
+use crate::tool::{self, Password};
+use crate::{Error, storage};
+
+/// Upload part size: S3's minimum, so memory stays small.
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts uploading at once.
+pub const PARTS_IN_FLIGHT: usize = 2;
+const CHUNK: usize = 256 * 1024;
+
+/// What to back up, where to, and what to keep.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    pub source: Database,
+    pub password: Password,
+    pub store: Store,
+    /// The folder under the destination's prefix: `<namespace>/<backup>`.
+    pub folder: String,
+    pub retention: Option<SignedDuration>,
+    pub keep_last: usize,
+}
+
+/// The result of a good run (also what the controller reads from the termination message).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The dump's key, as found in the bucket (with the destination's prefix).
+    pub key: String,
+    pub size: u64,
+    pub sha256: String,
+    pub uncompressed_size: u64,
+    pub started: Timestamp,
+    pub finished: Timestamp,
+    pub duration_seconds: f64,
+    /// Keys retention removed after this run.
+    pub deleted: Vec<String>,
+    /// Set when retention could not finish; the backup itself is good.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_error: Option<String>,
+}
+
+impl Backup {
+    pub async fn run(&self) -> Result<Report, Error> {
+        let started = Timestamp::now();
+        // First contact: a wrong password or an unreachable host fails here, before
+        // anything is uploaded.
+        let server_version = tool::server_version(&self.source, &self.password)
+            .await
+            .map_err(tool::connecting("source", &self.source))?;
+        let dump = tool::dump(&self.source, &self.password)?;
+        let tool_version = tool::tool_version(dump.program).await;
+        let (key, manifest_key) = manifest::keys(&self.folder, started, self.source.engine.extension());
+        let path = self.store.path(&key);
+
+        let mut running = dump.spawn(false, true)?;
+        let stdout =
+            running.child.stdout.take().ok_or(Error::Tool { tool: dump.program, detail: "no stdout".into() })?;
+        let uncompressed = Arc::new(AtomicU64::new(0));
+        let counted = Counting { inner: stdout, count: uncompressed.clone() };
+        // Frame checksums let a restore notice a corrupted object before it loads it.
+        let mut zstd = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
+            BufReader::with_capacity(CHUNK, counted),
+            async_compression::Level::Default,
+            &[async_compression::zstd::CParameter::checksum_flag(true)],
+        );
+        let mut upload = BufWriter::with_capacity(self.store.objects.clone(), path.clone(), PART_SIZE)
+            .with_max_concurrency(PARTS_IN_FLIGHT);
+
+        let streamed = stream(&mut zstd, &mut upload).await.map_err(|e| match e {
+            Error::Upload(e) => Error::Upload(format!("uploading {key} to {}: {e}", self.store.destination)),
+            other => other,
+        });
+        if streamed.is_err() {
+            // Nobody reads the dump any more: a tool still writing would block on the
+            // full pipe for ever. Stop it (closing the pipe alone would do for most).
+            let _ = running.child.start_kill();
+        }
+        drop(zstd);
+        // The tool's verdict comes before the upload is completed: a dump that died
+        // mid-way must never become an object.
+        let exited = running.finish().await;
+        // A dump tool that dies ends the stream (its stdout closes), so a broken stream
+        // is the upload's (or zstd's) fault, and the tool's exit is only its stopping.
+        let (size, sha256) = match streamed.and_then(|sums| exited.map(|()| sums)) {
+            Ok(sums) => sums,
+            Err(e) => {
+                // Nothing was completed yet: parts uploaded so far are dropped.
+                let _ = upload.abort().await;
+                return Err(e);
+            }
+        };
+        // A failed shutdown has cleaned up after itself (a single put stored nothing, a
+        // multipart upload is aborted by object_store); abort() would panic now.
+        if let Err(e) = upload.shutdown().await {
+            return Err(Error::Upload(format!("completing the upload of {key} to {}: {e}", self.store.destination)));
+        }
+
+        if let Err(e) = verify(&self.store, &key, size, &sha256).await {
+            let _ = self.store.objects.delete(&path).await;
+            return Err(e);
+        }
+        let finished = Timestamp::now();
+        let manifest = Manifest {
+            key: key.clone(),
+            size,
+            sha256: sha256.clone(),
+            uncompressed_size: uncompressed.load(Ordering::Relaxed),
+            compression: "zstd".into(),
+            engine: self.source.engine.as_str().into(),
+            source: self.source.to_string(),
+            tool_version,
+            server_version,
+            started,
+            finished,
+        };
+        let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Upload(format!("manifest: {e}")))?;
+        if let Err(e) = self.store.objects.put(&self.store.path(&manifest_key), PutPayload::from(body)).await {
+            let _ = self.store.objects.delete(&path).await;
+            return Err(storage("writing the manifest")(e));
+        }
+
+        let (deleted, retention_error) = match self.prune(finished).await {
+            Ok(deleted) => (deleted, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        Ok(Report {
+            key: self.store.full_key(&key),
+            size,
+            sha256,
+            uncompressed_size: manifest.uncompressed_size,
+            started,
+            finished,
+            duration_seconds: finished.duration_since(started).as_secs_f64(),
+            deleted,
+            retention_error,
+        })
+    }
+
+    /// Retention, after a good run only: the dumps (and their manifests) to go.
+    async fn prune(&self, now: Timestamp) -> Result<Vec<String>, Error> {
+        let catalogue = Catalogue::read(&self.store, &self.folder).await?;
+        let doomed = retention::expired(&catalogue.stored(), now, self.retention, self.keep_last);
+        let mut deleted = Vec::new();
+        for key in doomed {
+            // The manifest first: a dump without one is no longer counted as good.
+            if let Some(m) = manifest::manifest_key_of(&key) {
+                match self.store.objects.delete(&self.store.path(&m)).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(storage("deleting an expired manifest")(e)),
+                }
+            }
+            match self.store.objects.delete(&self.store.path(&key)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(storage("deleting an expired dump")(e)),
+            }
+            deleted.push(self.store.full_key(&key));
+        }
+        Ok(deleted)
+    }
+}
+
+/// Copy the compressed stream into the upload, counting and hashing what is stored.
+async fn stream<R: AsyncRead + Unpin>(from: &mut R, upload: &mut BufWriter) -> Result<(u64, String), Error> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = from
+            .read(&mut buf)
+            .await
+            .map_err(|e| Error::Tool { tool: "zstd", detail: format!("reading the dump: {e}") })?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+        upload.write_all(&buf[..n]).await.map_err(|e| Error::Upload(e.to_string()))?;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+/// Read the stored object back: its size and checksum must be what was sent.
+async fn verify(store: &Store, key: &str, size: u64, sha256: &str) -> Result<(), Error> {
+    use futures::StreamExt;
+    let path = store.path(key);
+    let got = store.objects.get(&path).await.map_err(storage("reading the upload back"))?;
+    if got.meta.size != size {
+        return Err(Error::Verify(format!("{} holds {} bytes, {size} were sent", store.full_key(key), got.meta.size)));
+    }
+    let mut hasher = Sha256::new();
+    let mut body = got.into_stream();
+    while let Some(chunk) = body.next().await {
+        hasher.update(&chunk.map_err(storage("reading the upload back"))?);
+    }
+    let stored = hex::encode(hasher.finalize());
+    if stored != sha256 {
+        return Err(Error::Verify(format!("{} has sha256 {stored}, {sha256} was sent", store.full_key(key))));
+    }
+    Ok(())
+}
+
+/// Counts the bytes read through it.
+struct Counting<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.count.fetch_add(read as u64, Ordering::Relaxed);
+        poll
+    }
+}

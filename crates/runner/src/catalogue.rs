@@ -1,0 +1,80 @@
+//! What one Backup's folder holds: its good backups (a dump with its manifest) and
+//! the dumps that never got one.
+
+use futures::TryStreamExt;
+use jiff::Timestamp;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+
+use crate::manifest::{Manifest, manifest_key_of};
+use crate::retention::Stored;
+use crate::store::Store;
+use crate::{Error, storage};
+
+/// Every dump under `folder`, oldest first, with the manifests of the good ones.
+#[derive(Debug, Default)]
+pub struct Catalogue {
+    pub good: Vec<Manifest>,
+    /// Dumps without a manifest, with their modification times.
+    pub partial: Vec<(String, Timestamp)>,
+}
+
+impl Catalogue {
+    pub async fn read(store: &Store, folder: &str) -> Result<Self, Error> {
+        let prefix = store.path(folder);
+        let objects: Vec<_> =
+            store.objects.list(Some(&prefix)).try_collect().await.map_err(storage("listing the backups"))?;
+        let strip = |p: &Path| -> String {
+            let full = p.to_string();
+            match store.destination.prefix.as_str() {
+                "" => full,
+                pre => full.strip_prefix(&format!("{pre}/")).unwrap_or(&full).to_owned(),
+            }
+        };
+        let keys: std::collections::BTreeMap<String, &object_store::ObjectMeta> =
+            objects.iter().map(|m| (strip(&m.location), m)).collect();
+        let mut catalogue = Catalogue::default();
+        for (key, meta) in &keys {
+            let Some(manifest_key) = manifest_key_of(key) else { continue };
+            if key.ends_with(".manifest.json") {
+                continue;
+            }
+            let manifest = match keys.get(&manifest_key) {
+                Some(_) => read_manifest(store, &manifest_key).await?,
+                None => None,
+            };
+            match manifest {
+                // Good only if what is stored is what the manifest vouches for.
+                Some(m) if m.key == *key && m.size == meta.size => catalogue.good.push(m),
+                _ => catalogue.partial.push((
+                    key.clone(),
+                    Timestamp::from_second(meta.last_modified.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH),
+                )),
+            }
+        }
+        catalogue.good.sort_by(|a, b| a.started.cmp(&b.started).then_with(|| a.key.cmp(&b.key)));
+        Ok(catalogue)
+    }
+
+    /// The newest good backup.
+    pub fn latest(&self) -> Option<&Manifest> {
+        self.good.last()
+    }
+
+    /// Everything stored, for the retention plan.
+    pub fn stored(&self) -> Vec<Stored> {
+        let good = self.good.iter().map(|m| Stored { key: m.key.clone(), at: m.started, good: true });
+        let partial = self.partial.iter().map(|(k, at)| Stored { key: k.clone(), at: *at, good: false });
+        good.chain(partial).collect()
+    }
+}
+
+/// A manifest, or `None` when it is not one of ours (unreadable JSON is not a good backup).
+pub async fn read_manifest(store: &Store, key: &str) -> Result<Option<Manifest>, Error> {
+    let bytes = match store.objects.get(&store.path(key)).await {
+        Ok(r) => r.bytes().await.map_err(storage("reading a manifest"))?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(storage("reading a manifest")(e)),
+    };
+    Ok(serde_json::from_slice(&bytes).ok())
+}

@@ -1,0 +1,189 @@
+//! The flags of `bosun backup run|list` and `bosun restore run`: each also an
+//! environment variable (the Backup's CronJob sets those), in URL form so a person
+//! can run the same thing by hand. Secrets are never flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::Error;
+use crate::backup::Backup;
+use crate::catalogue::Catalogue;
+use crate::location::{Database, Destination};
+use crate::manifest::{Manifest, folder};
+use crate::restore::{Pick, Restore};
+use crate::retention::parse_retention;
+use crate::store::{Endpoint, Store};
+use crate::tool::Password;
+
+#[derive(Subcommand, Debug)]
+pub enum BackupCommand {
+    /// Dump a database, compressed, into object storage; then apply retention.
+    Run(BackupRunArgs),
+    /// List the good backups of one Backup, oldest first.
+    List(BackupListArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RestoreCommand {
+    /// Load a dump (a key, or the latest good one) into a database.
+    Run(RestoreRunArgs),
+}
+
+/// Where the dumps live.
+#[derive(Args, Debug, Clone)]
+pub struct DestinationArgs {
+    /// `s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `azure://CONTAINER/PREFIX` or `file:///DIR`.
+    #[arg(long, env = "BOSUN_BACKUP_DESTINATION")]
+    pub destination: String,
+    /// The storage server, when not the provider's own (an S3-compatible server, an emulator).
+    #[arg(long, env = "BOSUN_BACKUP_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// The bucket's region, when the provider's variables (`AWS_REGION`) do not say.
+    #[arg(long, env = "BOSUN_BACKUP_REGION")]
+    pub region: Option<String>,
+}
+
+/// Which Backup's dumps: the folder `<namespace>/<name>` under the prefix.
+#[derive(Args, Debug, Clone)]
+pub struct FolderArgs {
+    /// The Backup's namespace.
+    #[arg(long = "namespace", env = "BOSUN_BACKUP_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// The Backup's name (default for `backup run`: the database's name).
+    #[arg(long = "name", env = "BOSUN_BACKUP_NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupRunArgs {
+    /// `postgresql://USER@HOST:PORT/DB`, `mysql://…` or `mongodb://…`; the password comes from
+    /// `PGPASSWORD` / `MYSQL_PWD` / `MONGODB_PASSWORD` or `--password-file`.
+    #[arg(long, env = "BOSUN_BACKUP_SOURCE")]
+    pub source: String,
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    #[command(flatten)]
+    pub folder: FolderArgs,
+    /// Delete dumps older than this after a good run (`30d`, `12h`, `1d12h`); none: keep all.
+    #[arg(long, env = "BOSUN_BACKUP_RETENTION")]
+    pub retention: Option<String>,
+    /// Keep at least this many newest good dumps whatever their age (the newest is always kept).
+    #[arg(long, env = "BOSUN_BACKUP_KEEP_LAST", default_value_t = 1)]
+    pub keep_last: usize,
+    /// A file holding the database password.
+    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+    /// Also write the result (or the error) as JSON here, e.g. /dev/termination-log.
+    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupListArgs {
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    #[command(flatten)]
+    pub folder: FolderArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreRunArgs {
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    #[command(flatten)]
+    pub folder: FolderArgs,
+    /// The dump to load: its key in the bucket.
+    #[arg(long, env = "BOSUN_RESTORE_KEY", conflicts_with = "latest", required_unless_present = "latest")]
+    pub key: Option<String>,
+    /// Load the newest good backup of `--namespace`/`--name`.
+    #[arg(long, env = "BOSUN_RESTORE_LATEST")]
+    pub latest: bool,
+    /// The database to load it into (same URL form as `--source`).
+    #[arg(long, env = "BOSUN_RESTORE_TARGET")]
+    pub target: String,
+    /// Restore into a database that already holds tables, replacing what the dump contains.
+    #[arg(long, env = "BOSUN_RESTORE_OVERWRITE")]
+    pub overwrite: bool,
+    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
+}
+
+impl DestinationArgs {
+    fn open(&self) -> Result<Store, Error> {
+        let destination = Destination::parse(&self.destination)?;
+        Store::open(&destination, &Endpoint { url: self.endpoint.clone(), region: self.region.clone() })
+    }
+}
+
+impl FolderArgs {
+    fn folder(&self, default_name: Option<&str>) -> Result<String, Error> {
+        let name = self.name.as_deref().or(default_name).ok_or_else(|| Error::Usage("--name is required".into()))?;
+        for (flag, value) in [("--namespace", self.namespace.as_str()), ("--name", name)] {
+            if value.is_empty() || value.contains('/') || value == "." || value == ".." {
+                return Err(Error::Usage(format!("{flag} {value:?}: must be one path segment")));
+            }
+        }
+        Ok(folder(&self.namespace, name))
+    }
+}
+
+/// `bosun backup run`.
+pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, Error> {
+    let source = Database::parse("--source", &args.source)?;
+    let retention = args.retention.as_deref().map(|r| parse_retention("--retention", r)).transpose()?;
+    let backup = Backup {
+        password: Password::resolve(source.engine, args.password_file.as_ref())?,
+        store: args.destination.open()?,
+        folder: args.folder.folder(Some(&source.name))?,
+        source,
+        retention,
+        keep_last: args.keep_last,
+    };
+    backup.run().await
+}
+
+/// `bosun backup list`.
+pub async fn backup_list(args: &BackupListArgs) -> Result<Vec<Manifest>, Error> {
+    let store = args.destination.open()?;
+    Ok(Catalogue::read(&store, &args.folder.folder(None)?).await?.good)
+}
+
+/// `bosun restore run`.
+pub async fn restore_run(args: &RestoreRunArgs) -> Result<crate::restore::Report, Error> {
+    let target = Database::parse("--target", &args.target)?;
+    let pick = match &args.key {
+        Some(key) => Pick::Key(key.clone()),
+        None => Pick::Latest { folder: args.folder.folder(None)? },
+    };
+    let restore = Restore {
+        store: args.destination.open()?,
+        pick,
+        password: Password::resolve(target.engine, args.password_file.as_ref())?,
+        target,
+        overwrite: args.overwrite,
+    };
+    restore.run().await
+}
+
+/// Print a run's outcome as one JSON line on stdout (success) or a message on stderr
+/// (failure), and write it to `result_file` for whoever started the run; the exit code.
+pub fn report<T: Serialize>(outcome: Result<T, Error>, result_file: Option<&PathBuf>) -> std::process::ExitCode {
+    let (json, code) = match &outcome {
+        Ok(value) => (serde_json::to_value(value).unwrap_or_default(), std::process::ExitCode::SUCCESS),
+        Err(e) => (serde_json::json!({"error": e.to_string()}), std::process::ExitCode::FAILURE),
+    };
+    match &outcome {
+        Ok(_) => println!("{json}"),
+        Err(e) => eprintln!("error: {e}"),
+    }
+    if let Some(path) = result_file
+        && let Err(e) = std::fs::write(path, json.to_string())
+    {
+        eprintln!("warning: could not write the result to {}: {e}", path.display());
+    }
+    code
+}

@@ -1,0 +1,51 @@
+//! The backup and restore data plane behind `bosun backup run`, `bosun backup list`
+//! and `bosun restore run`. No Kubernetes in it: a streaming program a person can run
+//! by hand and the tests run against real servers.
+//!
+//! ```text
+//! location ── what the URLs name        tool ── the databases' own dump/restore programs
+//! store ───── object_store per provider  manifest ── keys and what a good backup is
+//! backup ──── dump → zstd → upload → verify → manifest → retention
+//! restore ─── download → zstd -d → restore tool     catalogue ── a Backup's folder
+//! retention ─ which dumps a good run may delete (pure)
+//! ```
+
+pub mod backup;
+pub mod catalogue;
+pub mod cli;
+pub mod location;
+pub mod manifest;
+pub mod restore;
+pub mod retention;
+pub mod store;
+pub mod tool;
+
+/// Why a run failed; the message says which step.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{tool} failed: {detail}")]
+    Tool { tool: &'static str, detail: String },
+    /// The first contact with a database (its version, its tables) failed: a wrong
+    /// password, an unreachable host, a missing database.
+    #[error("connecting to the {role} {database} failed: {detail}")]
+    Connect { role: &'static str, database: String, detail: String },
+    #[error("upload failed: {0}")]
+    Upload(String),
+    #[error("verification failed: {0}")]
+    Verify(String),
+    #[error("{step} failed: {source}")]
+    Storage {
+        step: &'static str,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+/// Map an object store error to the step it failed in.
+pub(crate) fn storage(step: &'static str) -> impl Fn(object_store::Error) -> Error {
+    move |source| Error::Storage { step, source }
+}

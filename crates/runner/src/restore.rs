@@ -1,0 +1,170 @@
+//! One restore, streamed: object ──► sha256 ──► zstd -d ──► pg_restore/mysql/mongorestore.
+//!
+//! It refuses a target that already holds tables unless told to overwrite, and it
+//! fails (after the tool has seen the data) if the stored bytes do not match the
+//! manifest; zstd's frame checksum stops a corrupted object earlier.
+
+use futures::TryStreamExt;
+use jiff::Timestamp;
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::io::StreamReader;
+
+use crate::catalogue::{Catalogue, read_manifest};
+use crate::location::Database;
+use crate::manifest::manifest_key_of;
+use crate::store::Store;
+use crate::tool::{self, Password};
+use crate::{Error, storage};
+
+const CHUNK: usize = 256 * 1024;
+
+/// Which dump to load.
+#[derive(Debug, Clone)]
+pub enum Pick {
+    /// This key (relative to the destination's prefix, or with it).
+    Key(String),
+    /// The newest good backup in this folder (`<namespace>/<backup>`).
+    Latest { folder: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Restore {
+    pub store: Store,
+    pub pick: Pick,
+    pub target: Database,
+    pub password: Password,
+    pub overwrite: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The key restored, as found in the bucket.
+    pub key: String,
+    pub size: u64,
+    pub started: Timestamp,
+    pub finished: Timestamp,
+    pub duration_seconds: f64,
+}
+
+impl Restore {
+    pub async fn run(&self) -> Result<Report, Error> {
+        let started = Timestamp::now();
+        let (key, manifest) = self.choose().await?;
+        if manifest.as_ref().is_some_and(|m| m.engine != self.target.engine.as_str()) {
+            let engine = manifest.as_ref().map(|m| m.engine.clone()).unwrap_or_default();
+            return Err(Error::Refused(format!(
+                "{} is a {engine} dump; the target is {}",
+                self.store.full_key(&key),
+                self.target.engine.as_str()
+            )));
+        }
+        if !self.overwrite {
+            let tables = tool::table_count(&self.target, &self.password)
+                .await
+                .map_err(tool::connecting("target", &self.target))?;
+            if tables > 0 {
+                return Err(Error::Refused(format!(
+                    "the target database {} already holds {tables} tables; restore into an empty database, \
+                     or pass --overwrite (spec.overwrite: true) to replace what the dump contains",
+                    self.target
+                )));
+            }
+        }
+
+        let got = self.store.objects.get(&self.store.path(&key)).await.map_err(storage("downloading the dump"))?;
+        let size = got.meta.size;
+        let mut hasher = Sha256::new();
+        let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
+        let reader = StreamReader::new(bytes);
+        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(reader);
+
+        let tool = tool::restore(&self.target, &self.password, self.overwrite)?;
+        let mut running = tool.spawn(true, false)?;
+        let mut stdin =
+            running.child.stdin.take().ok_or(Error::Tool { tool: tool.program, detail: "no stdin".into() })?;
+        let fed = feed(&mut unzstd, &mut stdin).await;
+        if let Err(Broken::Reading(_)) = &fed {
+            // A download that broke off must not look like the end of the dump to the
+            // tool: mysql would commit the statements it got and exit 0.
+            let _ = running.child.start_kill();
+        }
+        drop(stdin);
+        let exited = running.finish().await;
+        drop(unzstd);
+        match fed {
+            Err(Broken::Reading(e)) => return Err(e),
+            // The tool stopped reading: its own message says why.
+            Err(Broken::Writing(e)) => return Err(exited.err().unwrap_or(e)),
+            Ok(()) => exited?,
+        }
+        let sha256 = hex::encode(hasher.finalize());
+        if let Some(m) = &manifest
+            && m.sha256 != sha256
+        {
+            return Err(Error::Verify(format!(
+                "{} has sha256 {sha256}, its manifest says {}; the target may hold a partial restore",
+                self.store.full_key(&key),
+                m.sha256
+            )));
+        }
+        let finished = Timestamp::now();
+        Ok(Report {
+            key: self.store.full_key(&key),
+            size,
+            started,
+            finished,
+            duration_seconds: finished.duration_since(started).as_secs_f64(),
+        })
+    }
+
+    /// The key and, when there is one, its manifest.
+    async fn choose(&self) -> Result<(String, Option<crate::manifest::Manifest>), Error> {
+        match &self.pick {
+            Pick::Latest { folder } => {
+                let catalogue = Catalogue::read(&self.store, folder).await?;
+                let latest = catalogue
+                    .latest()
+                    .ok_or_else(|| Error::Refused(format!("no good backup under {}", self.store.full_key(folder))))?;
+                Ok((latest.key.clone(), Some(latest.clone())))
+            }
+            Pick::Key(key) => {
+                let prefix = format!("{}/", self.store.destination.prefix);
+                let key = key.strip_prefix(prefix.as_str()).unwrap_or(key).to_owned();
+                let manifest = match manifest_key_of(&key) {
+                    Some(m) => read_manifest(&self.store, &m).await?,
+                    None => None,
+                };
+                Ok((key, manifest))
+            }
+        }
+    }
+}
+
+/// Where feeding the restore tool broke off.
+enum Broken {
+    /// Downloading or decompressing the dump.
+    Reading(Error),
+    /// Writing to the tool, which has stopped reading (usually: it failed).
+    Writing(Error),
+}
+
+async fn feed<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(from: &mut R, to: &mut W) -> Result<(), Broken> {
+    let reading =
+        |e: std::io::Error| Broken::Reading(Error::Tool { tool: "downloading the dump", detail: e.to_string() });
+    let writing = |e: std::io::Error| {
+        Broken::Writing(Error::Tool { tool: "restore", detail: format!("streaming the dump: {e}") })
+    };
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = from.read(&mut buf).await.map_err(reading)?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).await.map_err(writing)?;
+    }
+    to.shutdown().await.map_err(writing)
+}

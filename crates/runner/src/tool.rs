@@ -1,0 +1,468 @@
+//! The databases' own tools as child processes: the dump (`pg_dump`, `mysqldump`,
+//! `mongodump`) whose stdout is streamed, the restore (`pg_restore`, `mysql`,
+//! `mongorestore`) fed on stdin, and the small queries around them (versions, does
+//! the target hold tables).
+//!
+//! Passwords reach the tools the way they expect them, never on a command line
+//! (where any process could read them): `PGPASSWORD`, `MYSQL_PWD`, a mongodump
+//! config file. `--password-file` fills the same variable.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+use crate::Error;
+use crate::location::{Database, Engine};
+
+/// How much of a tool's stderr a failure message quotes.
+const STDERR_TAIL: usize = 2048;
+
+/// Connection secrets for the tools.
+#[derive(Clone, Default)]
+pub struct Password(Option<String>);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Password(<redacted>)" } else { "Password(None)" })
+    }
+}
+
+impl Password {
+    /// From `--password-file` if given (trailing newline dropped), else from the
+    /// engine's own environment variable, which the child inherits anyway.
+    pub fn resolve(engine: Engine, file: Option<&PathBuf>) -> Result<Self, Error> {
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Usage(format!("--password-file {}: {e}", path.display())))?;
+            return Ok(Password(Some(text.trim_end_matches(['\n', '\r']).to_owned())));
+        }
+        let var = match engine {
+            Engine::Postgresql => "PGPASSWORD",
+            Engine::Mysql => "MYSQL_PWD",
+            Engine::Mongodb => "MONGODB_PASSWORD",
+        };
+        Ok(Password(std::env::var(var).ok()))
+    }
+}
+
+/// A database tool invocation.
+#[derive(Debug)]
+pub struct Tool {
+    pub program: &'static str,
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+    /// Files that must live as long as the process (a mongodump config with the password).
+    _keep: Option<tempfile_like::TempFile>,
+}
+
+impl Tool {
+    fn new(program: &'static str, db: &Database, password: &Password) -> Self {
+        let mut tool = Tool { program, args: Vec::new(), env: Vec::new(), _keep: None };
+        if let Some(p) = &password.0 {
+            match db.engine {
+                Engine::Postgresql => tool.env.push(("PGPASSWORD", p.clone())),
+                Engine::Mysql => tool.env.push(("MYSQL_PWD", p.clone())),
+                Engine::Mongodb => {}
+            }
+        }
+        tool
+    }
+
+    fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(self.program);
+        cmd.args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v))).kill_on_drop(true);
+        cmd
+    }
+
+    /// Start it with stdout piped (a dump) or stdin piped (a restore); stderr is kept.
+    pub fn spawn(&self, stdin: bool, stdout: bool) -> Result<Running, Error> {
+        let mut cmd = self.command();
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(if stdout { Stdio::piped() } else { Stdio::null() })
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| Error::Tool {
+            tool: self.program,
+            detail: format!("could not start it ({e}); is it installed and on PATH?"),
+        })?;
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        let mut reader = None;
+        if let Some(mut stderr) = child.stderr.take() {
+            let tail = tail.clone();
+            reader = Some(tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stderr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.extend_from_slice(&buf[..n]);
+                        let excess = t.len().saturating_sub(STDERR_TAIL);
+                        t.drain(..excess);
+                    }
+                }
+            }));
+        }
+        Ok(Running { program: self.program, child, stderr: tail, reader })
+    }
+
+    /// Run to completion and return its stdout, trimmed; a failure quotes stderr.
+    pub async fn output(&self) -> Result<String, Error> {
+        let out = self
+            .command()
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| Error::Tool { tool: self.program, detail: format!("could not start it ({e})") })?;
+        if !out.status.success() {
+            return Err(Error::Tool {
+                tool: self.program,
+                detail: format!("{}: {}", describe(out.status), tail_text(&out.stderr)),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+}
+
+/// A started tool.
+#[derive(Debug)]
+pub struct Running {
+    pub program: &'static str,
+    pub child: Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    /// The task copying stderr into `stderr`, done once the tool has closed it.
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Wait for it; an unsuccessful exit becomes an error quoting its stderr.
+    pub async fn finish(mut self) -> Result<(), Error> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| Error::Tool { tool: self.program, detail: format!("waiting for it: {e}") })?;
+        // Let the stderr reader drain what the process wrote last (the message that
+        // says why it failed), but do not hang on a descendant holding stderr open.
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), reader).await;
+        }
+        if status.success() {
+            return Ok(());
+        }
+        let stderr = self.stderr.lock().map(|t| tail_text(&t)).unwrap_or_default();
+        Err(Error::Tool { tool: self.program, detail: format!("{}: {stderr}", describe(status)) })
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "failed".to_owned(),
+    }
+}
+
+fn tail_text(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(STDERR_TAIL);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let text = text.trim();
+    if text.is_empty() { "(no error output)".to_owned() } else { text.to_owned() }
+}
+
+fn port(db: &Database) -> String {
+    db.port.to_string()
+}
+
+/// The dump: stdout is the whole dump, in a format the matching restore reads.
+pub fn dump(db: &Database, password: &Password) -> Result<Tool, Error> {
+    Ok(match db.engine {
+        // Custom format (pg_restore can reorder, clean, pick), uncompressed: zstd does that.
+        Engine::Postgresql => Tool::new("pg_dump", db, password).args([
+            "--format=custom",
+            "--compress=0",
+            "--no-password",
+            "--host",
+            &db.host,
+            "--port",
+            &port(db),
+            "--username",
+            &db.user,
+            "--dbname",
+            &db.name,
+        ]),
+        // One consistent snapshot without locking InnoDB tables; no CREATE DATABASE,
+        // so the dump loads into a database of any name.
+        Engine::Mysql => Tool::new("mysqldump", db, password).args([
+            "--single-transaction",
+            "--routines",
+            "--triggers",
+            "--events",
+            "--hex-blob",
+            "--default-character-set=utf8mb4",
+            "--protocol=TCP",
+            "--host",
+            &db.host,
+            "--port",
+            &port(db),
+            "--user",
+            &db.user,
+            &db.name,
+        ]),
+        Engine::Mongodb => mongo_tool("mongodump", db, Some(&db.name), password, vec!["--archive".into()])?,
+    })
+}
+
+/// The restore, reading a dump made by [`dump`] on stdin. `overwrite` replaces what
+/// the dump contains (the caller has checked the target is empty otherwise).
+pub fn restore(db: &Database, password: &Password, overwrite: bool) -> Result<Tool, Error> {
+    Ok(match db.engine {
+        Engine::Postgresql => {
+            let mut args =
+                vec!["--no-owner", "--no-privileges", "--exit-on-error", "--no-password", "--host", &db.host, "--port"];
+            let p = port(db);
+            args.extend([p.as_str(), "--username", &db.user, "--dbname", &db.name]);
+            if overwrite {
+                args.extend(["--clean", "--if-exists"]);
+            }
+            Tool::new("pg_restore", db, password).args(args)
+        }
+        // mysqldump writes DROP TABLE IF EXISTS before each table: the dump overwrites.
+        Engine::Mysql => Tool::new("mysql", db, password).args([
+            "--protocol=TCP",
+            "--default-character-set=utf8mb4",
+            "--host",
+            &db.host,
+            "--port",
+            &port(db),
+            "--user",
+            &db.user,
+            &db.name,
+        ]),
+        // A database in the URI would act as --db, which filters the archive to the
+        // namespaces of that name: a dump of `app` restored into `app_copy` would load
+        // nothing and succeed. The dump holds one database; map it onto the target.
+        Engine::Mongodb => {
+            let mut extra =
+                vec!["--archive".to_owned(), "--nsFrom=$db$.$coll$".to_owned(), format!("--nsTo={}.$coll$", db.name)];
+            if overwrite {
+                extra.push("--drop".into());
+            }
+            mongo_tool("mongorestore", db, None, password, extra)?
+        }
+    })
+}
+
+/// The tool's own version line, e.g. `pg_dump (PostgreSQL) 15.14`.
+pub async fn tool_version(program: &'static str) -> String {
+    let tool = Tool { program, args: vec!["--version".into()], env: Vec::new(), _keep: None };
+    tool.output().await.unwrap_or_else(|e| format!("unknown ({e})")).lines().next().unwrap_or_default().to_owned()
+}
+
+/// A failed first contact with `db`, as the step it is (`role`: source or target).
+pub fn connecting<'a>(role: &'static str, db: &'a Database) -> impl Fn(Error) -> Error + 'a {
+    move |e| match e {
+        Error::Tool { tool, detail } => {
+            Error::Connect { role, database: db.to_string(), detail: format!("{tool} {detail}") }
+        }
+        other => other,
+    }
+}
+
+/// The server's version, asked over the same connection the dump uses. Also the
+/// first contact with the database, so a wrong password or host fails here, fast.
+pub async fn server_version(db: &Database, password: &Password) -> Result<String, Error> {
+    match db.engine {
+        Engine::Postgresql => query_postgres(db, password, "SHOW server_version").await,
+        Engine::Mysql => query_mysql(db, password, "SELECT VERSION()").await,
+        // mongodump reports the server version in its log; no shell is needed for it.
+        Engine::Mongodb => Ok("unknown".to_owned()),
+    }
+}
+
+/// How many tables (collections) the database holds; restores refuse a non-empty one.
+pub async fn table_count(db: &Database, password: &Password) -> Result<u64, Error> {
+    let text = match db.engine {
+        Engine::Postgresql => {
+            query_postgres(
+                db,
+                password,
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
+            )
+            .await?
+        }
+        Engine::Mysql => {
+            query_mysql(db, password, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()")
+                .await?
+        }
+        Engine::Mongodb => {
+            return Err(Error::Refused(
+                "the collections of a mongodb target cannot be counted without a mongo shell; \
+                 pass --overwrite to restore into it (collections in the dump are replaced)"
+                    .to_owned(),
+            ));
+        }
+    };
+    text.trim().parse().map_err(|_| Error::Tool { tool: "query", detail: format!("unexpected table count {text:?}") })
+}
+
+async fn query_postgres(db: &Database, password: &Password, sql: &str) -> Result<String, Error> {
+    Tool::new("psql", db, password)
+        .args([
+            "--no-password",
+            "--no-psqlrc",
+            "--tuples-only",
+            "--no-align",
+            "--host",
+            &db.host,
+            "--port",
+            &port(db),
+            "--username",
+            &db.user,
+            "--dbname",
+            &db.name,
+            "--command",
+            sql,
+        ])
+        .output()
+        .await
+}
+
+async fn query_mysql(db: &Database, password: &Password, sql: &str) -> Result<String, Error> {
+    Tool::new("mysql", db, password)
+        .args([
+            "--protocol=TCP",
+            "--batch",
+            "--skip-column-names",
+            "--host",
+            &db.host,
+            "--port",
+            &port(db),
+            "--user",
+            &db.user,
+            "--execute",
+            sql,
+            &db.name,
+        ])
+        .output()
+        .await
+}
+
+/// mongodump/mongorestore take the password from a config file (YAML `password:`),
+/// which keeps it off the command line.
+fn mongo_tool(
+    program: &'static str,
+    db: &Database,
+    database: Option<&str>,
+    password: &Password,
+    extra: Vec<String>,
+) -> Result<Tool, Error> {
+    let uri =
+        format!("mongodb://{}@{}:{}/{}?authSource=admin", db.user, db.host, db.port, database.unwrap_or_default());
+    let mut tool = Tool::new(program, db, password).args([format!("--uri={uri}")]).args(extra);
+    if let Some(p) = &password.0 {
+        let file = tempfile_like::TempFile::with_contents(&format!("password: {}\n", yaml_quote(p)))
+            .map_err(|e| Error::Tool { tool: program, detail: format!("writing its config file: {e}") })?;
+        tool.args.push(format!("--config={}", file.path.display()));
+        tool._keep = Some(file);
+    }
+    Ok(tool)
+}
+
+fn yaml_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A private file removed on drop; enough for one secret, no extra crate.
+mod tempfile_like {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::PathBuf;
+
+    #[derive(Debug)]
+    pub struct TempFile {
+        pub path: PathBuf,
+    }
+
+    impl TempFile {
+        pub fn with_contents(text: &str) -> std::io::Result<Self> {
+            let path = std::env::temp_dir().join(format!("bosun-{}-{}.yaml", std::process::id(), rand_suffix()));
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+            f.write_all(text.as_bytes())?;
+            Ok(TempFile { path })
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    fn rand_suffix() -> u128 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn db(url: &str) -> Database {
+        Database::parse("--source", url).unwrap()
+    }
+
+    #[test]
+    fn no_password_reaches_a_command_line() {
+        let password = Password(Some("hunter2".into()));
+        for url in ["postgresql://u@h/d", "mysql://u@h/d"] {
+            let d = dump(&db(url), &password).unwrap();
+            assert!(!d.args.iter().any(|a| a.contains("hunter2")), "{:?}", d.args);
+            assert!(d.env.iter().any(|(_, v)| v == "hunter2"), "the tool's own variable carries it");
+            let r = restore(&db(url), &password, false).unwrap();
+            assert!(!r.args.iter().any(|a| a.contains("hunter2")));
+        }
+        let m = dump(&db("mongodb://u@h/d"), &password).unwrap();
+        assert!(!m.args.iter().any(|a| a.contains("hunter2")), "{:?}", m.args);
+        let config = m._keep.as_ref().unwrap();
+        assert!(std::fs::read_to_string(&config.path).unwrap().contains("hunter2"));
+        assert!(format!("{password:?}").contains("redacted"));
+    }
+
+    #[test]
+    fn dumps_are_consistent_and_portable() {
+        let pg = dump(&db("postgresql://u@h:6000/app"), &Password::default()).unwrap();
+        assert_eq!(pg.program, "pg_dump");
+        assert!(pg.args.contains(&"--format=custom".to_owned()) && pg.args.contains(&"6000".to_owned()));
+        let my = dump(&db("mysql://u@h/shop"), &Password::default()).unwrap();
+        assert!(my.args.contains(&"--single-transaction".to_owned()));
+        assert_eq!(my.args.last().map(String::as_str), Some("shop"), "no --databases: no CREATE DATABASE in the dump");
+        let restore_over = restore(&db("postgresql://u@h/app"), &Password::default(), true).unwrap();
+        assert!(restore_over.args.contains(&"--clean".to_owned()));
+        let restore_fresh = restore(&db("postgresql://u@h/app"), &Password::default(), false).unwrap();
+        assert!(!restore_fresh.args.contains(&"--clean".to_owned()));
+    }
+
+    #[test]
+    fn mongodb_dumps_one_database_and_restores_it_under_the_target_name() {
+        let dump = dump(&db("mongodb://u@h:27018/app"), &Password::default()).unwrap();
+        assert!(dump.args.contains(&"--uri=mongodb://u@h:27018/app?authSource=admin".to_owned()), "{:?}", dump.args);
+        let restore = restore(&db("mongodb://u@h:27018/app_copy"), &Password::default(), false).unwrap();
+        // No database in the URI: mongorestore would take it as --db and skip the
+        // archive's namespaces of any other name.
+        assert!(restore.args.contains(&"--uri=mongodb://u@h:27018/?authSource=admin".to_owned()), "{:?}", restore.args);
+        assert!(restore.args.contains(&"--nsFrom=$db$.$coll$".to_owned()));
+        assert!(restore.args.contains(&"--nsTo=app_copy.$coll$".to_owned()));
+        assert!(!restore.args.contains(&"--drop".to_owned()));
+    }
+}
