@@ -97,3 +97,10 @@ N ?= 1000
 bench: cluster ## Converge N WebApps (default 1000) with a release build; prints a table, writes target/bench/*.json.
 	$(CARGO) build --release -p bosun
 	$(CARGO) run --release -p bosun-bench -- --count $(N)
+
+SIZE ?= 1GiB
+.PHONY: bench-backup
+bench-backup: ## Back up and restore a SIZE (default 1GiB) PostgreSQL dump via S3 (hack/backends.sh), release build; MiB/s, ratio, peak RSS; writes target/bench/backup-SIZE.json.
+	hack/backends.sh up
+	$(CARGO) build --release -p bosun
+	$(CARGO) run --release -p bosun-bench --bin backup -- --size $(SIZE)

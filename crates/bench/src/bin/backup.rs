@@ -1,0 +1,265 @@
+//! `make bench-backup`: back up a PostgreSQL database of a given size (default 1 GiB of
+//! dump) to S3 (MinIO, `hack/backends.sh`) with the release `bosun`, restore it into
+//! an empty database, and report what it cost.
+//!
+//! Measured:
+//! * backup and restore wall time and throughput, in MiB/s of uncompressed dump;
+//! * compressed size and ratio;
+//! * the runner's peak RSS (VmHWM, polled every 100 ms) and CPU time, for each run
+//!   (the dump and restore tools are separate processes and not counted).
+//!
+//! Prints a table and writes JSON to `target/bench/backup-<size>.json`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use bosun_testing::backends::{Backends, backends};
+use clap::Parser;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
+use tokio::io::AsyncReadExt;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Uncompressed dump size to aim for: `1GiB`, `256MiB`, `100MB`, or bytes.
+    #[arg(long, default_value = "1GiB")]
+    size: String,
+    /// The bosun binary to measure.
+    #[arg(long, default_value = "target/release/bosun")]
+    bosun: std::path::PathBuf,
+    /// Keep the source database for the next run (it is reused when its size matches).
+    #[arg(long)]
+    keep_database: bool,
+}
+
+/// Bytes of `1GiB`, `512MiB`, `100MB`, `1000`.
+fn parse_size(text: &str) -> anyhow::Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().with_context(|| format!("--size {text:?}: not a size like 1GiB"))?;
+    let unit = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        other => bail!("--size {text:?}: unknown unit {other:?}"),
+    };
+    Ok((n * unit as f64) as u64)
+}
+
+/// What one bosun run cost, measured from outside.
+struct Run {
+    result: serde_json::Value,
+    wall: Duration,
+    peak_rss_kib: u64,
+    cpu_seconds: f64,
+}
+
+fn proc_status(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0) // USER_HZ
+}
+
+/// Run `bosun args…`, polling its VmHWM and CPU time every 100 ms until it exits.
+async fn measured(b: &Backends, bosun: &std::path::Path, args: &[&str]) -> anyhow::Result<Run> {
+    let started = Instant::now();
+    let mut child = b
+        .command(bosun)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bosun.display()))?;
+    let pid = child.id().context("bosun's pid")?;
+    // Drain both pipes meanwhile: a full stderr pipe would stall the run.
+    let drain = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
+        tokio::spawn(async move {
+            let mut text = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut text).await;
+            }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let (mut peak, mut cpu) = (0u64, 0f64);
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    let status = loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                peak = peak.max(proc_status(pid, "VmHWM:").unwrap_or(0));
+                cpu = cpu.max(cpu_seconds(pid).unwrap_or(0.0));
+            }
+            status = child.wait() => break status?,
+        }
+    };
+    let wall = started.elapsed();
+    let (stdout, stderr) = (stdout.await?, stderr.await?);
+    ensure!(status.success(), "bosun {args:?} failed: {stdout}{stderr}");
+    let result = serde_json::from_str(stdout.trim()).with_context(|| format!("bosun's result line: {stdout}"))?;
+    Ok(Run { result, wall, peak_rss_kib: peak, cpu_seconds: cpu })
+}
+
+async fn psql(b: &Backends, db: &str, sql: &str) -> anyhow::Result<String> {
+    let out = b.run("psql", &["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql]).await;
+    ensure!(out.ok, "psql {sql:?}: {out}");
+    Ok(out.stdout.trim().to_owned())
+}
+
+/// Rows of a mixed order table, ~160 bytes each in pg_dump's COPY text: numbers, a
+/// timestamp, a status from a few values, and a note with repeated and random parts.
+async fn load(b: &Backends, db: &str, rows: u64) -> anyhow::Result<()> {
+    psql(b, "postgres", &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await?;
+    psql(b, "postgres", &format!("CREATE DATABASE {db}")).await?;
+    psql(
+        b,
+        db,
+        &format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, at timestamptz, account int, amount numeric(12,2), status text, note text);
+             INSERT INTO orders SELECT g, timestamptz '2024-01-01' + g * interval '1 second', (g * 7919) % 100000,
+               ((g * 31) % 100000) / 100.0, (ARRAY['new', 'paid', 'shipped', 'delivered', 'refunded'])[1 + g % 5],
+               'order ' || g || ' for customer ' || md5((g % 5000)::text) || ': ' || encode(sha256(int8send(g) || float8send(random())), 'base64')
+             FROM generate_series(1, {rows}) g;
+             ANALYZE orders;"
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let target_bytes = parse_size(&args.size)?;
+    ensure!(args.bosun.exists(), "{} does not exist: cargo build --release -p bosun", args.bosun.display());
+    let b = backends();
+    let label = args.size.replace(['.', ' '], "_");
+    let source = format!("bench_backup_{}", label.to_ascii_lowercase());
+    let target = format!("{source}_restore");
+    let rows = target_bytes / 160;
+
+    let have = psql(&b, "postgres", &format!("SELECT count(*) FROM pg_database WHERE datname = '{source}'")).await?;
+    let reuse = have == "1" && psql(&b, &source, "SELECT count(*) FROM orders").await.ok() == Some(rows.to_string());
+    if reuse {
+        eprintln!("reusing database {source} ({rows} rows)");
+    } else {
+        eprintln!("loading {rows} rows into {source} …");
+        let t = Instant::now();
+        load(&b, &source, rows).await?;
+        eprintln!("loaded in {:.0}s", t.elapsed().as_secs_f64());
+    }
+    let checksum = "SELECT count(*) || ' ' || sum(id) || ' ' || sum(amount) || ' ' || sum(length(note)) FROM orders";
+    let source_sum = psql(&b, &source, checksum).await?;
+
+    let prefix = format!("bench/backup-{label}-{:08x}", rand::random::<u32>());
+    let destination = format!("s3://{}/{prefix}", b.var("S3_BUCKET"));
+    let endpoint = b.var("S3_ENDPOINT").to_owned();
+    let source_url = b.postgres_url(&source);
+    let backup = measured(
+        &b,
+        &args.bosun,
+        &[
+            "backup",
+            "run",
+            "--source",
+            &source_url,
+            "--destination",
+            &destination,
+            "--endpoint",
+            &endpoint,
+            "--name",
+            "bench",
+        ],
+    )
+    .await?;
+
+    psql(&b, "postgres", &format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).await?;
+    psql(&b, "postgres", &format!("CREATE DATABASE {target}")).await?;
+    let target_url = b.postgres_url(&target);
+    let restore = measured(
+        &b,
+        &args.bosun,
+        &[
+            "restore",
+            "run",
+            "--latest",
+            "--name",
+            "bench",
+            "--target",
+            &target_url,
+            "--destination",
+            &destination,
+            "--endpoint",
+            &endpoint,
+        ],
+    )
+    .await?;
+    let restored_sum = psql(&b, &target, checksum).await?;
+    ensure!(restored_sum == source_sum, "the restored table differs: {restored_sum} != {source_sum}");
+
+    // Clean up: the restored copy, the objects, and the source unless kept.
+    psql(&b, "postgres", &format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).await?;
+    if !args.keep_database {
+        psql(&b, "postgres", &format!("DROP DATABASE IF EXISTS {source} WITH (FORCE)")).await?;
+    }
+    let s3 = AmazonS3Builder::new()
+        .with_bucket_name(b.var("S3_BUCKET"))
+        .with_endpoint(&endpoint)
+        .with_region(b.var("AWS_REGION"))
+        .with_access_key_id(b.var("AWS_ACCESS_KEY_ID"))
+        .with_secret_access_key(b.var("AWS_SECRET_ACCESS_KEY"))
+        .with_client_options(ClientOptions::new().with_allow_http(true))
+        .build()?;
+    let stored: Vec<_> = s3.list(Some(&Path::from(prefix.as_str()))).try_collect().await?;
+    for object in stored {
+        s3.delete(&object.location).await?;
+    }
+
+    let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
+    let uncompressed = backup.result["uncompressedSize"].as_u64().context("uncompressedSize")? as f64;
+    let compressed = backup.result["size"].as_u64().context("size")? as f64;
+    let report = serde_json::json!({
+        "size": args.size,
+        "rows": rows,
+        "destination": "s3 (MinIO on 127.0.0.1)",
+        "bosun": args.bosun.display().to_string(),
+        "uncompressed_mib": mib(uncompressed),
+        "compressed_mib": mib(compressed),
+        "compression_ratio": uncompressed / compressed,
+        "backup_s": backup.wall.as_secs_f64(),
+        "backup_mib_per_s": mib(uncompressed) / backup.wall.as_secs_f64(),
+        "backup_peak_rss_mib": backup.peak_rss_kib as f64 / 1024.0,
+        "backup_cpu_s": backup.cpu_seconds,
+        "restore_s": restore.wall.as_secs_f64(),
+        "restore_mib_per_s": mib(uncompressed) / restore.wall.as_secs_f64(),
+        "restore_peak_rss_mib": restore.peak_rss_kib as f64 / 1024.0,
+        "restore_cpu_s": restore.cpu_seconds,
+        "peak_rss_goal_mib": 64,
+    });
+    for (key, value) in report.as_object().into_iter().flatten() {
+        let value = match value.as_f64() {
+            Some(f) if !value.is_u64() => format!("{f:.2}"),
+            _ => value.to_string(),
+        };
+        println!("{key:<24} {value}");
+    }
+    std::fs::create_dir_all("target/bench")?;
+    let path = format!("target/bench/backup-{label}.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {path}");
+    Ok(())
+}

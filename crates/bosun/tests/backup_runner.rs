@@ -1,0 +1,497 @@
+//! `bosun backup run|list` and `bosun restore run` as a person runs them: the real
+//! binary against real servers (`hack/backends.sh`: PostgreSQL, MariaDB, FerretDB for
+//! MongoDB; MinIO, fake-gcs-server, Azurite and a directory for storage). What is
+//! stored is checked by reading the bucket with the test's own clients.
+//!
+//! Every test has its own databases (dropped at the end) and its own prefix, so they
+//! run in parallel. The backends are started if they are not running, and a test
+//! fails (never skips) when they cannot be.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bosun_runner::manifest::{self, manifest_key_of};
+use bosun_testing::backends::{Backends, Outcome, backends, unique};
+use jiff::{SignedDuration, Timestamp};
+use object_store::ObjectStoreExt;
+use support::{Db, Dest, Engine, Place, Timed, backup_args, bosun_ok, days, listed, psql};
+
+/// Back up a 10,000-row dataset from `engine` into `dest`, check what is stored,
+/// drop the database, restore the latest backup and compare every row.
+async fn round_trip(engine: Engine, dest: Dest) {
+    let b = backends();
+    let name = unique(&format!("rt_{}_{}", engine.short(), dest.short()));
+    let db = Db::create(&b, engine, &name).await;
+    db.load_dataset().await;
+    let before = db.checksum().await;
+    let place = Place::new(&b, dest, &format!("bosun-tests/{name}"));
+    let folder = format!("roundtrip/{name}");
+
+    let result = bosun_ok(&b, &backup_args(&db, &place, "roundtrip", &name, &[])).await;
+    let key = place.relative(result["key"].as_str().expect("the result names the key"));
+    let (stamp_key, manifest_key) =
+        manifest::keys(&folder, result["started"].as_str().unwrap().parse().unwrap(), engine.extension());
+    assert_eq!(key, stamp_key, "the dump is <namespace>/<name>/<stamp>.<ext>.zst under the prefix: {result}");
+
+    // The object and its manifest are there, and nothing else.
+    assert_eq!(place.keys(&folder).await, BTreeSet::from([key.clone(), manifest_key.clone()]));
+    let m = place.manifest(&manifest_key).await.expect("a manifest beside the dump");
+    let (size, sha256) = place.sha256(&key).await;
+    assert_eq!(sha256, m.sha256, "the stored object's sha256 is the manifest's");
+    assert_eq!(result["sha256"], sha256.as_str(), "… and the result's");
+    assert_eq!((size, m.size), (result["size"].as_u64().unwrap(), size));
+    assert_eq!(m.key, key);
+    assert_eq!(m.engine, engine.as_str());
+    assert_eq!(m.compression, "zstd");
+    assert_eq!(m.uncompressed_size, result["uncompressedSize"].as_u64().unwrap());
+    assert!(m.uncompressed_size > size, "compressed: {m:?}");
+    assert!(result["durationSeconds"].as_f64().unwrap() > 0.0);
+    assert_eq!(result["deleted"], serde_json::json!([]));
+
+    db.recreate_empty().await;
+    let mut restore: Vec<String> =
+        ["restore", "run", "--latest", "--namespace", "roundtrip", "--name", &name, "--target", &db.url()]
+            .map(str::to_owned)
+            .to_vec();
+    restore.extend(place.args());
+    if engine == Engine::Mongodb {
+        // The runner cannot count a MongoDB target's collections (no mongo shell), so
+        // it restores into one only when told to; the database was just emptied.
+        restore.push("--overwrite".into());
+    }
+    let restored = bosun_ok(&b, &restore).await;
+    assert_eq!(restored["key"], result["key"]);
+    assert_eq!(db.checksum().await, before, "{name}: the restored data is the data backed up");
+
+    place.clear().await;
+}
+
+macro_rules! round_trips {
+    ($($test:ident: $engine:ident, $dest:ident;)*) => {$(
+        #[tokio::test]
+        async fn $test() {
+            let _timed = Timed::start(stringify!($test));
+            round_trip(Engine::$engine, Dest::$dest).await;
+        }
+    )*};
+}
+
+round_trips! {
+    round_trip_postgresql_s3: Postgresql, S3;
+    round_trip_postgresql_gcs: Postgresql, Gcs;
+    round_trip_postgresql_azure: Postgresql, Azure;
+    round_trip_postgresql_file: Postgresql, File;
+    round_trip_mysql_s3: Mysql, S3;
+    round_trip_mysql_gcs: Mysql, Gcs;
+    round_trip_mysql_azure: Mysql, Azure;
+    round_trip_mysql_file: Mysql, File;
+    round_trip_mongodb_s3: Mongodb, S3;
+    round_trip_mongodb_gcs: Mongodb, Gcs;
+    round_trip_mongodb_azure: Mongodb, Azure;
+    round_trip_mongodb_file: Mongodb, File;
+}
+
+// --- failures -----------------------------------------------------------------------
+
+/// A folder with three good backups older than 30 days: a run with `--retention 30d`
+/// that went on to retention would delete every one of them.
+struct Seeded {
+    place: Place,
+    namespace: String,
+    name: String,
+    folder: String,
+    keys: Vec<String>,
+}
+
+async fn seeded(b: &Backends, engine: Engine, dest: Dest, name: &str) -> Seeded {
+    let place = Place::new(b, dest, &format!("bosun-tests/{name}"));
+    let folder = format!("failures/{name}");
+    let keys = place.seed(&folder, engine, b"an older good backup", &[days(40), days(35), days(31)]).await;
+    Seeded { place, namespace: "failures".into(), name: name.into(), folder, keys }
+}
+
+impl Seeded {
+    /// `bosun backup run` of `source` into the seeded folder, with the retention that
+    /// would delete the seeds, and a result file.
+    fn args(&self, source: &str, result_file: &std::path::Path) -> Vec<String> {
+        let mut args: Vec<String> = ["backup", "run", "--source", source].map(str::to_owned).to_vec();
+        args.extend(self.place.args());
+        args.extend(
+            ["--namespace", &self.namespace, "--name", &self.name, "--retention", "30d", "--keep-last", "1"]
+                .map(str::to_owned),
+        );
+        args.extend(["--result-file".to_owned(), result_file.display().to_string()]);
+        args
+    }
+
+    /// The run failed with exit 1 and a message holding each of `expect`; the result
+    /// file says the same; nothing was stored and nothing deleted.
+    async fn assert_failed_cleanly(&self, b: &Backends, out: &Outcome, result_file: &std::path::Path, expect: &[&str]) {
+        assert_failed(out, result_file, expect);
+        let keys = self.place.keys(&self.folder).await;
+        let seeds: BTreeSet<String> = self.keys.iter().flat_map(|k| [k.clone(), manifest_key_of(k).unwrap()]).collect();
+        assert_eq!(keys, seeds, "a failed run stores nothing and deletes nothing:\n{out}");
+        assert_eq!(
+            listed(b, &self.place, &self.namespace, &self.name).await,
+            self.keys,
+            "backup list shows only the seeds"
+        );
+    }
+}
+
+/// Exit 1, `error: …` naming each of `expect` on stderr, no result line on stdout, and
+/// `{"error": …}` in the result file.
+fn assert_failed(out: &Outcome, result_file: &std::path::Path, expect: &[&str]) {
+    assert_eq!(out.code, Some(1), "a failed run exits 1 (not a panic's 101):\n{out}");
+    assert!(out.stdout.trim().is_empty(), "no result line for a failed run:\n{out}");
+    // The last thing on stderr (after any log lines); a tool's message may span lines.
+    let at = out.stderr.find("\nerror: ").map(|i| i + 1).or(out.stderr.starts_with("error: ").then_some(0));
+    let message = out.stderr[at.unwrap_or_else(|| panic!("no `error: ` line:\n{out}"))..].trim_end();
+    for e in expect {
+        assert!(message.contains(e), "the message names {e:?}: {message}");
+    }
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(result_file).expect("the result file is written"))
+            .expect("the result file is JSON");
+    assert_eq!(written["error"].as_str(), message.strip_prefix("error: "), "the result file holds the same error");
+    let _ = std::fs::remove_file(result_file);
+}
+
+fn result_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("{name}.result.json"))
+}
+
+#[tokio::test]
+async fn wrong_password_fails_before_anything_is_stored() {
+    let _timed = Timed::start("wrong_password_fails_before_anything_is_stored");
+    let b = backends();
+    for (engine, dest, server_says) in [
+        (Engine::Postgresql, Dest::S3, "password authentication failed"),
+        (Engine::Mysql, Dest::Gcs, "Access denied"),
+        (Engine::Mongodb, Dest::Azure, "Authentication failed"),
+    ] {
+        let name = unique(&format!("pw_{}", engine.short()));
+        let db = Db::create(&b, engine, &name).await;
+        db.load_dataset().await;
+        let s = seeded(&b, engine, dest, &name).await;
+        let file = result_file(&name);
+        let out =
+            b.bosun_with(&as_strs(&s.args(&db.url(), &file)), &[(engine.password_var(), "not-the-password")]).await;
+        // PostgreSQL and MariaDB are asked for their version first; MongoDB's first
+        // contact is mongodump itself.
+        let step = if engine == Engine::Mongodb { "mongodump failed" } else { "connecting to the source" };
+        s.assert_failed_cleanly(&b, &out, &file, &[step, server_says]).await;
+        s.place.clear().await;
+    }
+}
+
+#[tokio::test]
+async fn unreachable_database_fails_naming_it() {
+    let _timed = Timed::start("unreachable_database_fails_naming_it");
+    let b = backends();
+    let name = unique("unreach");
+    let s = seeded(&b, Engine::Postgresql, Dest::File, &name).await;
+    let file = result_file(&name);
+    let out = b.bosun(&as_strs(&s.args("postgresql://postgres@127.0.0.1:1/nothing", &file))).await;
+    s.assert_failed_cleanly(
+        &b,
+        &out,
+        &file,
+        &["connecting to the source postgresql://postgres@127.0.0.1:1/nothing", "Connection refused"],
+    )
+    .await;
+    s.place.clear().await;
+
+    let out = b.bosun(&as_strs(&s.args("mysql://root@127.0.0.1:1/nothing", &file))).await;
+    assert_failed(&out, &file, &["connecting to the source mysql://root@127.0.0.1:1/nothing", "Can't connect"]);
+}
+
+#[tokio::test]
+async fn missing_bucket_fails_the_upload() {
+    let _timed = Timed::start("missing_bucket_fails_the_upload");
+    let b = backends();
+    let name = unique("nobucket");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let file = result_file(&name);
+    let mut args: Vec<String> = ["backup", "run", "--source", &db.url(), "--destination", "s3://no-such-bucket-xyz/p"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(["--endpoint", b.var("S3_ENDPOINT"), "--retention", "30d", "--result-file"].map(str::to_owned));
+    args.push(file.display().to_string());
+    let out = b.bosun(&as_strs(&args)).await;
+    assert_failed(&out, &file, &["upload failed", "no-such-bucket-xyz", "NoSuchBucket"]);
+}
+
+/// An explicit `--endpoint` is where the dumps go, even when the environment also
+/// turns on the Azure emulator mode (`AZURE_STORAGE_USE_EMULATOR`, which
+/// `hack/backends.sh env` exports): nothing may be stored elsewhere.
+#[tokio::test]
+async fn azure_endpoint_is_obeyed() {
+    let _timed = Timed::start("azure_endpoint_is_obeyed");
+    let b = backends();
+    let name = unique("azendpoint");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let s = seeded(&b, Engine::Postgresql, Dest::Azure, &name).await;
+    let file = result_file(&name);
+    let mut args = s.args(&db.url(), &file);
+    let at = args.iter().position(|a| a == "--endpoint").unwrap();
+    args[at + 1] = "http://127.0.0.1:1/devstoreaccount1".into();
+    assert_eq!(b.var("AZURE_STORAGE_USE_EMULATOR"), "true");
+    let out = b.bosun(&as_strs(&args)).await;
+    s.assert_failed_cleanly(&b, &out, &file, &["upload failed", "127.0.0.1:1"]).await;
+    s.place.clear().await;
+}
+
+/// pg_dump killed with SIGKILL while it streams: the run fails naming pg_dump, its
+/// partial upload never becomes an object, and retention does not run.
+#[tokio::test]
+async fn dump_killed_mid_stream() {
+    let _timed = Timed::start("dump_killed_mid_stream");
+    let b = backends();
+    let name = unique("killed");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_big(200).await;
+    let s = seeded(&b, Engine::Postgresql, Dest::S3, &name).await;
+    let file = result_file(&name);
+    let bosun = b.spawn_bosun(&as_strs(&s.args(&db.url(), &file)), &[]);
+    let pattern = format!("pg_dump .*{name}");
+    let pid = wait_for_process(&b, &pattern, Duration::from_secs(60)).await;
+    // Let it stream for a moment: the upload is under way (8 MiB parts) when it dies.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed = b.run("kill", &["-KILL", &pid]).await;
+    assert!(killed.ok, "pg_dump {pid} was still running 1.5 s in (make the table bigger?): {killed}");
+    let out = finish(bosun).await;
+    s.assert_failed_cleanly(&b, &out, &file, &["pg_dump failed", "killed by signal 9"]).await;
+    s.place.clear().await;
+}
+
+/// The pid of the process whose command line matches `pattern` (pgrep -f).
+async fn wait_for_process(b: &Backends, pattern: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = b.run("pgrep", &["-f", pattern]).await;
+        if let Some(pid) = out.stdout.lines().next() {
+            return pid.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no process matching {pattern:?} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn finish(child: tokio::process::Child) -> Outcome {
+    let out = tokio::time::timeout(bosun_testing::backends::RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("bosun did not exit: the runner hangs")
+        .expect("waiting for bosun");
+    Outcome {
+        ok: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+// --- retention ------------------------------------------------------------------------
+
+/// Real dumps copied under older stamps (their manifests rewritten): a failed run
+/// deletes nothing; a good run with `--retention 30d --keep-last 2` deletes exactly
+/// the good backups past 30 days beyond the newest two — dump and manifest — and keeps
+/// the newest and a fresh dump without a manifest.
+#[tokio::test]
+async fn retention_deletes_exactly_the_expired_backups() {
+    let _timed = Timed::start("retention_deletes_exactly_the_expired_backups");
+    let b = backends();
+    let name = unique("retention");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let folder = format!("ret/{name}");
+    let run = |extra: &[&str]| backup_args(&db, &place, "ret", &name, extra);
+    let retention = ["--retention", "30d", "--keep-last", "2"];
+
+    let first = bosun_ok(&b, &run(&[])).await;
+    let first_key = place.relative(first["key"].as_str().unwrap());
+    let dump = place.get(&first_key).await;
+    for k in [first_key.clone(), manifest_key_of(&first_key).unwrap()] {
+        place.store.objects.delete(&place.store.path(&k)).await.unwrap();
+    }
+    let old = place.seed(&folder, Engine::Postgresql, &dump, &[days(90), days(60), days(45), days(31)]).await;
+    // A run that died after its upload: a dump without a manifest, an hour old.
+    let (partial, _) = manifest::keys(&folder, Timestamp::now() - SignedDuration::from_hours(1), "pgdump");
+    place.put(&partial, dump[..100].to_vec()).await;
+    let stored = place.keys(&folder).await;
+    assert_eq!(stored.len(), 9);
+
+    let file = result_file(&name);
+    let mut failing = run(&retention);
+    failing.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun_with(&as_strs(&failing), &[("PGPASSWORD", "wrong")]).await;
+    assert_failed(&out, &file, &["password authentication failed"]);
+    assert_eq!(place.keys(&folder).await, stored, "a failed run deletes nothing");
+
+    let second = bosun_ok(&b, &run(&retention)).await;
+    let second_key = place.relative(second["key"].as_str().unwrap());
+    let deleted: BTreeSet<String> =
+        second["deleted"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_owned()).collect();
+    let expired: BTreeSet<String> = old[..3].iter().map(|k| place.store.full_key(k)).collect();
+    assert_eq!(deleted, expired, "the 90, 60 and 45 days old; the 31 days old is the second newest: {second}");
+    let kept = |dumps: &[&String]| -> BTreeSet<String> {
+        dumps.iter().flat_map(|k| [(*k).clone(), manifest_key_of(k).unwrap()]).chain([partial.clone()]).collect()
+    };
+    assert_eq!(
+        place.keys(&folder).await,
+        kept(&[&old[3], &second_key]),
+        "dumps and their manifests went; the partial stays"
+    );
+    assert_eq!(listed(&b, &place, "ret", &name).await, [old[3].clone(), second_key.clone()]);
+
+    let third = bosun_ok(&b, &run(&retention)).await;
+    let third_key = place.relative(third["key"].as_str().unwrap());
+    assert_eq!(third["deleted"], serde_json::json!([place.store.full_key(&old[3])]));
+    assert_eq!(place.keys(&folder).await, kept(&[&second_key, &third_key]));
+    assert_eq!(listed(&b, &place, "ret", &name).await, [second_key, third_key]);
+    place.clear().await;
+}
+
+// --- list and restore -----------------------------------------------------------------
+
+/// `backup list` shows every good backup, oldest first, as the runs reported them;
+/// `restore --key` loads that one (not the latest), with or without the prefix.
+#[tokio::test]
+async fn list_and_restore_by_key() {
+    let _timed = Timed::start("list_and_restore_by_key");
+    let b = backends();
+    let name = unique("bykey");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, Dest::Gcs, &format!("bosun-tests/{name}"));
+    let first_sum = db.checksum().await;
+    let first = bosun_ok(&b, &backup_args(&db, &place, "bykey", &name, &[])).await;
+    psql(&b, &name, "DELETE FROM t WHERE id > 5000").await;
+    let second_sum = db.checksum().await;
+    assert!(second_sum.starts_with("5000 "));
+    let second = bosun_ok(&b, &backup_args(&db, &place, "bykey", &name, &[])).await;
+
+    let mut args: Vec<String> = ["backup", "list", "--namespace", "bykey", "--name", &name].map(str::to_owned).to_vec();
+    args.extend(place.args());
+    let list = bosun_ok(&b, &args).await;
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{list:?}");
+    for (m, run) in list.iter().zip([&first, &second]) {
+        assert_eq!(place.store.full_key(m["key"].as_str().unwrap()), run["key"].as_str().unwrap());
+        for field in ["sha256", "size", "uncompressedSize", "started", "finished"] {
+            assert_eq!(m[field], run[field], "{field}");
+        }
+        assert_eq!(m["engine"], "postgresql");
+        assert_eq!(m["source"], db.url());
+    }
+
+    let target = Db::create(&b, Engine::Postgresql, &unique("bykey_target")).await;
+    let restore = |key: &str, overwrite: bool| {
+        let mut args: Vec<String> =
+            ["restore", "run", "--key", key, "--target", &target.url()].map(str::to_owned).to_vec();
+        args.extend(place.args());
+        if overwrite {
+            args.push("--overwrite".into());
+        }
+        args
+    };
+    // The key as printed (with the prefix) …
+    let restored = bosun_ok(&b, &restore(first["key"].as_str().unwrap(), false)).await;
+    assert_eq!(restored["key"], first["key"]);
+    assert_eq!(target.checksum().await, first_sum, "the first backup, not the latest");
+    // … or relative to it, as `backup list` shows it.
+    bosun_ok(&b, &restore(list[1]["key"].as_str().unwrap(), true)).await;
+    assert_eq!(target.checksum().await, second_sum);
+    place.clear().await;
+}
+
+/// A target holding tables is refused without `--overwrite` (naming how many, and
+/// left as it was); with it, the dump's tables are replaced.
+async fn refuses_a_target_with_tables(engine: Engine, dest: Dest) {
+    let b = backends();
+    let name = unique(&format!("refuse_{}", engine.short()));
+    let db = Db::create(&b, engine, &name).await;
+    db.load_dataset().await;
+    let source_sum = db.checksum().await;
+    let place = Place::new(&b, dest, &format!("bosun-tests/{name}"));
+    bosun_ok(&b, &backup_args(&db, &place, "refuse", &name, &[])).await;
+
+    let target = Db::create(&b, engine, &format!("{name}_target")).await;
+    let (tables, rows) = match engine {
+        Engine::Postgresql => {
+            psql(&b, &target.name, "CREATE TABLE t (id int PRIMARY KEY, txt text, bin bytea, num numeric, at timestamptz); INSERT INTO t (id) VALUES (1), (2), (3); CREATE TABLE other (x int)").await;
+            ("2", "3")
+        }
+        Engine::Mysql => {
+            support::mariadb(&b, &target.name, "CREATE TABLE t (id INT PRIMARY KEY, txt TEXT, bin VARBINARY(64), num DECIMAL(12,2)); INSERT INTO t (id) VALUES (1), (2), (3); CREATE TABLE other (x INT)").await;
+            ("2", "3")
+        }
+        Engine::Mongodb => unreachable!("MongoDB targets are never counted"),
+    };
+    let before = target.checksum().await;
+    assert!(before.starts_with(&format!("{rows} ")));
+    let mut args: Vec<String> =
+        ["restore", "run", "--latest", "--namespace", "refuse", "--name", &name, "--target", &target.url()]
+            .map(str::to_owned)
+            .to_vec();
+    args.extend(place.args());
+    let file = result_file(&name);
+    let mut refused = args.clone();
+    refused.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&refused)).await;
+    assert_failed(&out, &file, &["refused", &format!("already holds {tables} tables"), "--overwrite"]);
+    assert_eq!(target.checksum().await, before, "the refused target is untouched");
+
+    args.push("--overwrite".into());
+    bosun_ok(&b, &args).await;
+    assert_eq!(target.checksum().await, source_sum, "--overwrite replaces the dump's tables");
+    place.clear().await;
+}
+
+#[tokio::test]
+async fn restore_refuses_a_postgresql_target_with_tables_unless_overwrite() {
+    let _timed = Timed::start("restore_refuses_a_postgresql_target_with_tables_unless_overwrite");
+    refuses_a_target_with_tables(Engine::Postgresql, Dest::File).await;
+}
+
+#[tokio::test]
+async fn restore_refuses_a_mysql_target_with_tables_unless_overwrite() {
+    let _timed = Timed::start("restore_refuses_a_mysql_target_with_tables_unless_overwrite");
+    refuses_a_target_with_tables(Engine::Mysql, Dest::S3).await;
+}
+
+/// A MongoDB dump restored by key into a database of another name lands there
+/// (mongorestore would otherwise filter the archive by the target's name and load
+/// nothing), and the source is untouched.
+#[tokio::test]
+async fn mongodb_restore_by_key_into_another_database() {
+    let _timed = Timed::start("mongodb_restore_by_key_into_another_database");
+    let b = backends();
+    let name = unique("mgcopy");
+    let db = Db::create(&b, Engine::Mongodb, &name).await;
+    db.load_dataset().await;
+    let sum = db.checksum().await;
+    let place = Place::new(&b, Dest::Azure, &format!("bosun-tests/{name}"));
+    let result = bosun_ok(&b, &backup_args(&db, &place, "mgcopy", &name, &[])).await;
+    let copy = Db::create(&b, Engine::Mongodb, &format!("{name}_copy")).await;
+    let mut args: Vec<String> =
+        ["restore", "run", "--key", result["key"].as_str().unwrap(), "--target", &copy.url(), "--overwrite"]
+            .map(str::to_owned)
+            .to_vec();
+    args.extend(place.args());
+    bosun_ok(&b, &args).await;
+    assert_eq!(copy.checksum().await, sum, "the copy holds every document");
+    assert_eq!(db.checksum().await, sum, "the source is untouched");
+    place.clear().await;
+}

@@ -1,0 +1,250 @@
+//! The real database and storage servers of `hack/backends.sh`, for end-to-end tests
+//! of the backup runner (`bosun backup run|list`, `bosun restore run`).
+//!
+//! ```ignore
+//! let b = backends();                       // `hack/backends.sh up` once per test binary
+//! let out = b.bosun(&["backup", "list", "--destination", "file:///tmp/x", "--name", "db"]).await;
+//! assert!(out.ok, "{out}");
+//! ```
+//!
+//! [`backends`] **panics** with the script's output when the servers cannot start:
+//! these tests never skip. [`Backends::start`] runs a second, independent set in a
+//! state directory of its own (`BOSUN_BACKENDS_DIR`), for tests that stop a server.
+//!
+//! Every process a test starts gets exactly the variables `hack/backends.sh env`
+//! exports (credentials, endpoints, mongo-tools on `PATH`) on top of a minimal
+//! environment, never the developer's own cloud credentials.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::repo_root;
+
+/// How long one `bosun` run may take before the test fails (and the run is killed).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A running set of servers and the variables that reach them.
+#[derive(Clone, Debug)]
+pub struct Backends {
+    /// The state directory (`BOSUN_BACKENDS_DIR`).
+    pub state: PathBuf,
+    /// What `hack/backends.sh env` exports, `PATH` included (with mongo-tools).
+    pub env: BTreeMap<String, String>,
+}
+
+/// A finished process.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Exit status 0.
+    pub ok: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code,
+            self.stdout.trim_end(),
+            self.stderr.trim_end()
+        )
+    }
+}
+
+impl Outcome {
+    /// The stdout as JSON (a runner's result line, `backup list`'s array).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{self}"))
+    }
+}
+
+/// The shared servers in `<repo>/.backends` (or `$BOSUN_BACKENDS_DIR`), started on
+/// first use in this test binary.
+pub fn backends() -> Backends {
+    static SHARED: OnceLock<Backends> = OnceLock::new();
+    SHARED.get_or_init(|| Backends::start(None)).clone()
+}
+
+fn script() -> PathBuf {
+    repo_root().join("hack/backends.sh")
+}
+
+/// The variables every child gets besides the servers' own.
+fn base_env() -> Vec<(String, String)> {
+    ["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "RUST_BACKTRACE", "RUST_LOG"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
+        .collect()
+}
+
+impl Backends {
+    /// `hack/backends.sh up` in `state` (default: the shared directory), then its
+    /// `env`. Panics with the script's output if the servers do not come up.
+    pub fn start(state: Option<&Path>) -> Backends {
+        let state_arg = |cmd: &mut std::process::Command| {
+            if let Some(dir) = state {
+                cmd.env("BOSUN_BACKENDS_DIR", dir);
+            }
+        };
+        let mut up = std::process::Command::new(script());
+        up.arg("up").stdin(Stdio::null());
+        state_arg(&mut up);
+        let out = up.output().unwrap_or_else(|e| panic!("running {} up: {e}", script().display()));
+        if !out.status.success() {
+            panic!(
+                "hack/backends.sh up failed ({}); the backup runner tests need its servers:\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Let bash evaluate the export lines (they are %q-quoted, and prepend to PATH),
+        // then read back exactly what they set.
+        let mut env = std::process::Command::new("bash");
+        env.args(["-c", r#"out=$("$0" env) && eval "$out" && env -0"#])
+            .arg(script())
+            .env_clear()
+            .envs(base_env())
+            .stdin(Stdio::null());
+        state_arg(&mut env);
+        let out = env.output().expect("running bash");
+        if !out.status.success() {
+            panic!("hack/backends.sh env failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        }
+        let base: BTreeMap<String, String> = base_env().into_iter().collect();
+        let env: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+            .split('\0')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .filter(|(k, v)| !matches!(k.as_str(), "PWD" | "OLDPWD" | "SHLVL" | "_") && base.get(k) != Some(v))
+            .collect();
+        let backends = Backends { state: PathBuf::from(&env["BOSUN_BACKENDS_DIR"]), env };
+        for needed in ["PGPASSWORD", "MYSQL_PWD", "S3_ENDPOINT", "GCS_ENDPOINT", "AZURE_ENDPOINT", "MONGODB_PASSWORD"] {
+            assert!(
+                backends.env.contains_key(needed),
+                "hack/backends.sh env sets no {needed} (MongoDB missing? see {}/mongo-missing)",
+                backends.state.display()
+            );
+        }
+        backends
+    }
+
+    /// `hack/backends.sh down` for this state directory: stops its servers, removes it.
+    pub fn down(&self) -> Outcome {
+        let out = std::process::Command::new(script())
+            .arg("down")
+            .env("BOSUN_BACKENDS_DIR", &self.state)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running hack/backends.sh down");
+        outcome(out)
+    }
+
+    /// One of the exported variables; panics naming it when missing.
+    pub fn var(&self, name: &str) -> &str {
+        self.env.get(name).map(String::as_str).unwrap_or_else(|| panic!("hack/backends.sh env sets no {name}"))
+    }
+
+    /// A command with the servers' environment (and nothing of the developer's but
+    /// PATH, HOME, locale and RUST_*), stdin closed, killed if dropped.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.env_clear().envs(base_env()).envs(&self.env).stdin(Stdio::null()).kill_on_drop(true);
+        cmd
+    }
+
+    /// The same as a blocking [`std::process::Command`] (for clean-up in `Drop`).
+    pub fn blocking_command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        let mut cmd = std::process::Command::new(program);
+        cmd.env_clear().envs(base_env()).envs(&self.env).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run `program args…` to completion.
+    pub async fn run(&self, program: &str, args: &[&str]) -> Outcome {
+        self.run_with(program, args, &[], RUN_TIMEOUT).await
+    }
+
+    /// Run `program args…` with extra (overriding) variables, failing the test after `timeout`.
+    pub async fn run_with(&self, program: &str, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Outcome {
+        let mut cmd = self.command(program);
+        cmd.args(args).envs(env.iter().copied());
+        let out = tokio::time::timeout(timeout, cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("{program} {args:?} did not finish within {timeout:?}"))
+            .unwrap_or_else(|e| panic!("starting {program}: {e}"));
+        outcome(out)
+    }
+
+    /// Run `program args…` and panic with its output unless it succeeds; its stdout.
+    pub async fn ok(&self, program: &str, args: &[&str]) -> String {
+        let out = self.run(program, args).await;
+        assert!(out.ok, "{program} {args:?} failed: {out}");
+        out.stdout
+    }
+
+    /// Run the `bosun` binary with the servers' environment.
+    pub async fn bosun(&self, args: &[&str]) -> Outcome {
+        self.bosun_with(args, &[]).await
+    }
+
+    /// Run the `bosun` binary with extra (overriding) variables, e.g. a wrong password.
+    pub async fn bosun_with(&self, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+        let bin = bosun_binary();
+        self.run_with(bin.to_str().expect("utf-8 path"), args, env, RUN_TIMEOUT).await
+    }
+
+    /// `bosun <args>` started, not awaited: for tests that act while it runs.
+    pub fn spawn_bosun(&self, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Child {
+        let mut cmd = self.command(bosun_binary());
+        cmd.args(args).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().expect("starting bosun")
+    }
+
+    /// `postgresql://USER@HOST:PORT/db` (the password is in PGPASSWORD).
+    pub fn postgres_url(&self, db: &str) -> String {
+        format!("postgresql://{}@{}:{}/{db}", self.var("PGUSER"), self.var("PGHOST"), self.var("PGPORT"))
+    }
+
+    /// `mysql://USER@HOST:PORT/db` (the password is in MYSQL_PWD).
+    pub fn mysql_url(&self, db: &str) -> String {
+        format!("mysql://{}@{}:{}/{db}", self.var("MYSQL_USER"), self.var("MYSQL_HOST"), self.var("MYSQL_PORT"))
+    }
+
+    /// `mongodb://USER@HOST:PORT/db` (the password is in MONGODB_PASSWORD).
+    pub fn mongodb_url(&self, db: &str) -> String {
+        format!("mongodb://{}@{}:{}/{db}", self.var("MONGODB_USER"), self.var("MONGODB_HOST"), self.var("MONGODB_PORT"))
+    }
+}
+
+/// `$BOSUN_BIN`, else `target/debug/bosun` (cargo builds it for the bosun crate's tests).
+pub fn bosun_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("BOSUN_BIN") {
+        return p.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"));
+    let path = target.join("debug/bosun");
+    assert!(path.exists(), "{} does not exist: build it with `cargo build -p bosun`", path.display());
+    path
+}
+
+fn outcome(out: std::process::Output) -> Outcome {
+    Outcome {
+        ok: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A name no other test (or earlier run) uses: `prefix_` and random lowercase hex,
+/// valid as a database name in every engine and as a key segment.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
+}
