@@ -74,7 +74,9 @@ impl Database {
             "mysql" | "mariadb" => Engine::Mysql,
             "mongodb" => Engine::Mongodb,
             other => {
-                return Err(bad(&format!("unknown database type {other:?}; use postgresql://, mysql:// or mongodb://")));
+                return Err(bad(&format!(
+                    "unknown database type {other:?}; use postgresql://, mysql:// or mongodb://"
+                )));
             }
         };
         if url.password().is_some() {
