@@ -423,7 +423,9 @@ setup_mariadb() {
   # root@localhost (the socket) keeps unix_socket authentication for the
   # machine's root; TCP clients are root@127.0.0.1 (no name resolution), which
   # the init file creates with the password on every start.
-  /usr/bin/mariadb-install-db --no-defaults --user="$mysql_user" --datadir="$d/data" \
+  # Its own tmpdir: a bootstrap clears #sql* files from its tmpdir, so two state
+  # directories set up at once in a shared /tmp break each other's install.
+  /usr/bin/mariadb-install-db --no-defaults --user="$mysql_user" --datadir="$d/data" --tmpdir="$d/tmp" \
     --auth-root-authentication-method=socket --skip-test-db --skip-name-resolve \
     >"$state/logs/mariadb-install-db.log" 2>&1 || {
     tail -n 20 "$state/logs/mariadb-install-db.log" >&2

@@ -97,12 +97,19 @@ impl Backends {
         state_arg(&mut up);
         let out = up.output().unwrap_or_else(|e| panic!("running {} up: {e}", script().display()));
         if !out.status.success() {
-            panic!(
+            let mut message = format!(
                 "hack/backends.sh up failed ({}); the backup runner tests need its servers:\n{}{}",
                 out.status,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+            // A test's own set is not left running: its logs go into the message instead.
+            if let Some(dir) = state {
+                message.push_str(&log_tails(&dir.join("logs")));
+                let down = Backends { state: dir.to_owned(), env: BTreeMap::new() }.down();
+                message.push_str(&format!("\nhack/backends.sh down: {down}"));
+            }
+            panic!("{message}");
         }
         // Let bash evaluate the export lines (they are %q-quoted, and prepend to PATH),
         // then read back exactly what they set.
@@ -232,6 +239,20 @@ pub fn bosun_binary() -> PathBuf {
     let path = target.join("debug/bosun");
     assert!(path.exists(), "{} does not exist: build it with `cargo build -p bosun`", path.display());
     path
+}
+
+/// The last lines of every log in `dir`.
+fn log_tails(dir: &Path) -> String {
+    let mut text = String::new();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    logs.sort();
+    for log in logs {
+        let content = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = content.lines().collect();
+        text.push_str(&format!("\n--- {} (last 30 lines)\n", log.display()));
+        text.push_str(&lines[lines.len().saturating_sub(30)..].join("\n"));
+    }
+    text
 }
 
 fn outcome(out: std::process::Output) -> Outcome {

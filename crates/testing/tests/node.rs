@@ -137,7 +137,15 @@ async fn exit_codes_are_real_jobs_complete_and_failures_restart() {
             },
         })))
         .await;
-        env.apply(&pod("crashes", images::BASE, "echo attempt; sleep 1; exit 3", "Always")).await;
+        // Fails once, then stays up: kubelet keeps one dead container per container,
+        // so with a single failure `logs --previous` always has it to show.
+        let once = "if [ -e /state/failed ]; then echo recovered; exec sleep infinity; fi; \
+                    touch /state/failed; echo attempt; sleep 1; exit 3";
+        let mut crashes = pod("crashes", images::BASE, once, "Always");
+        let spec = crashes.spec.as_mut().unwrap();
+        spec.volumes = Some(vec![object(json!({"name": "state", "emptyDir": {}}))]);
+        spec.containers[0].volume_mounts = Some(vec![object(json!({"name": "state", "mountPath": "/state"}))]);
+        env.apply(&crashes).await;
 
         env.wait_for_within::<Job>("sums", "condition Complete", START, |j| {
             j.status.as_ref().and_then(|s| s.succeeded) == Some(1)
@@ -158,6 +166,8 @@ async fn exit_codes_are_real_jobs_complete_and_failures_restart() {
         assert_eq!(last.map(|t| t.reason), Some(Some("Error".to_owned())), "a non-zero exit is an Error");
         let previous = env.logs("crashes", None, true);
         assert!(previous.contains("attempt"), "the previous container's output: {previous:?}");
+        let current = env.wait_pod_ready("crashes", START).await;
+        assert_eq!(container_status(&current, "main").map(|c| c.restart_count), Some(1), "one failure, one restart");
     })
     .await;
 }

@@ -133,7 +133,7 @@ async fn load(b: &Backends, db: &str, rows: u64) -> anyhow::Result<()> {
              INSERT INTO orders SELECT g, timestamptz '2024-01-01' + g * interval '1 second', (g * 7919) % 100000,
                ((g * 31) % 100000) / 100.0, (ARRAY['new', 'paid', 'shipped', 'delivered', 'refunded'])[1 + g % 5],
                'order ' || g || ' for customer ' || md5((g % 5000)::text) || ': ' || encode(sha256(int8send(g) || float8send(random())), 'base64')
-             FROM generate_series(1, {rows}) g;
+             FROM generate_series(1::bigint, {rows}) g;
              ANALYZE orders;"
         ),
     )
