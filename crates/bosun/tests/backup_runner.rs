@@ -204,10 +204,15 @@ async fn unreachable_database_fails_naming_it() {
         &["connecting to the source postgresql://postgres@127.0.0.1:1/nothing", "Connection refused"],
     )
     .await;
-    s.place.clear().await;
-
     let out = b.bosun(&as_strs(&s.args("mysql://root@127.0.0.1:1/nothing", &file))).await;
-    assert_failed(&out, &file, &["connecting to the source mysql://root@127.0.0.1:1/nothing", "Can't connect"]);
+    s.assert_failed_cleanly(
+        &b,
+        &out,
+        &file,
+        &["connecting to the source mysql://root@127.0.0.1:1/nothing", "Can't connect"],
+    )
+    .await;
+    s.place.clear().await;
 }
 
 #[tokio::test]
@@ -493,5 +498,35 @@ async fn mongodb_restore_by_key_into_another_database() {
     bosun_ok(&b, &args).await;
     assert_eq!(copy.checksum().await, sum, "the copy holds every document");
     assert_eq!(db.checksum().await, sum, "the source is untouched");
+    place.clear().await;
+}
+
+/// A stored dump corrupted after the fact (same size, so it still looks good): the
+/// restore fails naming the download, not the tool it was feeding.
+#[tokio::test]
+async fn corrupted_dump_fails_the_restore() {
+    let _timed = Timed::start("corrupted_dump_fails_the_restore");
+    let b = backends();
+    let name = unique("corrupt");
+    let db = Db::create(&b, Engine::Mysql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let result = bosun_ok(&b, &backup_args(&db, &place, "corrupt", &name, &[])).await;
+    let key = place.relative(result["key"].as_str().unwrap());
+    let mut dump = place.get(&key).await;
+    let middle = dump.len() / 2;
+    dump[middle] ^= 0xff;
+    place.put(&key, dump).await;
+
+    let target = Db::create(&b, Engine::Mysql, &format!("{name}_target")).await;
+    let mut args: Vec<String> =
+        ["restore", "run", "--latest", "--namespace", "corrupt", "--name", &name, "--target", &target.url()]
+            .map(str::to_owned)
+            .to_vec();
+    args.extend(place.args());
+    let file = result_file(&name);
+    args.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&args)).await;
+    assert_failed(&out, &file, &["downloading the dump failed"]);
     place.clear().await;
 }

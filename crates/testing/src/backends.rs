@@ -65,7 +65,7 @@ impl Outcome {
 }
 
 /// The shared servers in `<repo>/.backends` (or `$BOSUN_BACKENDS_DIR`), started on
-/// first use in this test binary.
+/// first use in this test binary (`hack/backends.sh up` is a no-op when they run).
 pub fn backends() -> Backends {
     static SHARED: OnceLock<Backends> = OnceLock::new();
     SHARED.get_or_init(|| Backends::start(None)).clone()
@@ -87,6 +87,12 @@ impl Backends {
     /// `hack/backends.sh up` in `state` (default: the shared directory), then its
     /// `env`. Panics with the script's output if the servers do not come up.
     pub fn start(state: Option<&Path>) -> Backends {
+        // The shared set honours BOSUN_BACKENDS_DIR like the script does; every
+        // invocation below is told the directory explicitly.
+        let private = state.is_some();
+        let state: Option<PathBuf> =
+            state.map(Path::to_path_buf).or_else(|| std::env::var_os("BOSUN_BACKENDS_DIR").map(PathBuf::from));
+        let state = state.as_deref();
         let state_arg = |cmd: &mut std::process::Command| {
             if let Some(dir) = state {
                 cmd.env("BOSUN_BACKENDS_DIR", dir);
@@ -104,7 +110,8 @@ impl Backends {
                 String::from_utf8_lossy(&out.stderr)
             );
             // A test's own set is not left running: its logs go into the message instead.
-            if let Some(dir) = state {
+            // (The shared one is, for inspection, as the script says.)
+            if let Some(dir) = state.filter(|_| private) {
                 message.push_str(&log_tails(&dir.join("logs")));
                 let down = Backends { state: dir.to_owned(), env: BTreeMap::new() }.down();
                 message.push_str(&format!("\nhack/backends.sh down: {down}"));
