@@ -7,6 +7,12 @@
 #        images.sh import --address SOCKET   build if needed, then import into that
 #                                            containerd's k8s.io (CRI) namespace
 #        images.sh list                      the image names
+#        images.sh runner --address SOCKET BINARY
+#                                            bosun-runner-base plus BINARY (stripped
+#                                            of debug info) as /usr/local/bin/bosun:
+#                                            localhost/bosun-runner:dev, imported into
+#                                            that containerd (what Backup and Restore
+#                                            runs use on the local cluster)
 #
 # The images (names are stable: tests and the README use them):
 #   localhost/pause:k8s-<KUBE_VERSION>     kubelet's pause.c, built statically
@@ -517,6 +523,48 @@ cmd_import() {
   log "images ready in $address after $(elapsed "$start")s"
 }
 
+# The runner image: the runner base and one more layer with the bosun binary.
+# Cached by the binary's hash (the three newest kept), imported only when the
+# containerd does not have it at that digest.
+runner_ref=localhost/bosun-runner:dev
+cmd_runner() {
+  local address= binary=
+  while (($#)); do
+    case $1 in
+      --address) address=${2:?--address needs a value}; shift 2 ;;
+      --address=*) address=${1#*=}; shift ;;
+      -*) die "runner: unknown argument $1" ;;
+      *) binary=$1; shift ;;
+    esac
+  done
+  [ -n "$address" ] && [ -n "$binary" ] || die "usage: images.sh runner --address SOCKET BINARY"
+  [ -x "$binary" ] || die "runner: $binary is not an executable"
+  (cmd_build >/dev/null) || exit 1
+  compute_keys
+  local start key out work existing
+  start=$(now)
+  key=$( { sha256sum "$binary" | cut -c1-64; echo "${keys[bosun-runner-base]}"; sha256sum "$here/images/oci.py"; } | sha256sum | cut -c1-16)
+  out="$cache/runner-with-bosun-$key.tar"
+  if [ ! -e "$out" ]; then
+    work=$(mktemp -d "$cache/.runner.XXXXXX")
+    objcopy --strip-debug "$binary" "$work/bosun" || { rm -rf "$work"; die "runner: stripping $binary failed"; }
+    python3 "$here/images/oci.py" --ref "$runner_ref" --base "$(archive bosun-runner-base)" --additive \
+      --config "{\"Entrypoint\": [\"/usr/local/bin/bosun\"], \"WorkingDir\": \"/\", \"User\": \"65532:65532\", \"Env\": [\"PATH=$path\"]}" \
+      --file "$work/bosun=/usr/local/bin/bosun:0755" --out "$work/image.tar" || { rm -rf "$work"; die "runner: building the image failed"; }
+    mv "$work/image.tar" "$out"
+    rm -rf "$work"
+    # shellcheck disable=SC2012 # names are ours, without odd characters
+    ls -t "$cache"/runner-with-bosun-*.tar | tail -n +4 | xargs -r rm -f
+  fi
+  existing=$(ctr -a "$address" -n k8s.io images ls) || die "cannot list the images of the containerd at $address"
+  if awk -v r="$runner_ref" -v d="$(archive_digest "$out")" '$1 == r && $3 == d { found = 1 } END { exit !found }' <<<"$existing"; then
+    printf '%-40s present (%ss)\n' "$runner_ref" "$(elapsed "$start")"
+  else
+    ctr -a "$address" -n k8s.io images import "$out" >/dev/null || die "importing $runner_ref into $address failed"
+    printf '%-40s imported in %ss\n' "$runner_ref" "$(elapsed "$start")"
+  fi
+}
+
 # --- main ------------------------------------------------------------------------
 
 main() {
@@ -524,6 +572,7 @@ main() {
   case ${1:-} in
     build) shift; [ $# = 0 ] || die "usage: images.sh build"; cmd_build ;;
     import) shift; cmd_import "$@" ;;
+    runner) shift; cmd_runner "$@" ;;
     list) for name in "${images[@]}"; do [ -n "${hidden[$name]:-}" ] || echo "${ref[$name]}"; done ;;
     _hook) # called back by mmdebstrap: _hook PHASE NAME WORKDIR ROOTFS
       case ${2:-} in

@@ -3,7 +3,7 @@
 root filesystem tarball, for hack/images.sh. Standard library only.
 
   oci.py --ref NAME --config JSON --out IMAGE.tar
-         [--rootfs ROOTFS.tar] [--file SRC=DEST[:MODE]]... [--base BASE-IMAGE.tar]
+         [--rootfs ROOTFS.tar] [--file SRC=DEST[:MODE]]... [--base BASE-IMAGE.tar [--additive]]
 
 The image gets one new, uncompressed layer (uncompressed because that is what
 unpacks fastest into a local containerd). Without --base the layer is the whole
@@ -12,7 +12,10 @@ is BASE-IMAGE.tar's layers (reused byte for byte, so containerd stores and
 unpacks them once for every image built on them) plus a layer holding only what
 differs between the base's file system and ROOTFS.tar: new and changed entries,
 and whiteouts for removed ones. ROOTFS.tar must then be the complete file
-system of the new image (what `mmdebstrap` wrote), not just the additions.
+system of the new image (what `mmdebstrap` wrote), not just the additions —
+unless --additive is given: then the new layer holds only the --file (and
+ROOTFS.tar) entries, over an unchanged base (how a binary is put on top of an
+image).
 
 --config is the image config's "config" object in the Docker/OCI spelling
 (Entrypoint, Cmd, Env, User, WorkingDir, StopSignal, Labels), except that
@@ -134,7 +137,7 @@ class Tree:
                 tuple(sorted(xattrs(ti).items())))
 
 
-def write_layer(out, tree, base=None, epoch=None):
+def write_layer(out, tree, base=None, epoch=None, additive=False):
     """Writes the layer tar to `out` (a file) and returns its sha256 hex digest:
     all of `tree`, or, with a base Tree, what it takes to turn base into tree."""
     hw = HashingWriter(out)
@@ -167,7 +170,7 @@ def write_layer(out, tree, base=None, epoch=None):
                 new.size = 0
                 lt.addfile(new)
             emitted.add(name)
-        if base is not None:
+        if base is not None and not additive:
             removed = [p for p in base.entries if p not in tree.entries]
             gone = set(removed)
             for p in removed:
@@ -225,6 +228,7 @@ def main():
     ap.add_argument("--rootfs")
     ap.add_argument("--file", action="append", default=[], help="SRC=DEST[:OCTAL-MODE]")
     ap.add_argument("--base")
+    ap.add_argument("--additive", action="store_true", help="with --base: add the entries, remove nothing")
     args = ap.parse_args()
     epoch = int(os.environ["SOURCE_DATE_EPOCH"]) if os.environ.get("SOURCE_DATE_EPOCH") else None
 
@@ -245,7 +249,7 @@ def main():
 
     outdir = os.path.dirname(os.path.abspath(args.out))
     with tempfile.TemporaryFile(dir=outdir) as layer:
-        layer_digest = write_layer(layer, tree, base_tree, epoch)
+        layer_digest = write_layer(layer, tree, base_tree, epoch, args.additive)
         layer_size = layer.tell()
 
         cfg = json.loads(args.config)

@@ -44,4 +44,29 @@ pub mod reasons {
     /// A smaller size was asked for than a claim already has: Kubernetes cannot shrink
     /// a claim, so the change is not applied.
     pub const SHRINK_REFUSED: &str = "ShrinkRefused";
+    /// A Backup's CronJob is in place and schedules runs.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// A Backup's CronJob is in place and suspended: nothing runs, nothing is deleted.
+    pub const SUSPENDED: &str = "Suspended";
+    /// No backup run has finished yet.
+    pub const NO_RUN_YET: &str = "NoRunYet";
+    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
+    pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// A Restore's Job is running.
+    pub const RUNNING: &str = "Running";
+    pub const RESTORED: &str = "Restored";
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
+    /// A Restore names a Backup that does not exist (yet): looked for again every 30 s.
+    pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
+
+    /// Refusals that a later look may find resolved without any change to the
+    /// resource itself (someone else's object goes away, a referenced one appears):
+    /// looked at again periodically rather than waiting for a spec change.
+    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND];
+}
+
+/// Condition types of Backup.
+pub mod backup_types {
+    /// Whether the newest finished run stored a good dump.
+    pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
 }

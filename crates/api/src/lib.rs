@@ -4,6 +4,7 @@
 //! field names are fixed. The CRD YAML committed under `config/crd/` is generated
 //! from these types (`bosun crd`, `make manifests`) and a test fails when it drifts.
 
+pub mod backup;
 pub mod conditions;
 pub mod demovolume;
 pub mod schema;
@@ -20,6 +21,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         schema::crd::<webapp::example_v1::WebApp>(),
         schema::crd::<voteconfig::VoteConfig>(),
         schema::crd::<demovolume::DemoVolume>(),
+        schema::crd::<backup::Backup>(),
+        schema::crd::<backup::Restore>(),
     ]
 }
 

@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
@@ -164,6 +165,32 @@ impl Child for PersistentVolumeClaim {
     }
 }
 
+impl Child for CronJob {
+    /// A Backup's status reads the CronJob's `lastScheduleTime`; the spec is known
+    /// from bosun's own record.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = None;
+        if let Some(status) = self.status.as_mut() {
+            // The running Jobs are watched on their own.
+            status.active = None;
+        }
+    }
+}
+
+impl Child for Job {
+    /// Backup and Restore statuses read a Job's start, finish and conditions; the pod
+    /// template is never read back.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = None;
+        if let Some(status) = self.status.as_mut() {
+            // Counters of pods that change while it runs and that no status shows.
+            (status.ready, status.terminating, status.uncounted_terminated_pods) = (None, None, None);
+        }
+    }
+}
+
 /// The cache of one child kind (objects labelled managed-by=bosun, slimmed by
 /// [`Child::slim`]), and bosun's record of what it last applied to each.
 pub struct Owned<C: Child> {
@@ -191,6 +218,11 @@ impl<C: Child> Owned<C> {
     /// The cached `namespace/name`, if bosun's watch has it.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<C>> {
         self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Every cached object for which `keep` holds.
+    pub fn matching(&self, keep: impl Fn(&C) -> bool) -> Vec<Arc<C>> {
+        self.store.state().into_iter().filter(|c| keep(c)).collect()
     }
 
     /// What bosun last applied to `namespace/name`, since it started.

@@ -32,6 +32,23 @@ pub struct Context {
     pub leader: Gate,
     /// The clock status timestamps are taken from; injectable so tests are deterministic.
     pub clock: fn() -> Timestamp,
+    /// Operator configuration the children are built with.
+    pub settings: Settings,
+}
+
+/// Operator configuration that goes into children (set by `bosun run`'s flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The image whose `bosun` runs backups and restores (`--runner-image`).
+    pub runner_image: String,
+}
+
+pub use bosun_resources::backup::DEFAULT_RUNNER_IMAGE;
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { runner_image: DEFAULT_RUNNER_IMAGE.to_owned() }
+    }
 }
 
 /// Whether every controller's cache has been filled by its initial list (for /readyz).
@@ -242,6 +259,7 @@ impl Context {
             written: Written::default(),
             leader: Gate::default(),
             clock: Timestamp::now,
+            settings: Settings::default(),
         }
     }
 

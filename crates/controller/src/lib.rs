@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod backoff;
+pub mod backup;
 pub mod changes;
 pub mod children;
 pub mod context;
@@ -25,10 +26,11 @@ pub mod guard;
 pub mod metrics;
 pub mod rbac;
 pub mod read;
+pub mod restore;
 pub mod runner;
 pub mod status;
 pub mod voteconfig;
 pub mod webapp;
 
-pub use context::{Context, Scope};
+pub use context::{Context, Scope, Settings};
 pub use error::Error;

@@ -111,7 +111,15 @@ pub const LEADER_ELECTION_ROLE_BINDING: &str = "bosun-leader-election-rolebindin
 /// The permissions of the ClusterRole: the manager's and every controller's, in every
 /// namespace bosun serves.
 pub fn cluster_permissions() -> Vec<Permission> {
-    [MANAGER, crate::webapp::PERMISSIONS, crate::voteconfig::PERMISSIONS, crate::demovolume::PERMISSIONS].concat()
+    [
+        MANAGER,
+        crate::webapp::PERMISSIONS,
+        crate::voteconfig::PERMISSIONS,
+        crate::demovolume::PERMISSIONS,
+        crate::backup::PERMISSIONS,
+        crate::restore::PERMISSIONS,
+    ]
+    .concat()
 }
 
 /// The permissions of the leader-election Role, in bosun's own namespace only.

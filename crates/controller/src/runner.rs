@@ -231,14 +231,33 @@ pub fn owns<K: Reconciled, C: Child>(
     ctx: &Context,
     changes: mpsc::UnboundedReceiver<C>,
 ) -> Controller<Guarded<K>> {
-    let queue = ctx.queues.of(controller);
-    let parents = ctrl.store();
-    let mapper = move |child: C| {
-        let owners: Vec<ObjectRef<Guarded<K>>> = child
+    triggered_by(controller, ctrl, ctx, changes, |child: &C| {
+        child
             .owner_references()
             .iter()
             .filter(|r| r.controller == Some(true) && r.kind == K::kind(&()) && r.api_version == K::api_version(&()))
-            .map(|r| ObjectRef::new(&r.name).within(&child.namespace().unwrap_or_default()))
+            .map(|r| r.name.clone())
+            .collect()
+    })
+}
+
+/// Reconcile the parents `parents_of` names (in the child's namespace) when `changes`
+/// (from [`watch_children`]) brings a child: for children whose controller is not the
+/// parent itself, e.g. the Jobs a Backup's CronJob starts.
+pub fn triggered_by<K: Reconciled, C: Child>(
+    controller: &'static str,
+    ctrl: Controller<Guarded<K>>,
+    ctx: &Context,
+    changes: mpsc::UnboundedReceiver<C>,
+    parents_of: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
+) -> Controller<Guarded<K>> {
+    let queue = ctx.queues.of(controller);
+    let parents = ctrl.store();
+    let mapper = move |child: C| {
+        let ns = child.namespace().unwrap_or_default();
+        let owners: Vec<ObjectRef<Guarded<K>>> = parents_of(&child)
+            .into_iter()
+            .map(|name| ObjectRef::new(&name).within(&ns))
             .filter(|owner| parents.get(owner).is_some())
             .collect();
         for owner in &owners {
@@ -452,7 +471,8 @@ pub enum Outcome {
     /// The spec cannot be served (`reason` is the condition's, e.g. `InvalidSpec`):
     /// reported on the resource, and in a Warning event when `announce` (the status
     /// changed: the same refusal is announced once); waits for a spec change — or,
-    /// for a `NameConflict`, looks again every [`NAME_CONFLICT_RECHECK`].
+    /// for a refusal in `reasons::RECHECKED` (e.g. `NameConflict`), looks again every
+    /// [`NAME_CONFLICT_RECHECK`].
     Refused { reason: &'static str, message: String, announce: bool },
 }
 
@@ -512,7 +532,7 @@ where
                 );
                 ctx.events.refused(&obj.object_ref(&()), reason, &message);
             }
-            Ok(if reason == bosun_api::conditions::reasons::NAME_CONFLICT {
+            Ok(if bosun_api::conditions::reasons::RECHECKED.contains(&reason) {
                 Action::requeue(NAME_CONFLICT_RECHECK)
             } else {
                 Action::await_change()

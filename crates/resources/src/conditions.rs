@@ -12,14 +12,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
     pub type_: &'static str,
-    pub status: bool,
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
     pub reason: &'static str,
     pub message: String,
 }
 
 impl Desired {
     pub fn new(type_: &'static str, status: bool, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { type_, status, reason, message: message.into() }
+        Self { type_, status: if status { "True" } else { "False" }, reason, message: message.into() }
+    }
+
+    /// A condition whose status is `Unknown`: the fact is not known yet.
+    pub fn unknown(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self { type_, status: "Unknown", reason, message: message.into() }
     }
 }
 
@@ -49,7 +55,7 @@ pub fn merge(previous: &[Condition], desired: Vec<Desired>, generation: Option<i
     desired
         .into_iter()
         .map(|d| {
-            let status = if d.status { "True" } else { "False" }.to_owned();
+            let status = d.status.to_owned();
             let last_transition_time = previous
                 .iter()
                 .find(|p| p.type_ == d.type_ && p.status == status)

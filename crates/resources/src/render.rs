@@ -4,13 +4,14 @@
 //! the controllers use, so what is printed is what would be applied (minus the
 //! ownerReference, which needs the uid the apiserver assigns).
 
+use bosun_api::backup::Backup;
 use bosun_api::demovolume::DemoVolume;
 use bosun_api::voteconfig::VoteConfig;
 use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{demovolume, voteconfig, webapp};
+use crate::{backup, demovolume, voteconfig, webapp};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RenderError {
@@ -36,6 +37,16 @@ pub fn render(documents: &[Value]) -> Result<Vec<Value>, RenderError> {
             ("demo.example.com/v1", "DemoVolume") => {
                 let volume = parse::<DemoVolume>(index, doc)?;
                 out.extend(serde_json::to_value(demovolume::desired_claim(&volume)));
+            }
+            ("backup.example.com/v1", "Backup") => {
+                let backup = parse::<Backup>(index, doc)?;
+                backup::validate(&backup).map_err(|r| RenderError::Invalid {
+                    index,
+                    kind: "Backup".into(),
+                    name: backup.metadata.name.clone().unwrap_or_default(),
+                    message: r.message(),
+                })?;
+                out.extend(serde_json::to_value(backup::desired_cronjob(&backup, backup::DEFAULT_RUNNER_IMAGE)));
             }
             _ => return Err(RenderError::Unsupported { index, api_version, kind }),
         }

@@ -12,17 +12,28 @@ pub enum ControllerName {
     VoteConfig,
     /// DemoVolume in `demo.example.com/v1`.
     DemoVolume,
+    /// Backup in `backup.example.com/v1`.
+    Backup,
+    /// Restore in `backup.example.com/v1`.
+    Restore,
 }
 
 impl ControllerName {
-    pub const ALL: &'static [ControllerName] =
-        &[ControllerName::WebApp, ControllerName::VoteConfig, ControllerName::DemoVolume];
+    pub const ALL: &'static [ControllerName] = &[
+        ControllerName::WebApp,
+        ControllerName::VoteConfig,
+        ControllerName::DemoVolume,
+        ControllerName::Backup,
+        ControllerName::Restore,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ControllerName::WebApp => "webapp",
             ControllerName::VoteConfig => "voteconfig",
             ControllerName::DemoVolume => "demovolume",
+            ControllerName::Backup => "backup",
+            ControllerName::Restore => "restore",
         }
     }
 }
@@ -90,6 +101,10 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_METRICS_BIND_ADDRESS", default_value = ":8080", value_parser = parse_addr)]
     pub metrics_bind_address: std::net::SocketAddr,
 
+    /// The image whose `bosun` runs backups and restores (CronJobs and Jobs of Backup and Restore).
+    #[arg(long, env = "BOSUN_RUNNER_IMAGE", default_value = bosun_controller::context::DEFAULT_RUNNER_IMAGE)]
+    pub runner_image: String,
+
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,
@@ -150,7 +165,7 @@ mod tests {
             "webapps"
                 .parse::<ControllerName>()
                 .unwrap_err()
-                .contains("known controllers: webapp, voteconfig, demovolume")
+                .contains("known controllers: webapp, voteconfig, demovolume, backup, restore")
         );
     }
 }

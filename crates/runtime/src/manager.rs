@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bosun_controller::metrics::Metrics;
-use bosun_controller::{Context, Scope, demovolume, voteconfig, webapp};
+use bosun_controller::{Context, Scope, backup, demovolume, restore, voteconfig, webapp};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -64,7 +64,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     metrics.register(&mut registry);
     leadership.register(&mut registry);
     crate::client::register(&requests, &mut registry);
-    let ctx = Arc::new(Context::new(client.clone(), &identity, metrics));
+    let mut ctx = Context::new(client.clone(), &identity, metrics);
+    ctx.settings.runner_image = args.runner_image.clone();
+    let ctx = Arc::new(ctx);
 
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
@@ -176,6 +178,8 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
                 ControllerName::DemoVolume => {
                     tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, concurrency, stop())))
                 }
+                ControllerName::Backup => tasks.push(Box::pin(backup::run(ctx.clone(), ns, concurrency, stop()))),
+                ControllerName::Restore => tasks.push(Box::pin(restore::run(ctx.clone(), ns, concurrency, stop()))),
             }
         }
     }

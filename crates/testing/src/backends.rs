@@ -276,3 +276,84 @@ fn outcome(out: std::process::Output) -> Outcome {
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
 }
+
+/// A MinIO of its own for a test, on `ip` (e.g. the real node's bridge address, so
+/// pods reach it), a free port and a fresh data directory with one empty bucket;
+/// stopped and removed when dropped. The binary is the shared set's (built by
+/// `hack/backends.sh`, which [`backends`] runs).
+#[derive(Debug)]
+pub struct Minio {
+    child: std::process::Child,
+    dir: PathBuf,
+    /// `http://IP:PORT`.
+    pub endpoint: String,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+impl Minio {
+    pub fn start(ip: &str) -> Minio {
+        let shared = backends();
+        let bin_dirs = std::fs::read_to_string(shared.state.join("bin-dirs")).expect("backends' bin-dirs");
+        let minio = Path::new(bin_dirs.lines().next().expect("minio's directory")).join("minio");
+        let port = std::net::TcpListener::bind((ip, 0))
+            .and_then(|l| l.local_addr())
+            .unwrap_or_else(|e| panic!("no free port on {ip} (is the real node up?): {e}"))
+            .port();
+        let dir = std::env::temp_dir().join(format!("bosun-minio-{ip}-{port}"));
+        let bucket = "backups".to_owned();
+        // MinIO makes a bucket of each top-level directory of a fresh drive.
+        std::fs::create_dir_all(dir.join("data").join(&bucket)).expect("minio data directory");
+        let log = std::fs::File::create(dir.join("minio.log")).expect("minio log");
+        let (access_key, secret_key) = ("bosun-test".to_owned(), "bosun-test-secret".to_owned());
+        let child = std::process::Command::new(&minio)
+            .args(["server", "--quiet", "--address", &format!("{ip}:{port}")])
+            .arg(dir.join("data"))
+            .env_clear()
+            .env("HOME", &dir)
+            .env("MINIO_ROOT_USER", &access_key)
+            .env("MINIO_ROOT_PASSWORD", &secret_key)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", minio.display()));
+        let endpoint = format!("http://{ip}:{port}");
+        let m = Minio { child, dir, endpoint, bucket, access_key, secret_key };
+        let ready = format!("{}/minio/health/ready", m.endpoint);
+        for _ in 0..300 {
+            let ok = std::process::Command::new("curl")
+                .args(["-sf", "--max-time", "2", &ready])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return m;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "MinIO on {} did not become ready: {}",
+            m.endpoint,
+            std::fs::read_to_string(m.dir.join("minio.log")).unwrap_or_default()
+        );
+    }
+
+    /// The variables that reach it, as the runner reads them.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", self.access_key.clone()),
+            ("AWS_SECRET_ACCESS_KEY", self.secret_key.clone()),
+            ("AWS_REGION", "us-east-1".to_owned()),
+        ]
+    }
+}
+
+impl Drop for Minio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

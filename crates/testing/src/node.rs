@@ -152,3 +152,35 @@ impl Env {
         out
     }
 }
+
+/// The host's address on the real node's pod bridge: a server a test starts on the
+/// host and binds here is reachable from pods (and from the host), nowhere else.
+pub const BRIDGE_IP: &str = "10.245.0.1";
+
+/// The runner image Backup and Restore runs use (`bosun run --runner-image`'s default).
+pub const RUNNER_IMAGE: &str = "localhost/bosun-runner:dev";
+
+/// Build [`RUNNER_IMAGE`] from the `bosun` binary under test and import it into the
+/// real node (`hack/images.sh runner`), once per test process.
+pub fn import_runner_image() {
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        return;
+    }
+    let socket = cluster_dir().join("node/containerd.sock");
+    let out = std::process::Command::new(crate::repo_root().join("hack/images.sh"))
+        .arg("runner")
+        .arg("--address")
+        .arg(&socket)
+        .arg(crate::backends::bosun_binary())
+        .output()
+        .unwrap_or_else(|e| panic!("running hack/images.sh runner: {e}"));
+    assert!(
+        out.status.success(),
+        "hack/images.sh runner failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    *done = true;
+}

@@ -1,0 +1,354 @@
+//! Backup and Restore (`backup.example.com/v1`): scheduled logical dumps of a database
+//! into object storage, and loading one back.
+//!
+//! ```yaml
+//! apiVersion: backup.example.com/v1
+//! kind: Backup
+//! metadata: {name: nightly}
+//! spec:
+//!   source: {type: postgresql, connection: {host: test-db, port: 5432, database: app, secretRef: {name: test-db-credentials}}}
+//!   destination: {type: s3, bucket: backups}
+//!   schedule: "0 2 * * *"
+//!   retention: 30d
+//! ```
+//!
+//! The schema refuses what a pattern can tell: a schedule that is not five cron fields
+//! with values in range (or a macro like `@daily`), a retention that is not a
+//! duration. The controller checks the rest (a range whose start is after its end).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::Rule;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::Condition;
+
+/// The database engines a dump can be taken of.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceType {
+    Postgresql,
+    Mysql,
+    Mongodb,
+}
+
+impl SourceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceType::Postgresql => "postgresql",
+            SourceType::Mysql => "mysql",
+            SourceType::Mongodb => "mongodb",
+        }
+    }
+
+    /// The server's usual port, used when `connection.port` is not given.
+    pub fn default_port(self) -> i32 {
+        match self {
+            SourceType::Postgresql => 5432,
+            SourceType::Mysql => 3306,
+            SourceType::Mongodb => 27017,
+        }
+    }
+}
+
+/// A Secret in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub name: String,
+}
+
+/// How to reach a database.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Connection {
+    /// The server's host name (a Service name, or a DNS name or IP address).
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$"))]
+    pub host: String,
+    /// The server's port; default: the engine's (5432, 3306, 27017).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// The database to dump (or to load into).
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[^/\s]+$"))]
+    pub database: String,
+    /// A Secret with the keys `username` and `password`. Passwords are never inline.
+    pub secret_ref: SecretRef,
+}
+
+/// A database: its engine and how to reach it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// `postgresql`, `mysql` or `mongodb`.
+    #[serde(rename = "type")]
+    pub type_: SourceType,
+    pub connection: Connection,
+}
+
+/// Where dumps are stored.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DestinationType {
+    S3,
+    Gcs,
+    Azure,
+    Pvc,
+}
+
+/// A bucket (or a claim) and a prefix in it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    /// `s3`, `gcs`, `azure`, or `pvc` (a PersistentVolumeClaim in the Backup's namespace).
+    #[serde(rename = "type")]
+    pub type_: DestinationType,
+    /// The bucket (the container, for `azure`); for `pvc`, the name of the claim. The
+    /// claim is the user's: bosun mounts it but never creates or deletes it, so the
+    /// dumps outlive the Backup.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$"))]
+    pub bucket: String,
+    /// A folder in the bucket; dumps go under `<prefix>/<namespace>/<backup name>/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512), regex(pattern = r"^[^\s]*$"))]
+    pub prefix: Option<String>,
+    /// The storage server, when not the provider's own (an S3-compatible server, an emulator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048), regex(pattern = r"^https?://[^\s/]+(/[^\s]*)?$"))]
+    pub endpoint: Option<String>,
+    /// The bucket's region (S3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9-]+$"))]
+    pub region: Option<String>,
+    /// A Secret whose keys are the provider's standard variables (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY`,
+    /// `GOOGLE_SERVICE_ACCOUNT_KEY`, ...): they become the runner's environment, and the
+    /// Secret is also mounted at `/var/run/secrets/bosun/destination` for key files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// Values of the five cron fields, as Kubernetes' CronJob (robfig/cron) accepts them.
+const MINUTE: &str = "[0-5]?[0-9]";
+const HOUR: &str = "[01]?[0-9]|2[0-3]";
+const DAY_OF_MONTH: &str = "0?[1-9]|[12][0-9]|3[01]";
+const MONTH: &str = "0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)";
+const DAY_OF_WEEK: &str = "[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)";
+/// The macros a CronJob accepts instead of five fields.
+pub const SCHEDULE_MACROS: &[&str] = &["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"];
+
+/// One field: a comma-separated list of `*` or a value or a range, each with an
+/// optional positive step; `?` too where cron allows it.
+fn cron_field(values: &str, question_mark: bool) -> String {
+    let any = if question_mark { r"\*|\?" } else { r"\*" };
+    let item = format!(r"({any}|({values})(-({values}))?)(/[1-9][0-9]*)?");
+    format!("{item}(,{item})*")
+}
+
+/// The regular expression a schedule must match (RE2, as CEL's `matches`; also valid
+/// for Rust's `regex`).
+pub fn schedule_pattern() -> String {
+    let fields = [
+        cron_field(MINUTE, false),
+        cron_field(HOUR, false),
+        cron_field(DAY_OF_MONTH, true),
+        cron_field(MONTH, false),
+        cron_field(DAY_OF_WEEK, true),
+    ]
+    .map(|f| format!("({f})"));
+    let macros = SCHEDULE_MACROS.iter().map(|m| &m[1..]).collect::<Vec<_>>().join("|");
+    format!(r"^(@({macros})|{})$", fields.join(r"[ \t]+"))
+}
+
+fn schedule_rule() -> Rule {
+    Rule::new(format!("self.matches('{}')", schedule_pattern().replace('\\', "\\\\")))
+        .message("spec.schedule must be a cron expression of five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; each *, a value, a range a-b or a list, with an optional /step), e.g. \"0 2 * * *\", or one of @hourly, @daily, @weekly, @monthly, @yearly")
+}
+
+/// The regular expression a retention must match: what `bosun backup run --retention` takes.
+pub const RETENTION_PATTERN: &str = "^([0-9]+[mhdw])+$";
+
+fn retention_rule() -> Rule {
+    Rule::new(format!("self.matches('{RETENTION_PATTERN}')"))
+        .message("spec.retention must be a duration: a number and a unit m, h, d or w, e.g. 30d, 12h, 2w or 1d12h")
+}
+
+/// Scheduled dumps of a database into object storage, pruned by age.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "backup.example.com",
+    version = "v1",
+    kind = "Backup",
+    plural = "backups",
+    namespaced,
+    status = "BackupStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.type"}"#,
+    printcolumn = r#"{"name":"Schedule","type":"string","jsonPath":".spec.schedule"}"#,
+    printcolumn = r#"{"name":"Suspend","type":"boolean","jsonPath":".spec.suspend"}"#,
+    printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessfulBackup.time"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 44")
+        .message("metadata.name may have at most 44 characters: the CronJob <name>-cronjob may have at most 52")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// The database to dump.
+    pub source: Source,
+    /// Where the dumps go.
+    pub destination: Destination,
+    /// When to run, as a cron expression (the CronJob's schedule, in the controller
+    /// manager's time zone), e.g. `0 2 * * *`.
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = schedule_rule())]
+    pub schedule: String,
+    /// Delete dumps older than this after a good run, e.g. `30d`; the newest good dump
+    /// is always kept. None: keep every dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32))]
+    #[x_kube(validation = retention_rule())]
+    pub retention: Option<String>,
+    /// Also keep at least this many newest good dumps, whatever their age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_last: Option<i32>,
+    /// Stop scheduling new runs; nothing is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+/// The newest dump known to be good.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuccessfulBackup {
+    /// When the run finished.
+    pub time: Time,
+    /// The dump's object key, with the destination's prefix.
+    pub key: String,
+    /// Its stored (compressed) size in bytes.
+    pub size: i64,
+    /// The Job that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+/// Observed state, from the CronJob, its Jobs and their results.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the CronJob last started a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_backup: Option<SuccessfulBackup>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl crate::conditions::Conditioned for BackupStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}
+
+/// A Backup whose latest good dump to load.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BackupRef {
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+}
+
+/// A dump named by its bucket and key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct RestoreSource {
+    pub destination: Destination,
+    /// The dump's object key, as `bosun backup list` or a Backup's status shows it.
+    #[schemars(length(min = 1, max = 1024))]
+    pub key: String,
+}
+
+/// Load one dump into a database, once.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "backup.example.com",
+    version = "v1",
+    kind = "Restore",
+    plural = "restores",
+    namespaced,
+    status = "RestoreStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Key","type":"string","jsonPath":".status.key","priority":1}"#,
+    printcolumn = r#"{"name":"Completed","type":"date","jsonPath":".status.completionTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 55")
+        .message("metadata.name may have at most 55 characters: the Job <name>-restore may have at most 63"),
+    validation = Rule::new("has(self.spec.backupRef) != has(self.spec.source)")
+        .message("set exactly one of spec.backupRef (a Backup's latest good dump) and spec.source (a destination and key)"),
+    validation = Rule::new("self.spec == oldSelf.spec")
+        .message("spec is immutable: a Restore runs once; create another Restore to load another dump"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSpec {
+    /// A Backup in this namespace: its destination and its latest good dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_ref: Option<BackupRef>,
+    /// Or a destination and the key of a dump in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<RestoreSource>,
+    /// The database to load it into.
+    pub target: Source,
+    /// Load into a database that already holds tables, replacing what the dump contains.
+    /// Without it such a target is refused and left untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overwrite: Option<bool>,
+}
+
+/// `Pending`, `Running`, `Succeeded` or `Failed`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum RestorePhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl RestorePhase {
+    /// Whether the restore is over (it runs once).
+    pub fn finished(self) -> bool {
+        matches!(self, RestorePhase::Succeeded | RestorePhase::Failed)
+    }
+}
+
+/// Observed state, from the Job and its result.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<RestorePhase>,
+    /// The object key restored (or being restored, once known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The Job that runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl crate::conditions::Conditioned for RestoreStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}

@@ -1,0 +1,337 @@
+//! Backup and Restore end to end: the controllers on the local control plane, and real
+//! runs on its real node — the runner image dumping a PostgreSQL pod into an S3 server
+//! and loading the dump into a fresh database pod.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
+
+use std::time::Duration;
+
+use bosun_api::backup::{Backup, Restore, RestorePhase};
+use bosun_testing::backends::{Minio, bosun_binary};
+use bosun_testing::node::{BRIDGE_IP, images, import_runner_image};
+use bosun_testing::{Env, e2e};
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The spec's example, verbatim.
+const NIGHTLY: &str = r#"apiVersion: backup.example.com/v1
+kind: Backup
+metadata: {name: nightly}
+spec:
+  source: {type: postgresql, connection: {host: test-db, port: 5432, database: app, secretRef: {name: test-db-credentials}}}
+  destination: {type: s3, bucket: backups}
+  schedule: "0 2 * * *"
+  retention: 30d
+"#;
+
+const PASSWORD: &str = "s3cret-Pa55";
+
+/// Pods on the real node start in seconds; leave room for a loaded machine.
+const START: Duration = Duration::from_secs(120);
+
+fn object<K: serde::de::DeserializeOwned>(manifest: Value) -> K {
+    serde_json::from_value(manifest).unwrap_or_else(|e| panic!("manifest: {e}"))
+}
+
+/// `kubectl apply -f -` of `yaml` in the test namespace.
+fn kubectl_apply(env: &Env, yaml: &str) -> (bool, String) {
+    let file = std::env::temp_dir().join(format!("bosun-e2e-{}-{}.yaml", env.ns, rand::random::<u32>()));
+    std::fs::write(&file, yaml).expect("manifest file");
+    let out = env.kubectl(&["apply", "-f", file.to_str().expect("path")]);
+    let _ = std::fs::remove_file(&file);
+    out
+}
+
+fn condition<'a>(
+    conditions: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn backup_condition(b: &Backup, type_: &str) -> Option<(String, String)> {
+    let s = b.status.as_ref()?;
+    (s.observed_generation == b.metadata.generation)
+        .then(|| condition(&s.conditions, type_).map(|c| (c.status.clone(), c.reason.clone())))?
+}
+
+async fn credentials(env: &Env, name: &str, pairs: &[(&str, &str)]) {
+    let data: serde_json::Map<String, Value> = pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+    env.apply(&object::<Secret>(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data,
+    })))
+    .await;
+}
+
+#[tokio::test]
+async fn the_nightly_example_schedules_a_cronjob_with_credentials_by_reference_only() {
+    e2e("backup-cronjob", |env| async move {
+        let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        let (ok, out) = kubectl_apply(&env, NIGHTLY);
+        assert!(ok, "the spec's example was refused: {out}");
+
+        let cj = env
+            .wait_for::<CronJob>("nightly-cronjob", "the CronJob", |c| {
+                c.spec.as_ref().is_some_and(|s| !s.schedule.is_empty())
+            })
+            .await;
+        let spec = cj.spec.clone().expect("spec");
+        assert_eq!(spec.schedule, "0 2 * * *");
+        assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+        assert_eq!(spec.suspend, Some(false));
+        assert!(spec.successful_jobs_history_limit.is_some() && spec.failed_jobs_history_limit.is_some());
+        let pod = spec.job_template.spec.expect("job").template.spec.expect("pod");
+        assert_eq!(pod.restart_policy.as_deref(), Some("OnFailure"));
+        assert_eq!(pod.containers.len(), 1);
+        assert_eq!(pod.containers[0].name, "backup");
+        assert_eq!(pod.containers[0].image.as_deref(), Some(bosun_testing::node::RUNNER_IMAGE));
+        let owner = &cj.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Backup", "nightly", Some(true)));
+
+        // No secret value anywhere: not in the CronJob, not in the Backup.
+        let b = env
+            .wait_for::<Backup>("nightly", "Ready=True", |b| {
+                backup_condition(b, "Ready") == Some(("True".into(), "Scheduled".into()))
+            })
+            .await;
+        for (what, text) in
+            [("CronJob", serde_json::to_string(&cj).unwrap()), ("Backup", serde_json::to_string(&b).unwrap())]
+        {
+            assert!(!text.contains(PASSWORD), "the password is in the {what}: {text}");
+        }
+        let password = pod.containers[0].env.iter().flatten().find(|e| e.name == "PGPASSWORD").expect("PGPASSWORD");
+        let reference = password.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).expect("secretKeyRef");
+        assert_eq!((reference.name.as_str(), reference.key.as_str()), ("test-db-credentials", "password"));
+        let (ok, out) = env.kubectl(&["wait", "--for=condition=Ready", "backup/nightly", "--timeout=20s"]);
+        assert!(ok, "kubectl wait: {out}");
+        let c = b.status.as_ref().and_then(|s| condition(&s.conditions, "LastBackupSucceeded")).expect("condition");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("Unknown", "NoRunYet"));
+
+        // Bad input is refused at admission, naming the field; the Backup stays as it was.
+        for (bad, field) in [
+            (r#"schedule: "61 * * * *""#, "spec.schedule"),
+            (r#"schedule: "every day""#, "spec.schedule"),
+            ("retention: forever", "spec.retention"),
+        ] {
+            let key = bad.split(':').next().unwrap();
+            let yaml = NIGHTLY
+                .lines()
+                .map(|l| if l.trim_start().starts_with(&format!("{key}:")) { format!("  {bad}") } else { l.to_owned() })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let (ok, out) = kubectl_apply(&env, &yaml);
+            assert!(!ok, "{bad} was accepted");
+            assert!(out.contains(field), "the refusal of {bad} does not name {field}: {out}");
+        }
+        let cj = env.api::<CronJob>().get("nightly-cronjob").await.expect("cronjob");
+        assert_eq!(cj.spec.expect("spec").schedule, "0 2 * * *");
+
+        // What only the controller can tell (a range that runs backwards) is Ready=False.
+        let backups = env.api::<Backup>();
+        let patch = |v: Value| Patch::Merge(v);
+        backups
+            .patch("nightly", &PatchParams::default(), &patch(json!({"spec": {"schedule": "0 5-1 * * *"}})))
+            .await
+            .expect("patch");
+        let b = env
+            .wait_for::<Backup>("nightly", "Ready=False InvalidSpec", |b| {
+                backup_condition(b, "Ready") == Some(("False".into(), "InvalidSpec".into()))
+            })
+            .await;
+        let message = &condition(&b.status.as_ref().unwrap().conditions, "Ready").unwrap().message;
+        assert!(message.contains("spec.schedule"), "{message}");
+        let cj = env.api::<CronJob>().get("nightly-cronjob").await.expect("cronjob");
+        assert_eq!(cj.spec.expect("spec").schedule, "0 2 * * *", "the CronJob keeps its last good schedule");
+
+        // Suspend: the CronJob follows, Ready says so.
+        backups
+            .patch(
+                "nightly",
+                &PatchParams::default(),
+                &patch(json!({"spec": {"schedule": "30 1 * * *", "suspend": true}})),
+            )
+            .await
+            .expect("patch");
+        env.wait_for::<CronJob>("nightly-cronjob", "suspended at 30 1", |c| {
+            c.spec.as_ref().is_some_and(|s| s.suspend == Some(true) && s.schedule == "30 1 * * *")
+        })
+        .await;
+        env.wait_for::<Backup>("nightly", "Ready=True Suspended", |b| {
+            backup_condition(b, "Ready") == Some(("True".into(), "Suspended".into()))
+        })
+        .await;
+
+        // Drift: a hand edit of the CronJob is put back.
+        env.api::<CronJob>()
+            .patch("nightly-cronjob", &PatchParams::default(), &patch(json!({"spec": {"schedule": "* * * * *"}})))
+            .await
+            .expect("edit");
+        env.wait_for::<CronJob>("nightly-cronjob", "the schedule put back", |c| {
+            c.spec.as_ref().is_some_and(|s| s.schedule == "30 1 * * *")
+        })
+        .await;
+
+        let log = std::fs::read_to_string(&bosun.log).unwrap_or_default();
+        assert!(!log.contains("reconcile failed"), "reconciles failed:\n{}", bosun.log_tail(30));
+    })
+    .await;
+}
+
+/// A PostgreSQL 15 pod and its Service `name`, with the superuser's password from the
+/// Secret `secret` and an empty database `app`.
+async fn postgres(env: &Env, name: &str, secret: &str) {
+    env.apply(&object::<Pod>(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"db": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "postgres",
+                "image": images::POSTGRES,
+                "imagePullPolicy": "IfNotPresent",
+                "env": [
+                    {"name": "POSTGRES_USER", "valueFrom": {"secretKeyRef": {"name": secret, "key": "username"}}},
+                    {"name": "POSTGRES_PASSWORD", "valueFrom": {"secretKeyRef": {"name": secret, "key": "password"}}},
+                    {"name": "POSTGRES_DB", "value": "app"},
+                ],
+                "ports": [{"containerPort": 5432}],
+                "readinessProbe": {"exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-U", "app"]}, "periodSeconds": 1},
+            }],
+        },
+    })))
+    .await;
+    env.apply(&object::<Service>(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {"selector": {"db": name}, "ports": [{"port": 5432, "targetPort": 5432}]},
+    })))
+    .await;
+    env.wait_pod_ready(name, START).await;
+}
+
+fn psql(env: &Env, pod: &str, sql: &str) -> String {
+    env.exec_ok(pod, &["psql", "-U", "app", "-d", "app", "-v", "ON_ERROR_STOP=1", "-tAc", sql]).trim().to_owned()
+}
+
+/// 10,000 rows with unicode, NULLs and binary data.
+const DATASET: &str = "CREATE TABLE items (id int PRIMARY KEY, name text, note text, blob bytea); \
+    INSERT INTO items SELECT i, 'Grüße ✓ ' || i, CASE WHEN i % 7 = 0 THEN NULL ELSE repeat('x', i % 50) END, \
+    decode(md5(i::text), 'hex') FROM generate_series(1, 10000) i;";
+const CHECKSUM: &str = "SELECT count(*) || ':' || md5(string_agg(id || '|' || coalesce(name, '∅') || '|' || \
+    coalesce(note, '∅') || '|' || encode(blob, 'hex'), ',' ORDER BY id)) FROM items";
+
+#[tokio::test]
+async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_database() {
+    e2e("backup-node", |env| async move {
+        env.use_real_node().await;
+        import_runner_image();
+        let s3 = Minio::start(BRIDGE_IP);
+        let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+
+        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        let s3_env = s3.env();
+        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+        postgres(&env, "test-db", "test-db-credentials").await;
+        psql(&env, "test-db", DATASET);
+        let original = psql(&env, "test-db", CHECKSUM);
+        assert!(original.starts_with("10000:"), "{original}");
+
+        let backup = NIGHTLY.replace(
+            "destination: {type: s3, bucket: backups}",
+            &format!(
+                "destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}",
+                s3.bucket, s3.endpoint
+            ),
+        );
+        let (ok, out) = kubectl_apply(&env, &backup);
+        assert!(ok, "{out}");
+        env.wait_for::<CronJob>("nightly-cronjob", "the CronJob", |_| true).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", "manual-1"]);
+        assert!(ok, "kubectl create job: {out}");
+
+        let b = env
+            .wait_for_within::<Backup>("nightly", "a successful backup in its status", START, |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let status = b.status.clone().unwrap();
+        let good = status.last_successful_backup.clone().unwrap();
+        assert_eq!(good.job.as_deref(), Some("manual-1"));
+        assert!(
+            good.key.starts_with(&format!("{}/nightly/", env.ns)) && good.key.ends_with(".pgdump.zst"),
+            "{}",
+            good.key
+        );
+        assert!(good.size > 0);
+        let c = condition(&status.conditions, "LastBackupSucceeded").expect("condition");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "BackupSucceeded"), "{}", c.message);
+
+        // The dump and its manifest are in the bucket, as the runner lists them.
+        let listed = tokio::process::Command::new(bosun_binary())
+            .args(["backup", "list", "--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
+            .args(["--namespace", &env.ns, "--name", "nightly"])
+            .env_clear()
+            .envs(s3.env())
+            .output()
+            .await
+            .expect("bosun backup list");
+        let text = String::from_utf8_lossy(&listed.stdout);
+        assert!(listed.status.success(), "{text}{}", String::from_utf8_lossy(&listed.stderr));
+        assert!(text.contains(&good.key), "backup list does not show {}: {text}", good.key);
+
+        // A Restore of the Backup's latest into a fresh database: identical data.
+        credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
+        postgres(&env, "fresh-db", "fresh-db-credentials").await;
+        let restore = r#"apiVersion: backup.example.com/v1
+kind: Restore
+metadata: {name: back}
+spec:
+  backupRef: {name: nightly}
+  target: {type: postgresql, connection: {host: fresh-db, database: app, secretRef: {name: fresh-db-credentials}}}
+"#;
+        let (ok, out) = kubectl_apply(&env, restore);
+        assert!(ok, "{out}");
+        let r = env
+            .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
+                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+            })
+            .await;
+        let rs = r.status.clone().unwrap();
+        assert_eq!(rs.phase, Some(RestorePhase::Succeeded), "{:?}\n{}", rs.conditions, bosun.log_tail(20));
+        assert_eq!(rs.key.as_deref(), Some(good.key.as_str()));
+        assert!(rs.start_time.is_some() && rs.completion_time.is_some());
+        assert_eq!(psql(&env, "fresh-db", CHECKSUM), original, "the restored data differs");
+        let (ok, out) = env.kubectl(&["wait", "--for=condition=Ready", "restore/back", "--timeout=10s"]);
+        assert!(ok, "{out}");
+
+        // A Restore into a database that holds tables is refused, and it is left alone.
+        let again = restore.replace("name: back}", "name: again}");
+        let (ok, out) = kubectl_apply(&env, &again);
+        assert!(ok, "{out}");
+        let r = env
+            .wait_for_within::<Restore>("again", "phase Failed", START, |r| {
+                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+            })
+            .await;
+        let rs = r.status.unwrap();
+        assert_eq!(rs.phase, Some(RestorePhase::Failed));
+        let message = &condition(&rs.conditions, "Ready").unwrap().message;
+        assert!(message.contains("overwrite") || message.contains("tables"), "{message}");
+        assert_eq!(psql(&env, "fresh-db", CHECKSUM), original);
+
+        // Deleting the Backup leaves the dump where it is.
+        env.api::<Backup>().delete("nightly", &DeleteParams::default()).await.expect("delete");
+        env.wait_gone::<Backup>("nightly").await;
+        let listed = tokio::process::Command::new(bosun_binary())
+            .args(["backup", "list", "--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
+            .args(["--namespace", &env.ns, "--name", "nightly"])
+            .env_clear()
+            .envs(s3.env())
+            .output()
+            .await
+            .expect("bosun backup list");
+        assert!(String::from_utf8_lossy(&listed.stdout).contains(&good.key), "the dump went with the Backup");
+    })
+    .await;
+}

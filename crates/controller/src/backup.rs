@@ -1,0 +1,143 @@
+//! The Backup controller.
+//!
+//! Pipeline: validate (pure) → build and apply the CronJob → the newest finished Job
+//! of this Backup, from the cache → its pod's result, read only when the status does
+//! not tell of that run yet → compute status → write it only if it changed.
+//!
+//! The CronJob is a child (controller ownerReference); the Jobs it starts are its
+//! children, watched on their own and mapped back to the Backup through the CronJob's
+//! name, so a finished run updates the status without polling. A run's result (key,
+//! size) is its container's termination message: bosun reads the pod, never the
+//! bucket, and holds no storage credentials. Deleting a Backup deletes its CronJob and
+//! Jobs, never a dump.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bosun_api::backup::Backup;
+use bosun_resources::backup::{self as build, LastRun, Observed, Refusal, RunResult};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::apply::{apply_child, claim_child};
+use crate::children::{Owned, controlled_by};
+use crate::context::Context;
+use crate::error::Error;
+use crate::rbac::{self, Permission};
+use crate::runner::{self, Outcome};
+use crate::status::update_status;
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "backup";
+
+/// What this controller does with the API: Backups, their CronJobs, the Jobs those
+/// start (watched only) and the pods of finished Jobs (listed, for their results).
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("backup.example.com", "backups");
+    [
+        a,
+        b,
+        c,
+        Permission::new("batch", "cronjobs", rbac::OWN),
+        Permission::new("batch", "jobs", rbac::RECONCILED),
+        Permission::new("", "pods", &["list"]),
+    ]
+};
+
+/// Run the Backup controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    let (cronjobs, mut cronjob_changes) =
+        runner::watch_children::<CronJob>(&ctx, ns, &[(&Backup::kind(&()), &Backup::api_version(&()))]);
+    let (jobs, mut job_changes) = runner::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
+    let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
+    let ctrl = runner::controller_for::<Backup>(CONTROLLER, &ctx, ns);
+    let ctrl = runner::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
+    let ctrl = runner::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
+        backup_of(job).into_iter().collect()
+    });
+    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |backup, ctx| {
+        reconcile(backup, ctx, cronjobs.clone(), jobs.clone())
+    })
+    .await;
+}
+
+/// The Backup whose CronJob started `job`.
+fn backup_of(job: &Job) -> Option<String> {
+    let cronjob = job.owner_references().iter().find(|r| r.controller == Some(true) && r.kind == "CronJob")?;
+    cronjob.name.strip_suffix("-cronjob").map(str::to_owned)
+}
+
+async fn reconcile(
+    backup: Arc<Backup>,
+    ctx: Arc<Context>,
+    cronjobs: Owned<CronJob>,
+    jobs: Owned<Job>,
+) -> Result<Outcome, Error> {
+    let backup = backup.as_ref();
+    let ns = backup.namespace().unwrap_or_default();
+    let desired = build::desired_cronjob(backup, &ctx.settings.runner_image);
+    let cached = cronjobs.get(&ns, &desired.name_any()).filter(|c| controlled_by(c.as_ref(), backup));
+    let (cronjob, refusal) = match build::validate(backup) {
+        // Refused: the CronJob keeps its last good spec.
+        Err(refusal) => (cached.map(|c| (*c).clone()), Some(refusal)),
+        Ok(()) => match claim_child(backup, &desired, cached.as_ref().map(|c| c.meta())) {
+            Err(Error::NameConflict(message)) => (None, Some(Refusal::NameConflict(message))),
+            Err(err) => return Err(err),
+            Ok(_) => match apply_child(&ctx, backup, &cronjobs, desired).await {
+                Ok(applied) => (Some(applied), None),
+                Err(Error::NameConflict(message)) => (None, Some(Refusal::NameConflict(message))),
+                Err(err) if err.is_invalid_spec() => {
+                    (cached.map(|c| (*c).clone()), Some(Refusal::InvalidSpec(err.user_message())))
+                }
+                Err(err) => return Err(err),
+            },
+        },
+    };
+    let last_run = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
+    let observed = Observed { cronjob: cronjob.as_ref(), refusal: refusal.as_ref(), last_run: last_run.as_ref() };
+    let status = build::backup_status(backup, observed, ctx.now());
+    let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
+    Ok(Outcome::of(refusal.map(|r| (r.reason(), r.message())), announce))
+}
+
+/// The newest finished run of `backup`'s `cronjob` with its result, unless the status
+/// already tells of it (or of a newer good one): then `None`, and no pod is read.
+async fn last_run(
+    ctx: &Context,
+    backup: &Backup,
+    cronjob: Option<&CronJob>,
+    jobs: &Owned<Job>,
+) -> Result<Option<LastRun>, Error> {
+    let Some(cronjob) = cronjob else { return Ok(None) };
+    let ns = backup.namespace().unwrap_or_default();
+    let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
+    let Some((job, finish)) = build::newest_finished(mine.iter().map(|j| j.as_ref())) else { return Ok(None) };
+    let job_name = job.name_any();
+    let status = backup.status.as_ref();
+    let older_than_known_good =
+        status.and_then(|s| s.last_successful_backup.as_ref()).is_some_and(|good| finish.time().0 <= good.time.0);
+    if build::reported(status, &job_name) || older_than_known_good {
+        return Ok(None);
+    }
+    let result = run_result(ctx, &ns, &job_name, build::BACKUP_CONTAINER).await?;
+    Ok(Some(LastRun { job: job_name, finish, result }))
+}
+
+/// What the `container` of the Job `job` reported, from its newest pod that did.
+pub async fn run_result(ctx: &Context, ns: &str, job: &str, container: &str) -> Result<Option<RunResult>, Error> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+        .await
+        .map_err(|source| Error::Read { what: format!("the pods of Job {ns}/{job}"), source })?;
+    let mut pods = pods.items;
+    pods.sort_by(|a, b| b.creation_timestamp().map(|t| t.0).cmp(&a.creation_timestamp().map(|t| t.0)));
+    Ok(pods.iter().find_map(|p| build::run_result(p, container)))
+}

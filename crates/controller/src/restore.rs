@@ -1,0 +1,139 @@
+//! The Restore controller.
+//!
+//! Pipeline: finished already? stop → the Job as cached, else which dump (the
+//! Backup's destination and newest good key, or the spec's) → build and create the
+//! Job → its result once it finished → compute status → write it only if it changed.
+//!
+//! A Restore runs once. Its Job is created once and never re-applied (a Job's pod
+//! template cannot change, and a second run would meet the tables the first one
+//! loaded); a Job deleted before it finished fails the Restore instead of running it
+//! again. Once `Succeeded` or `Failed`, the status never changes.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bosun_api::backup::{Backup, Restore};
+use bosun_api::conditions::reasons;
+use bosun_resources::backup::{self as build, Dump, RestoreObserved};
+use k8s_openapi::api::batch::v1::Job;
+use kube::{Api, ResourceExt};
+
+use crate::apply::apply_child;
+use crate::children::{Owned, controlled_by};
+use crate::context::Context;
+use crate::error::Error;
+use crate::rbac::{self, Permission};
+use crate::read;
+use crate::runner::{self, Outcome};
+use crate::status::update_status;
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "restore";
+
+/// What this controller does with the API: Restores, their Jobs, the Backups they
+/// name (read) and the pods of finished Jobs (listed, for their results).
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("backup.example.com", "restores");
+    [
+        a,
+        b,
+        c,
+        Permission::new("backup.example.com", "backups", &["get"]),
+        Permission::new("batch", "jobs", rbac::OWN),
+        Permission::new("", "pods", &["list"]),
+    ]
+};
+
+/// Run the Restore controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    runner::run_owning::<Restore, Job, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile).await;
+}
+
+async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -> Result<Outcome, Error> {
+    let restore = restore.as_ref();
+    let previous = restore.status.clone().unwrap_or_default();
+    if previous.phase.is_some_and(|p| p.finished()) {
+        return Ok(Outcome::Applied);
+    }
+    let ns = restore.namespace().unwrap_or_default();
+    let job_name = build::restore_job_name(&restore.name_any());
+    let cached = jobs.get(&ns, &job_name).filter(|j| controlled_by(j.as_ref(), restore));
+    let mut requested_key = previous.key.clone();
+    let mut refusal: Option<(&'static str, String)> = None;
+    let job = match cached {
+        Some(job) => Some((*job).clone()),
+        // Created before and not in the cache: just created (the watch is behind) or
+        // deleted; the apiserver tells which.
+        None if previous.job.is_some() => match read::metadata::<Job>(&ctx.client, &ns, &job_name).await? {
+            Some(_) => return Ok(Outcome::Applied),
+            None => None,
+        },
+        None => {
+            let backup = match &restore.spec.backup_ref {
+                Some(r) => Api::<Backup>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(|source| Error::Read { what: format!("Backup {ns}/{}", r.name), source })?,
+                None => None,
+            };
+            match dump(restore, backup.as_ref()) {
+                Err(message) => {
+                    refusal = Some((reasons::BACKUP_NOT_FOUND, message));
+                    None
+                }
+                Ok(dump) => {
+                    requested_key = dump.key.clone();
+                    let desired = build::desired_job(restore, &dump, &ctx.settings.runner_image);
+                    match apply_child(&ctx, restore, &jobs, desired).await {
+                        Ok(applied) => Some(applied),
+                        Err(Error::NameConflict(message)) => {
+                            refusal = Some((reasons::NAME_CONFLICT, message));
+                            None
+                        }
+                        Err(err) if err.is_invalid_spec() => {
+                            refusal = Some((reasons::INVALID_SPEC, err.user_message()));
+                            None
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+            }
+        }
+    };
+    let result = match job.as_ref().filter(|j| build::finish(j).is_some()) {
+        Some(j) => crate::backup::run_result(&ctx, &ns, &j.name_any(), build::RESTORE_CONTAINER).await?,
+        None => None,
+    };
+    let observed = RestoreObserved {
+        job: job.as_ref(),
+        requested_key: requested_key.as_deref(),
+        result: result.as_ref(),
+        refusal: refusal.as_ref().map(|(reason, message)| (*reason, message.as_str())),
+    };
+    let status = build::restore_status(restore, observed, ctx.now());
+    let announce = update_status(&ctx, CONTROLLER, restore, &status).await?;
+    Ok(Outcome::of(refusal, announce))
+}
+
+/// Which dump `restore` loads: the spec's key, or the newest good dump of the Backup
+/// it names (`backup`, as read; its status's key when it has one, else the newest in
+/// its folder). An error message when the Backup does not exist.
+fn dump<'a>(restore: &'a Restore, backup: Option<&'a Backup>) -> Result<Dump<'a>, String> {
+    if let Some(source) = &restore.spec.source {
+        return Ok(Dump { destination: &source.destination, key: Some(source.key.clone()), backup: None });
+    }
+    let wanted = restore.spec.backup_ref.as_ref().map(|r| r.name.as_str()).unwrap_or_default();
+    let Some(backup) = backup else {
+        return Err(format!(
+            "spec.backupRef: Backup {wanted} does not exist in namespace {}; looking again every 30s",
+            restore.namespace().unwrap_or_default()
+        ));
+    };
+    let key = backup.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).map(|b| b.key.clone());
+    Ok(Dump { destination: &backup.spec.destination, key, backup: Some(backup.name_any()) })
+}

@@ -1,0 +1,1060 @@
+//! Backup → CronJob, Restore → Job, and the runs' results → status. Pure.
+//!
+//! ```text
+//!  Backup ──validate──▶ ok ──desired_cronjob──▶ CronJob <name>-cronjob (container `backup`)
+//!                  └──▶ Refusal (nothing applied)
+//!  Backup + CronJob + newest finished Job (+ its result) ──backup_status──▶ BackupStatus
+//!  Restore + dump (destination, key | latest) ──desired_job──▶ Job <name>-restore (container `restore`)
+//!  Restore + Job (+ its result) ──restore_status──▶ RestoreStatus
+//! ```
+//!
+//! Both children run `bosun backup run` / `bosun restore run` (crate `bosun-runner`),
+//! configured wholly by environment variables, so no value of a Secret is ever written
+//! into the CronJob or the Job: the database password and the storage credentials are
+//! `secretKeyRef` / `envFrom` references, resolved by the kubelet. A run writes its
+//! result (key, size, checksum, or the error) as JSON to `/dev/termination-log`, where
+//! the controller reads it from the pod's status without bucket credentials.
+
+use std::collections::BTreeMap;
+
+use bosun_api::backup::{
+    Backup, BackupStatus, Destination, DestinationType, RestorePhase, RestoreStatus, Source, SourceType,
+    SuccessfulBackup, schedule_pattern,
+};
+use bosun_api::conditions::{backup_types, reasons, types};
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
+    SeccompProfile, SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::{Resource, ResourceExt};
+use serde::Deserialize;
+
+use crate::conditions::{self, Desired};
+use crate::meta::{child_meta, standard_labels};
+
+/// `app.kubernetes.io/name` of a Backup's CronJob and the Jobs it starts.
+pub const BACKUP_APP: &str = "backup";
+/// `app.kubernetes.io/name` of a Restore's Job.
+pub const RESTORE_APP: &str = "restore";
+/// The container of a backup run.
+pub const BACKUP_CONTAINER: &str = "backup";
+/// The container of a restore run.
+pub const RESTORE_CONTAINER: &str = "restore";
+/// Where a `pvc` destination's claim is mounted.
+pub const PVC_MOUNT: &str = "/backups";
+/// Where the destination's Secret is mounted, for credentials that are files.
+pub const CREDENTIALS_MOUNT: &str = "/var/run/secrets/bosun/destination";
+/// Where a run writes its result.
+pub const RESULT_FILE: &str = "/dev/termination-log";
+/// The uid and gid runs use (the runner needs no privileges and writes no files).
+pub const RUN_AS: i64 = 65532;
+/// Finished Jobs a CronJob keeps, of each outcome.
+pub const HISTORY: i32 = 3;
+/// How late a missed run may still start (the controller manager was down, say).
+pub const STARTING_DEADLINE_SECONDS: i64 = 3600;
+/// Attempts of one backup run: the pod restarts in place (`OnFailure`) up to this many times.
+pub const BACKUP_BACKOFF_LIMIT: i32 = 2;
+
+/// The runner image `hack/images.sh runner` builds for the local cluster; `bosun run
+/// --runner-image` sets another.
+pub const DEFAULT_RUNNER_IMAGE: &str = "localhost/bosun-runner:dev";
+
+/// The CronJob of `backup`.
+pub fn cronjob_name(backup: &str) -> String {
+    format!("{backup}-cronjob")
+}
+
+/// The Job of `restore`.
+pub fn restore_job_name(restore: &str) -> String {
+    format!("{restore}-restore")
+}
+
+/// Why a Backup's CronJob is not (or could not be) applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The spec is not valid; the message names the field.
+    InvalidSpec(String),
+    /// The child's name is held by an object this resource does not control.
+    NameConflict(String),
+}
+
+impl Refusal {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
+            Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::InvalidSpec(m) | Refusal::NameConflict(m) => m.clone(),
+        }
+    }
+}
+
+/// What the schema cannot check: cron values (a range whose start is after its end,
+/// a day that no month has) and the retention's arithmetic. The schema's patterns are
+/// checked again too, for objects stored before the CRD had them.
+pub fn validate(backup: &Backup) -> Result<(), Refusal> {
+    validate_schedule(&backup.spec.schedule)?;
+    if let Some(retention) = &backup.spec.retention {
+        bosun_runner::retention::parse_retention("spec.retention", retention)
+            .map_err(|e| Refusal::InvalidSpec(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Check a cron schedule as a CronJob would, naming `spec.schedule`.
+pub fn validate_schedule(schedule: &str) -> Result<(), Refusal> {
+    let bad = |why: String| Refusal::InvalidSpec(format!("spec.schedule {schedule:?}: {why}"));
+    let pattern = regex::Regex::new(&schedule_pattern()).map_err(|e| bad(e.to_string()))?;
+    if !pattern.is_match(schedule) {
+        return Err(bad("not a cron expression of five fields (minute hour day-of-month month day-of-week, \
+             e.g. \"0 2 * * *\") or one of @hourly, @daily, @weekly, @monthly, @yearly"
+            .to_owned()));
+    }
+    // Ranges must run forwards: robfig/cron (the CronJob controller's parser) refuses `5-1`.
+    for item in schedule.split([' ', '\t', ',']).filter(|f| !f.is_empty()) {
+        let range = item.split('/').next().unwrap_or_default();
+        if let Some((from, to)) = range.split_once('-')
+            && let (Ok(from), Ok(to)) = (from.parse::<u32>(), to.parse::<u32>())
+            && from > to
+        {
+            return Err(bad(format!("the range {range} runs backwards")));
+        }
+    }
+    let parser = croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Disallowed)
+        .year(croner::parser::Year::Disallowed)
+        .build();
+    parser.parse(schedule).map(|_| ()).map_err(|e| bad(e.to_string()))
+}
+
+/// The environment variable a database tool reads its password from.
+pub fn password_variable(engine: SourceType) -> &'static str {
+    match engine {
+        SourceType::Postgresql => "PGPASSWORD",
+        SourceType::Mysql => "MYSQL_PWD",
+        SourceType::Mongodb => "MONGODB_PASSWORD",
+    }
+}
+
+/// The variable holding the database user, which the database URL refers to.
+const USERNAME_VARIABLE: &str = "BOSUN_DB_USERNAME";
+
+fn secret_key(secret: &str, key: &str) -> Option<EnvVarSource> {
+    Some(EnvVarSource {
+        secret_key_ref: Some(SecretKeySelector { name: secret.to_owned(), key: key.to_owned(), optional: Some(false) }),
+        ..EnvVarSource::default()
+    })
+}
+
+fn value(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar { name: name.to_owned(), value: Some(value.into()), value_from: None }
+}
+
+/// Percent-encode what is not unreserved in a URL path segment.
+fn encode_segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The variables that reach `db`: the user and password by reference to its Secret,
+/// and its URL under `url_variable`, which names the user through the kubelet's
+/// `$(VAR)` expansion (so the user is never copied out of the Secret either).
+pub fn database_env(db: &Source, url_variable: &str) -> Vec<EnvVar> {
+    let c = &db.connection;
+    let secret = &c.secret_ref.name;
+    let port = c.port.unwrap_or(db.type_.default_port());
+    let url =
+        format!("{}://$({USERNAME_VARIABLE})@{}:{port}/{}", db.type_.as_str(), c.host, encode_segment(&c.database));
+    vec![
+        EnvVar { name: USERNAME_VARIABLE.to_owned(), value: None, value_from: secret_key(secret, "username") },
+        EnvVar {
+            name: password_variable(db.type_).to_owned(),
+            value: None,
+            value_from: secret_key(secret, "password"),
+        },
+        value(url_variable, url),
+    ]
+}
+
+/// The runner's `--destination` for `d`.
+pub fn destination_url(d: &Destination) -> String {
+    let prefix = d.prefix.as_deref().unwrap_or_default().trim_matches('/');
+    let join = |base: String| if prefix.is_empty() { base } else { format!("{base}/{prefix}") };
+    match d.type_ {
+        DestinationType::S3 => join(format!("s3://{}", d.bucket)),
+        DestinationType::Gcs => join(format!("gs://{}", d.bucket)),
+        DestinationType::Azure => join(format!("azure://{}", d.bucket)),
+        DestinationType::Pvc => join(format!("file://{PVC_MOUNT}")),
+    }
+}
+
+/// Variables, volumes and mounts that reach the destination `d` of the dumps of the
+/// Backup `backup` in the pod's own namespace (given by the downward API).
+fn destination_parts(d: &Destination, backup: &str) -> (Vec<EnvVar>, Vec<Volume>, Vec<VolumeMount>) {
+    let namespace = EnvVarSource {
+        field_ref: Some(ObjectFieldSelector { field_path: "metadata.namespace".to_owned(), api_version: None }),
+        ..EnvVarSource::default()
+    };
+    let mut env = vec![
+        value("BOSUN_BACKUP_DESTINATION", destination_url(d)),
+        EnvVar { name: "BOSUN_BACKUP_NAMESPACE".to_owned(), value: None, value_from: Some(namespace) },
+        value("BOSUN_BACKUP_NAME", backup),
+    ];
+    env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
+    env.extend(d.region.as_ref().map(|r| value("BOSUN_BACKUP_REGION", r.clone())));
+    let mut volumes = vec![Volume {
+        name: "tmp".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".to_owned()),
+            size_limit: Some(Quantity("16Mi".to_owned())),
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts =
+        vec![VolumeMount { name: "tmp".to_owned(), mount_path: "/tmp".to_owned(), ..VolumeMount::default() }];
+    if let Some(secret) = &d.secret_ref {
+        volumes.push(Volume {
+            name: "destination-credentials".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.name.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "destination-credentials".to_owned(),
+            mount_path: CREDENTIALS_MOUNT.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    if d.type_ == DestinationType::Pvc {
+        volumes.push(Volume {
+            name: "backups".to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: d.bucket.clone(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "backups".to_owned(),
+            mount_path: PVC_MOUNT.to_owned(),
+            ..VolumeMount::default()
+        });
+    }
+    (env, volumes, mounts)
+}
+
+/// The pod of one run: `container` runs `bosun <args>` in `image` with `env`, as an
+/// unprivileged user on a read-only root, without a ServiceAccount token.
+fn run_pod(
+    container: &str,
+    image: &str,
+    args: &[&str],
+    d: &Destination,
+    mut env: Vec<EnvVar>,
+    backup: &str,
+    restart_policy: &str,
+) -> PodSpec {
+    let (dest_env, volumes, mounts) = destination_parts(d, backup);
+    env.extend(dest_env);
+    env.push(value("BOSUN_RESULT_FILE", RESULT_FILE));
+    env.push(value("TMPDIR", "/tmp"));
+    env.push(value("HOME", "/tmp"));
+    let env_from = d.secret_ref.as_ref().map(|s| {
+        vec![EnvFromSource {
+            secret_ref: Some(SecretEnvSource { name: s.name.clone(), optional: Some(false) }),
+            ..EnvFromSource::default()
+        }]
+    });
+    PodSpec {
+        restart_policy: Some(restart_policy.to_owned()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS),
+            run_as_group: Some(RUN_AS),
+            fs_group: Some(RUN_AS),
+            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".to_owned(), localhost_profile: None }),
+            ..PodSecurityContext::default()
+        }),
+        containers: vec![Container {
+            name: container.to_owned(),
+            image: Some(image.to_owned()),
+            image_pull_policy: Some("IfNotPresent".to_owned()),
+            command: Some(vec!["bosun".to_owned()]),
+            args: Some(args.iter().map(|a| (*a).to_owned()).collect()),
+            env: Some(env),
+            env_from,
+            volume_mounts: Some(mounts),
+            termination_message_path: Some(RESULT_FILE.to_owned()),
+            termination_message_policy: Some("File".to_owned()),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".to_owned(), Quantity("50m".to_owned())),
+                    ("memory".to_owned(), Quantity("64Mi".to_owned())),
+                ])),
+                limits: Some(BTreeMap::from([("memory".to_owned(), Quantity("512Mi".to_owned()))])),
+                ..ResourceRequirements::default()
+            }),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                read_only_root_filesystem: Some(true),
+                capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), add: None }),
+                ..SecurityContext::default()
+            }),
+            ..Container::default()
+        }],
+        volumes: Some(volumes),
+        ..PodSpec::default()
+    }
+}
+
+/// The CronJob a Backup should have: on its schedule (UTC), never two runs at once,
+/// the last [`HISTORY`] Jobs of each outcome kept, each run `bosun backup run` in
+/// `runner_image`.
+pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
+    let name = backup.name_any();
+    let labels = standard_labels(BACKUP_APP, &name);
+    let spec = &backup.spec;
+    let mut env = database_env(&spec.source, "BOSUN_BACKUP_SOURCE");
+    env.extend(spec.retention.as_ref().map(|r| value("BOSUN_BACKUP_RETENTION", r.clone())));
+    env.extend(spec.keep_last.map(|n| value("BOSUN_BACKUP_KEEP_LAST", n.to_string())));
+    let pod = run_pod(BACKUP_CONTAINER, runner_image, &["backup", "run"], &spec.destination, env, &name, "OnFailure");
+    let template_meta = Some(ObjectMeta { labels: Some(labels.clone()), ..ObjectMeta::default() });
+    CronJob {
+        metadata: child_meta(backup, cronjob_name(&name), labels),
+        spec: Some(CronJobSpec {
+            schedule: spec.schedule.clone(),
+            time_zone: Some("Etc/UTC".to_owned()),
+            suspend: Some(spec.suspend.unwrap_or(false)),
+            concurrency_policy: Some("Forbid".to_owned()),
+            starting_deadline_seconds: Some(STARTING_DEADLINE_SECONDS),
+            successful_jobs_history_limit: Some(HISTORY),
+            failed_jobs_history_limit: Some(HISTORY),
+            job_template: JobTemplateSpec {
+                metadata: template_meta.clone(),
+                spec: Some(JobSpec {
+                    backoff_limit: Some(BACKUP_BACKOFF_LIMIT),
+                    template: PodTemplateSpec { metadata: template_meta, spec: Some(pod) },
+                    ..JobSpec::default()
+                }),
+            },
+        }),
+        status: None,
+    }
+}
+
+/// Which dump a Restore loads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dump<'a> {
+    pub destination: &'a Destination,
+    /// The key; `None`: the newest good dump of the Backup `backup`.
+    pub key: Option<String>,
+    /// The Backup (in the Restore's namespace) whose folder holds the dumps: for `--latest`.
+    pub backup: Option<String>,
+}
+
+/// The Job a Restore runs, once: `bosun restore run` in `runner_image`, no retries (a
+/// second attempt would find the tables the first one loaded).
+pub fn desired_job(restore: &bosun_api::backup::Restore, dump: &Dump<'_>, runner_image: &str) -> Job {
+    let name = restore.name_any();
+    let labels = standard_labels(RESTORE_APP, &name);
+    let mut env = database_env(&restore.spec.target, "BOSUN_RESTORE_TARGET");
+    match &dump.key {
+        Some(key) => env.push(value("BOSUN_RESTORE_KEY", key.clone())),
+        None => env.push(value("BOSUN_RESTORE_LATEST", "true")),
+    }
+    if restore.spec.overwrite == Some(true) {
+        env.push(value("BOSUN_RESTORE_OVERWRITE", "true"));
+    }
+    let folder = dump.backup.clone().unwrap_or_else(|| name.clone());
+    let pod = run_pod(RESTORE_CONTAINER, runner_image, &["restore", "run"], dump.destination, env, &folder, "Never");
+    let template_meta = Some(ObjectMeta { labels: Some(labels.clone()), ..ObjectMeta::default() });
+    Job {
+        metadata: child_meta(restore, restore_job_name(&name), labels),
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            template: PodTemplateSpec { metadata: template_meta, spec: Some(pod) },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// What a run wrote to its termination message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct RunResult {
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub size: Option<i64>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The result the `container` of `pod` reported when it last terminated: the current
+/// state's, else the previous attempt's (a restarted container).
+pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
+    let status = pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == container)?;
+    let terminated = status
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .or_else(|| status.last_state.as_ref().and_then(|s| s.terminated.as_ref()))?;
+    let message = terminated.message.as_deref()?.trim();
+    serde_json::from_str(message)
+        .ok()
+        .or_else(|| Some(RunResult { error: Some(message.to_owned()), ..RunResult::default() }))
+}
+
+/// How a Job ended, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    Succeeded(Time),
+    /// With the Job's own reason and message (e.g. `BackoffLimitExceeded`).
+    Failed(Time, String),
+}
+
+impl Finish {
+    pub fn time(&self) -> &Time {
+        match self {
+            Finish::Succeeded(t) | Finish::Failed(t, _) => t,
+        }
+    }
+}
+
+/// Whether `job` has finished, from its `Complete` / `Failed` condition.
+pub fn finish(job: &Job) -> Option<Finish> {
+    let status = job.status.as_ref()?;
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let done = |type_: &str| conditions.iter().find(|c| c.type_ == type_ && c.status == "True");
+    if let Some(c) = done("Complete") {
+        let at = status.completion_time.clone().or_else(|| c.last_transition_time.clone());
+        return at.map(Finish::Succeeded);
+    }
+    done("Failed").and_then(|c| {
+        let why = [c.reason.as_deref(), c.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+        c.last_transition_time.clone().map(|t| Finish::Failed(t, why))
+    })
+}
+
+/// The newest finished run of a Backup, with what it reported (`None` when the pod
+/// is gone or wrote nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastRun {
+    pub job: String,
+    pub finish: Finish,
+    pub result: Option<RunResult>,
+}
+
+/// The newest finished Job among `jobs` (by finish time, then name).
+pub fn newest_finished<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Option<(&'a Job, Finish)> {
+    jobs.into_iter()
+        .filter_map(|j| finish(j).map(|f| (j, f)))
+        .max_by(|(a, fa), (b, fb)| fa.time().0.cmp(&fb.time().0).then_with(|| a.name_any().cmp(&b.name_any())))
+}
+
+/// Whether the status already tells of the run of `job` (so its pod need not be read again).
+pub fn reported(status: Option<&BackupStatus>, job: &str) -> bool {
+    let Some(status) = status else { return false };
+    let success = status.last_successful_backup.as_ref().is_some_and(|s| s.job.as_deref() == Some(job));
+    let failure = status.conditions.iter().any(|c| {
+        c.type_ == backup_types::LAST_BACKUP_SUCCEEDED && c.status == "False" && c.message.starts_with(&job_prefix(job))
+    });
+    success || failure
+}
+
+fn job_prefix(job: &str) -> String {
+    format!("Job {job} ")
+}
+
+/// What the Backup status computation sees.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed<'a> {
+    pub cronjob: Option<&'a CronJob>,
+    pub refusal: Option<&'a Refusal>,
+    /// The newest finished run, unless the status already reports it.
+    pub last_run: Option<&'a LastRun>,
+}
+
+/// The status a Backup should have.
+///
+/// Ready when its CronJob is in place as specified (suspended or not).
+/// `LastBackupSucceeded` tells of the newest finished run; `lastSuccessfulBackup`
+/// keeps the newest good dump, whatever failed after it.
+pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) -> BackupStatus {
+    let generation = backup.meta().generation;
+    let previous = backup.status.clone().unwrap_or_default();
+    let ready = match (observed.refusal, observed.cronjob) {
+        (Some(refusal), _) => Desired::new(types::READY, false, refusal.reason(), refusal.message()),
+        (None, None) => Desired::new(types::READY, false, reasons::PENDING, "the CronJob has not been created yet"),
+        (None, Some(cj)) if backup.spec.suspend == Some(true) => Desired::new(
+            types::READY,
+            true,
+            reasons::SUSPENDED,
+            format!("CronJob {} is suspended: no runs start, no dump is deleted", cj.name_any()),
+        ),
+        (None, Some(cj)) => Desired::new(
+            types::READY,
+            true,
+            reasons::SCHEDULED,
+            format!("CronJob {} runs on the schedule {:?} (UTC)", cj.name_any(), backup.spec.schedule),
+        ),
+    };
+    let mut last_successful = previous.last_successful_backup.clone();
+    let previous_run = previous.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED);
+    let run = match observed.last_run {
+        Some(run) => {
+            let (condition, success) = describe_run(run);
+            if success.is_some() {
+                last_successful = success;
+            }
+            condition
+        }
+        None => match previous_run {
+            Some(c) => Desired {
+                type_: backup_types::LAST_BACKUP_SUCCEEDED,
+                status: match c.status.as_str() {
+                    "True" => "True",
+                    "False" => "False",
+                    _ => "Unknown",
+                },
+                reason: static_reason(&c.reason),
+                message: c.message.clone(),
+            },
+            None => {
+                Desired::unknown(backup_types::LAST_BACKUP_SUCCEEDED, reasons::NO_RUN_YET, "no run has finished yet")
+            }
+        },
+    };
+    let last_schedule_time =
+        observed.cronjob.and_then(|cj| cj.status.as_ref()?.last_schedule_time.clone()).or(previous.last_schedule_time);
+    BackupStatus {
+        observed_generation: generation,
+        last_schedule_time,
+        last_successful_backup: last_successful,
+        conditions: conditions::merge(&previous.conditions, vec![ready, run], generation, now),
+    }
+}
+
+/// The reasons `LastBackupSucceeded` may carry, to carry one over from the stored status.
+fn static_reason(reason: &str) -> &'static str {
+    [reasons::BACKUP_SUCCEEDED, reasons::BACKUP_FAILED, reasons::NO_RUN_YET]
+        .into_iter()
+        .find(|r| *r == reason)
+        .unwrap_or(reasons::NO_RUN_YET)
+}
+
+/// `LastBackupSucceeded` for `run`, and the good dump it made.
+fn describe_run(run: &LastRun) -> (Desired, Option<SuccessfulBackup>) {
+    let prefix = job_prefix(&run.job);
+    let result = run.result.clone().unwrap_or_default();
+    match &run.finish {
+        Finish::Succeeded(at) => match (&result.key, result.size) {
+            (Some(key), Some(size)) => (
+                Desired::new(
+                    backup_types::LAST_BACKUP_SUCCEEDED,
+                    true,
+                    reasons::BACKUP_SUCCEEDED,
+                    format!("{prefix}stored {key} ({size} bytes, verified)"),
+                ),
+                Some(SuccessfulBackup { time: at.clone(), key: key.clone(), size, job: Some(run.job.clone()) }),
+            ),
+            // Complete, but its result is gone (the pod was deleted): a good run whose
+            // key only the bucket knows.
+            _ => (
+                Desired::new(
+                    backup_types::LAST_BACKUP_SUCCEEDED,
+                    true,
+                    reasons::BACKUP_SUCCEEDED,
+                    format!("{prefix}succeeded; its result was not readable (pod gone), see `bosun backup list`"),
+                ),
+                None,
+            ),
+        },
+        Finish::Failed(_, why) => {
+            let detail = result.error.unwrap_or_else(|| why.clone());
+            (
+                Desired::new(
+                    backup_types::LAST_BACKUP_SUCCEEDED,
+                    false,
+                    reasons::BACKUP_FAILED,
+                    format!("{prefix}failed: {detail}; nothing was deleted"),
+                ),
+                None,
+            )
+        }
+    }
+}
+
+/// What the Restore status computation sees.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RestoreObserved<'a> {
+    /// The Job, as applied or cached (`None`: none exists).
+    pub job: Option<&'a Job>,
+    /// The key the Job was asked for (`None`: the latest good dump).
+    pub requested_key: Option<&'a str>,
+    /// What the run reported, once the Job finished.
+    pub result: Option<&'a RunResult>,
+    /// Why the Job was not created (e.g. the Backup does not exist).
+    pub refusal: Option<(&'static str, &'a str)>,
+}
+
+/// The status a Restore should have. Once Succeeded or Failed it never changes again:
+/// a Restore runs once.
+pub fn restore_status(
+    restore: &bosun_api::backup::Restore,
+    observed: RestoreObserved<'_>,
+    now: Timestamp,
+) -> RestoreStatus {
+    let generation = restore.meta().generation;
+    let previous = restore.status.clone().unwrap_or_default();
+    if previous.phase.is_some_and(RestorePhase::finished) {
+        return previous;
+    }
+    let job = observed.job;
+    let job_status = job.and_then(|j| j.status.as_ref());
+    let finished = job.and_then(finish);
+    let result = observed.result.cloned().unwrap_or_default();
+    let (phase, ready) = match (observed.refusal, job, &finished) {
+        (Some((reason, message)), _, _) => (RestorePhase::Pending, Desired::new(types::READY, false, reason, message)),
+        (None, None, _) if previous.job.is_some() => (
+            RestorePhase::Failed,
+            Desired::new(
+                types::READY,
+                false,
+                reasons::RESTORE_FAILED,
+                format!("Job {} was deleted before it finished", previous.job.clone().unwrap_or_default()),
+            ),
+        ),
+        (None, None, _) => (
+            RestorePhase::Pending,
+            Desired::new(types::READY, false, reasons::PENDING, "the Job has not been created yet"),
+        ),
+        (None, Some(j), None) => {
+            let started = job_status.and_then(|s| s.start_time.as_ref()).is_some();
+            let phase = if started { RestorePhase::Running } else { RestorePhase::Pending };
+            (
+                phase,
+                Desired::new(
+                    types::READY,
+                    false,
+                    reasons::RUNNING,
+                    format!("Job {} is loading the dump", j.name_any()),
+                ),
+            )
+        }
+        (None, Some(j), Some(Finish::Succeeded(_))) => (
+            RestorePhase::Succeeded,
+            Desired::new(
+                types::READY,
+                true,
+                reasons::RESTORED,
+                format!(
+                    "Job {} loaded {}",
+                    j.name_any(),
+                    result.key.as_deref().or(observed.requested_key).unwrap_or("the latest good dump")
+                ),
+            ),
+        ),
+        (None, Some(j), Some(Finish::Failed(_, why))) => (
+            RestorePhase::Failed,
+            Desired::new(
+                types::READY,
+                false,
+                reasons::RESTORE_FAILED,
+                format!("Job {} failed: {}", j.name_any(), result.error.clone().unwrap_or_else(|| why.clone())),
+            ),
+        ),
+    };
+    RestoreStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        key: result.key.clone().or(observed.requested_key.map(str::to_owned)).or(previous.key),
+        job: job.map(|j| j.name_any()).or(previous.job),
+        start_time: job_status.and_then(|s| s.start_time.clone()).or(previous.start_time),
+        completion_time: finished.as_ref().map(|f| f.time().clone()).or(previous.completion_time),
+        conditions: conditions::merge(&previous.conditions, vec![ready], generation, now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_api::backup::{Restore, RestoreSpec};
+    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The spec's `nightly` example, as stored (with a uid, so children get an owner).
+    fn nightly() -> Backup {
+        serde_json::from_value(json!({
+            "apiVersion": "backup.example.com/v1",
+            "kind": "Backup",
+            "metadata": {"name": "nightly", "namespace": "shop", "uid": "u-1", "generation": 1},
+            "spec": {
+                "source": {"type": "postgresql", "connection": {"host": "test-db", "port": 5432, "database": "app", "secretRef": {"name": "test-db-credentials"}}},
+                "destination": {"type": "s3", "bucket": "backups"},
+                "schedule": "0 2 * * *",
+                "retention": "30d"
+            }
+        }))
+        .expect("nightly")
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("time"))
+    }
+
+    fn env_of(spec: &PodSpec) -> &[EnvVar] {
+        spec.containers[0].env.as_deref().unwrap_or_default()
+    }
+
+    fn env_value<'a>(spec: &'a PodSpec, name: &str) -> Option<&'a str> {
+        env_of(spec).iter().find(|e| e.name == name)?.value.as_deref()
+    }
+
+    #[test]
+    fn schedules_a_cronjob_accepts() {
+        for ok in [
+            "0 2 * * *",
+            "*/15 * * * *",
+            "0 9-17 * * MON-FRI",
+            "30 3 1,15 * *",
+            "0 0 1 jan *",
+            "0 0 * * 0",
+            "0 0 ? * 6",
+            "@daily",
+            "@hourly",
+            "5 4 * * sun",
+        ] {
+            assert_eq!(validate_schedule(ok), Ok(()), "{ok}");
+        }
+    }
+
+    #[test]
+    fn bad_schedules_are_refused_naming_the_field() {
+        for bad in [
+            "61 * * * *",
+            "every day",
+            "* * * *",
+            "* * * * * *",
+            "0 24 * * *",
+            "0 0 0 * *",
+            "0 0 * 13 *",
+            "0 0 * * 7",
+            "*/0 * * * *",
+            "5-1 * * * *",
+            "@every 1h",
+            "@sometimes",
+            "",
+        ] {
+            let Err(Refusal::InvalidSpec(message)) = validate_schedule(bad) else { panic!("{bad:?} was accepted") };
+            assert!(message.starts_with("spec.schedule"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_crd_pattern_and_the_controller_agree() {
+        // The same expression goes into the CRD's CEL rule: Rust's regex must agree with
+        // the examples the schema is meant to refuse or let through.
+        let re = regex::Regex::new(&schedule_pattern()).expect("pattern compiles");
+        assert!(re.is_match("0 2 * * *") && re.is_match("@weekly"));
+        assert!(!re.is_match("61 * * * *") && !re.is_match("every day"));
+    }
+
+    #[test]
+    fn retention_is_checked_naming_the_field() {
+        let mut b = nightly();
+        assert_eq!(validate(&b), Ok(()));
+        for bad in ["forever", "0d", "30"] {
+            b.spec.retention = Some(bad.into());
+            let Err(Refusal::InvalidSpec(message)) = validate(&b) else { panic!("{bad} accepted") };
+            assert!(message.contains("spec.retention"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_nightly_example_becomes_a_cronjob_as_the_spec_says() {
+        let cj = desired_cronjob(&nightly(), "localhost/bosun-runner:dev");
+        assert_eq!(cj.metadata.name.as_deref(), Some("nightly-cronjob"));
+        assert_eq!(cj.metadata.namespace.as_deref(), Some("shop"));
+        let owner = &cj.metadata.owner_references.as_ref().expect("owner")[0];
+        assert_eq!((owner.kind.as_str(), owner.controller), ("Backup", Some(true)));
+        let spec = cj.spec.as_ref().expect("spec");
+        assert_eq!(spec.schedule, "0 2 * * *");
+        assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+        assert_eq!(spec.suspend, Some(false));
+        assert_eq!((spec.successful_jobs_history_limit, spec.failed_jobs_history_limit), (Some(3), Some(3)));
+        let template = spec.job_template.spec.as_ref().expect("job").template.clone();
+        let labels = template.metadata.and_then(|m| m.labels).expect("pod labels");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "bosun");
+        let pod = template.spec.expect("pod");
+        assert_eq!(pod.restart_policy.as_deref(), Some("OnFailure"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let c = &pod.containers[0];
+        assert_eq!(c.name, "backup");
+        assert_eq!(c.image.as_deref(), Some("localhost/bosun-runner:dev"));
+        assert_eq!(c.args, Some(vec!["backup".to_owned(), "run".to_owned()]));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_SOURCE"), Some("postgresql://$(BOSUN_DB_USERNAME)@test-db:5432/app"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_DESTINATION"), Some("s3://backups"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_RETENTION"), Some("30d"));
+        let ns = env_of(&pod).iter().find(|e| e.name == "BOSUN_BACKUP_NAMESPACE").and_then(|e| e.value_from.clone());
+        assert_eq!(ns.and_then(|v| v.field_ref).map(|f| f.field_path).as_deref(), Some("metadata.namespace"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_NAME"), Some("nightly"));
+        assert_eq!(env_value(&pod, "BOSUN_RESULT_FILE"), Some("/dev/termination-log"));
+        // Credentials only by reference.
+        for name in ["BOSUN_DB_USERNAME", "PGPASSWORD"] {
+            let var = env_of(&pod).iter().find(|e| e.name == name).expect(name);
+            assert_eq!(var.value, None);
+            let r = var.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).expect("secretKeyRef");
+            assert_eq!(r.name, "test-db-credentials");
+        }
+    }
+
+    #[test]
+    fn destinations_map_to_runner_urls_and_mounts() {
+        let mut b = nightly();
+        b.spec.destination.prefix = Some("/team/db/".into());
+        b.spec.destination.endpoint = Some("http://minio:9000".into());
+        b.spec.destination.secret_ref = Some(bosun_api::backup::SecretRef { name: "s3-creds".into() });
+        b.spec.keep_last = Some(5);
+        b.spec.source.type_ = SourceType::Mysql;
+        b.spec.source.connection.port = None;
+        b.spec.source.connection.database = "my db".into();
+        let pod = desired_cronjob(&b, "img").spec.unwrap().job_template.spec.unwrap().template.spec.unwrap();
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_DESTINATION"), Some("s3://backups/team/db"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_ENDPOINT"), Some("http://minio:9000"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_KEEP_LAST"), Some("5"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_SOURCE"), Some("mysql://$(BOSUN_DB_USERNAME)@test-db:3306/my%20db"));
+        assert!(env_of(&pod).iter().any(|e| e.name == "MYSQL_PWD" && e.value_from.is_some()));
+        let from = pod.containers[0].env_from.as_ref().expect("envFrom");
+        assert_eq!(from[0].secret_ref.as_ref().map(|s| s.name.as_str()), Some("s3-creds"));
+        b.spec.destination.type_ = DestinationType::Pvc;
+        b.spec.destination.bucket = "dumps".into();
+        let pod = desired_cronjob(&b, "img").spec.unwrap().job_template.spec.unwrap().template.spec.unwrap();
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_DESTINATION"), Some("file:///backups/team/db"));
+        let claim = pod.volumes.iter().flatten().find_map(|v| v.persistent_volume_claim.as_ref()).expect("claim");
+        assert_eq!(claim.claim_name, "dumps");
+    }
+
+    fn job(name: &str, finished: Option<(bool, i64)>) -> Job {
+        let conditions = finished.map(|(ok, t)| {
+            vec![JobCondition {
+                type_: if ok { "Complete" } else { "Failed" }.into(),
+                status: "True".into(),
+                reason: (!ok).then(|| "BackoffLimitExceeded".into()),
+                message: (!ok).then(|| "Job has reached the specified backoff limit".into()),
+                last_transition_time: Some(at(t)),
+                ..JobCondition::default()
+            }]
+        });
+        Job {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            spec: None,
+            status: Some(JobStatus {
+                start_time: Some(at(10)),
+                completion_time: finished.filter(|(ok, _)| *ok).map(|(_, t)| at(t)),
+                conditions,
+                ..JobStatus::default()
+            }),
+        }
+    }
+
+    fn condition<'a>(s: &'a BackupStatus, t: &str) -> &'a bosun_api::conditions::Condition {
+        s.conditions.iter().find(|c| c.type_ == t).expect(t)
+    }
+
+    #[test]
+    fn a_good_run_is_kept_through_later_failures() {
+        let mut b = nightly();
+        let cj = desired_cronjob(&b, "img");
+        let now = Timestamp::from_second(1000).unwrap();
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), ..Observed::default() }, now);
+        assert_eq!(condition(&s, "Ready").status, "True");
+        assert_eq!(condition(&s, "LastBackupSucceeded").status, "Unknown");
+        b.status = Some(s);
+
+        let good = LastRun {
+            job: "nightly-cronjob-1".into(),
+            finish: Finish::Succeeded(at(100)),
+            result: Some(RunResult {
+                key: Some("shop/nightly/x.pgdump.zst".into()),
+                size: Some(42),
+                ..Default::default()
+            }),
+        };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&good), ..Observed::default() }, now);
+        let last = s.last_successful_backup.clone().expect("last good");
+        assert_eq!((last.key.as_str(), last.size, last.time.clone()), ("shop/nightly/x.pgdump.zst", 42, at(100)));
+        assert_eq!(condition(&s, "LastBackupSucceeded").status, "True");
+        b.status = Some(s.clone());
+        assert!(reported(b.status.as_ref(), "nightly-cronjob-1"));
+        // Steady state: nothing new → the same status.
+        assert_eq!(backup_status(&b, Observed { cronjob: Some(&cj), ..Observed::default() }, now), s);
+
+        let bad = LastRun {
+            job: "nightly-cronjob-2".into(),
+            finish: Finish::Failed(at(200), "BackoffLimitExceeded".into()),
+            result: Some(RunResult {
+                error: Some("pg_dump: password authentication failed".into()),
+                ..Default::default()
+            }),
+        };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&bad), ..Observed::default() }, now);
+        assert_eq!(s.last_successful_backup, Some(last), "a failure keeps the last good dump");
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "BackupFailed"));
+        assert!(c.message.contains("password authentication failed"), "{}", c.message);
+        b.status = Some(s);
+        assert!(reported(b.status.as_ref(), "nightly-cronjob-2"));
+        assert!(!reported(b.status.as_ref(), "nightly-cronjob-3"));
+    }
+
+    #[test]
+    fn a_refused_spec_is_not_ready() {
+        let b = nightly();
+        let refusal = Refusal::InvalidSpec("spec.schedule \"x\": nope".into());
+        let s = backup_status(
+            &b,
+            Observed { refusal: Some(&refusal), ..Observed::default() },
+            Timestamp::from_second(5).unwrap(),
+        );
+        let c = condition(&s, "Ready");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(c.message.contains("spec.schedule"));
+    }
+
+    #[test]
+    fn the_newest_finished_job_is_the_last_run() {
+        let jobs =
+            [job("a", Some((true, 100))), job("b", Some((false, 300))), job("c", None), job("d", Some((true, 200)))];
+        let (newest, finish) = newest_finished(&jobs).expect("one finished");
+        assert_eq!(newest.name_any(), "b");
+        assert!(matches!(finish, Finish::Failed(_, ref why) if why.contains("BackoffLimitExceeded")));
+    }
+
+    #[test]
+    fn a_runs_result_is_read_from_its_termination_message() {
+        let pod = |message: &str, current: bool| {
+            let terminated = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated { message: Some(message.into()), ..Default::default() }),
+                ..Default::default()
+            });
+            Pod {
+                status: Some(PodStatus {
+                    container_statuses: Some(vec![ContainerStatus {
+                        name: "backup".into(),
+                        state: if current { terminated.clone() } else { None },
+                        last_state: if current { None } else { terminated },
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        };
+        let ok = run_result(&pod(r#"{"key":"k","size":7,"sha256":"ab"}"#, true), "backup").expect("result");
+        assert_eq!((ok.key.as_deref(), ok.size), (Some("k"), Some(7)));
+        let failed = run_result(&pod(r#"{"error":"bucket missing"}"#, false), "backup").expect("result");
+        assert_eq!(failed.error.as_deref(), Some("bucket missing"));
+        let plain = run_result(&pod("killed", true), "backup").expect("result");
+        assert_eq!(plain.error.as_deref(), Some("killed"));
+        assert_eq!(run_result(&pod("{}", true), "restore"), None);
+    }
+
+    fn restore(spec: serde_json::Value) -> Restore {
+        serde_json::from_value(json!({
+            "apiVersion": "backup.example.com/v1", "kind": "Restore",
+            "metadata": {"name": "back", "namespace": "shop", "uid": "r-1", "generation": 1},
+            "spec": spec,
+        }))
+        .expect("restore")
+    }
+
+    #[test]
+    fn a_restore_job_runs_once_with_the_key_or_the_latest() {
+        let r = restore(json!({
+            "backupRef": {"name": "nightly"},
+            "target": {"type": "postgresql", "connection": {"host": "fresh-db", "database": "app", "secretRef": {"name": "fresh"}}},
+        }));
+        let b = nightly();
+        let dump = Dump { destination: &b.spec.destination, key: None, backup: Some("nightly".into()) };
+        let j = desired_job(&r, &dump, "img");
+        assert_eq!(j.metadata.name.as_deref(), Some("back-restore"));
+        let spec = j.spec.expect("spec");
+        assert_eq!(spec.backoff_limit, Some(0));
+        let pod = spec.template.spec.expect("pod");
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(pod.containers[0].name, "restore");
+        assert_eq!(env_value(&pod, "BOSUN_RESTORE_LATEST"), Some("true"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_NAME"), Some("nightly"));
+        assert_eq!(
+            env_value(&pod, "BOSUN_RESTORE_TARGET"),
+            Some("postgresql://$(BOSUN_DB_USERNAME)@fresh-db:5432/app")
+        );
+        assert_eq!(env_value(&pod, "BOSUN_RESTORE_OVERWRITE"), None);
+        let dump = Dump { key: Some("k1".into()), ..dump };
+        let pod = desired_job(&r, &dump, "img").spec.unwrap().template.spec.unwrap();
+        assert_eq!(env_value(&pod, "BOSUN_RESTORE_KEY"), Some("k1"));
+        assert_eq!(env_value(&pod, "BOSUN_RESTORE_LATEST"), None);
+        let _: &RestoreSpec = &r.spec;
+    }
+
+    #[test]
+    fn restore_phases_follow_the_job_and_end_for_good() {
+        let mut r = restore(json!({
+            "source": {"destination": {"type": "s3", "bucket": "b"}, "key": "k1"},
+            "target": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "s"}}},
+        }));
+        let now = Timestamp::from_second(1000).unwrap();
+        let seen = |r: &Restore, job: Option<&Job>, result: Option<&RunResult>| {
+            restore_status(r, RestoreObserved { job, requested_key: Some("k1"), result, refusal: None }, now)
+        };
+        assert_eq!(seen(&r, None, None).phase, Some(RestorePhase::Pending));
+        let running = job("back-restore", None);
+        let s = seen(&r, Some(&running), None);
+        assert_eq!(s.phase, Some(RestorePhase::Running));
+        assert_eq!(s.start_time, Some(at(10)));
+        r.status = Some(s);
+        let done = job("back-restore", Some((true, 50)));
+        let result = RunResult { key: Some("k1".into()), size: Some(9), ..Default::default() };
+        let s = seen(&r, Some(&done), Some(&result));
+        assert_eq!(s.phase, Some(RestorePhase::Succeeded));
+        assert_eq!((s.key.as_deref(), s.completion_time.clone()), (Some("k1"), Some(at(50))));
+        assert_eq!(s.conditions[0].status, "True");
+        r.status = Some(s.clone());
+        // Over: the Job's later fate (deleted, say) changes nothing.
+        assert_eq!(seen(&r, None, None), s);
+
+        // A Job deleted while it ran is a failed restore, not a second run.
+        r.status = Some(seen(
+            &restore(json!({"source": {"destination": {"type": "s3", "bucket": "b"}, "key": "k1"},
+            "target": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "s"}}}})),
+            Some(&running),
+            None,
+        ));
+        let s = seen(&r, None, None);
+        assert_eq!(s.phase, Some(RestorePhase::Failed));
+        assert!(s.conditions[0].message.contains("deleted before it finished"));
+    }
+}
