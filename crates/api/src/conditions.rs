@@ -52,6 +52,8 @@ pub mod reasons {
     pub const NO_RUN_YET: &str = "NoRunYet";
     pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
     pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// An attempt of the running backup failed and the Job retries it.
+    pub const BACKUP_RETRYING: &str = "BackupRetrying";
     /// A Restore's Job is running.
     pub const RUNNING: &str = "Running";
     pub const RESTORED: &str = "Restored";

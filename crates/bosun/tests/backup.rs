@@ -280,7 +280,33 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         assert!(listed.status.success(), "{text}{}", String::from_utf8_lossy(&listed.stderr));
         assert!(text.contains(&good.key), "backup list does not show {}: {text}", good.key);
 
-        // A Restore of the Backup's latest into a fresh database: identical data.
+        // A run with a wrong password fails; its status says why while the Job retries,
+        // and nothing is stored.
+        credentials(&env, "wrong-credentials", &[("username", "app"), ("password", "not-it")]).await;
+        let broken =
+            backup.replace("name: nightly}", "name: broken}").replace("test-db-credentials", "wrong-credentials");
+        let (ok, out) = kubectl_apply(&env, &broken);
+        assert!(ok, "{out}");
+        env.wait_for::<CronJob>("broken-cronjob", "the CronJob", |_| true).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/broken-cronjob", "broken-1"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b = env
+            .wait_for_within::<Backup>("broken", "LastBackupSucceeded=False", START, |b| {
+                b.status
+                    .as_ref()
+                    .and_then(|s| condition(&s.conditions, "LastBackupSucceeded"))
+                    .is_some_and(|c| c.status == "False")
+            })
+            .await;
+        let status = b.status.unwrap();
+        let c = condition(&status.conditions, "LastBackupSucceeded").unwrap();
+        assert!(
+            c.message.contains("broken-1") && c.message.contains("password authentication failed"),
+            "{}",
+            c.message
+        );
+        assert!(status.last_successful_backup.is_none());
+
         credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
         postgres(&env, "fresh-db", "fresh-db-credentials").await;
         let restore = r#"apiVersion: backup.example.com/v1

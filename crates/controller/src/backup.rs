@@ -15,7 +15,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bosun_api::backup::Backup;
-use bosun_resources::backup::{self as build, LastRun, Observed, Refusal, RunResult};
+use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
@@ -119,11 +119,24 @@ async fn last_run(
     let Some(cronjob) = cronjob else { return Ok(None) };
     let ns = backup.namespace().unwrap_or_default();
     let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
-    let Some((job, finish)) = build::newest_finished(mine.iter().map(|j| j.as_ref())) else { return Ok(None) };
+    let finished = build::newest_finished(mine.iter().map(|j| j.as_ref()));
+    // A run still going after the newest finished one: tell now of an attempt that failed.
+    let after = finished.as_ref().and_then(|(_, f)| f.time());
+    if let Some(running) = build::newest_running(mine.iter().map(|j| j.as_ref()), after) {
+        let name = running.name_any();
+        let result = run_result(ctx, &ns, &name, build::BACKUP_CONTAINER).await?;
+        return Ok(result.filter(|r| r.error.is_some()).map(|r| LastRun {
+            job: name,
+            finish: Finish::Retrying,
+            result: Some(r),
+        }));
+    }
+    let Some((job, finish)) = finished else { return Ok(None) };
     let job_name = job.name_any();
     let status = backup.status.as_ref();
-    let older_than_known_good =
-        status.and_then(|s| s.last_successful_backup.as_ref()).is_some_and(|good| finish.time().0 <= good.time.0);
+    let older_than_known_good = status
+        .and_then(|s| s.last_successful_backup.as_ref())
+        .is_some_and(|good| finish.time().is_some_and(|t| t.0 <= good.time.0));
     if build::reported(status, &job_name) || older_than_known_good {
         return Ok(None);
     }

@@ -185,8 +185,10 @@ impl Child for Job {
         slim_meta(&mut self.metadata);
         self.spec = None;
         if let Some(status) = self.status.as_mut() {
-            // Counters of pods that change while it runs and that no status shows.
-            (status.ready, status.terminating, status.uncounted_terminated_pods) = (None, None, None);
+            // Counters no status shows. `ready` stays: it drops when an attempt fails
+            // (restartPolicy OnFailure restarts in place), which is when a Backup
+            // reads the attempt's error.
+            (status.terminating, status.uncounted_terminated_pods) = (None, None);
         }
     }
 }

@@ -431,12 +431,16 @@ pub enum Finish {
     Succeeded(Time),
     /// With the Job's own reason and message (e.g. `BackoffLimitExceeded`).
     Failed(Time, String),
+    /// Not over: an attempt failed and the pod restarts (restartPolicy OnFailure). Told
+    /// at once, because when the Job gives up it deletes the pod and its error with it.
+    Retrying,
 }
 
 impl Finish {
-    pub fn time(&self) -> &Time {
+    pub fn time(&self) -> Option<&Time> {
         match self {
-            Finish::Succeeded(t) | Finish::Failed(t, _) => t,
+            Finish::Succeeded(t) | Finish::Failed(t, _) => Some(t),
+            Finish::Retrying => None,
         }
     }
 }
@@ -467,9 +471,18 @@ pub struct LastRun {
 
 /// The newest finished Job among `jobs` (by finish time, then name).
 pub fn newest_finished<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Option<(&'a Job, Finish)> {
+    jobs.into_iter().filter_map(|j| finish(j).map(|f| (j, f))).max_by(|(a, fa), (b, fb)| {
+        fa.time().map(|t| t.0).cmp(&fb.time().map(|t| t.0)).then_with(|| a.name_any().cmp(&b.name_any()))
+    })
+}
+
+/// The newest Job among `jobs` that is still running and started after `after`.
+pub fn newest_running<'a>(jobs: impl IntoIterator<Item = &'a Job>, after: Option<&Time>) -> Option<&'a Job> {
+    let started = |j: &Job| j.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
     jobs.into_iter()
-        .filter_map(|j| finish(j).map(|f| (j, f)))
-        .max_by(|(a, fa), (b, fb)| fa.time().0.cmp(&fb.time().0).then_with(|| a.name_any().cmp(&b.name_any())))
+        .filter(|j| finish(j).is_none())
+        .filter(|j| after.is_none_or(|after| started(j).is_some_and(|s| s > after.0)))
+        .max_by_key(|j| (started(j), j.name_any()))
 }
 
 /// Whether the status already tells of the run of `job` (so its pod need not be read again).
@@ -477,7 +490,9 @@ pub fn reported(status: Option<&BackupStatus>, job: &str) -> bool {
     let Some(status) = status else { return false };
     let success = status.last_successful_backup.as_ref().is_some_and(|s| s.job.as_deref() == Some(job));
     let failure = status.conditions.iter().any(|c| {
-        c.type_ == backup_types::LAST_BACKUP_SUCCEEDED && c.status == "False" && c.message.starts_with(&job_prefix(job))
+        c.type_ == backup_types::LAST_BACKUP_SUCCEEDED
+            && c.reason == reasons::BACKUP_FAILED
+            && c.message.starts_with(&job_prefix(job))
     });
     success || failure
 }
@@ -523,7 +538,7 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
     let previous_run = previous.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED);
     let run = match observed.last_run {
         Some(run) => {
-            let (condition, success) = describe_run(run);
+            let (condition, success) = describe_run(run, previous_run.map(|c| c.message.as_str()));
             if success.is_some() {
                 last_successful = success;
             }
@@ -557,16 +572,28 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
 
 /// The reasons `LastBackupSucceeded` may carry, to carry one over from the stored status.
 fn static_reason(reason: &str) -> &'static str {
-    [reasons::BACKUP_SUCCEEDED, reasons::BACKUP_FAILED, reasons::NO_RUN_YET]
+    [reasons::BACKUP_SUCCEEDED, reasons::BACKUP_FAILED, reasons::BACKUP_RETRYING, reasons::NO_RUN_YET]
         .into_iter()
         .find(|r| *r == reason)
         .unwrap_or(reasons::NO_RUN_YET)
 }
 
-/// `LastBackupSucceeded` for `run`, and the good dump it made.
-fn describe_run(run: &LastRun) -> (Desired, Option<SuccessfulBackup>) {
+/// What a retrying run's condition message says before the error.
+const ATTEMPT_FAILED: &str = "an attempt failed: ";
+/// What it says after it.
+const RETRYING: &str = "; retrying";
+
+/// `LastBackupSucceeded` for `run`, and the good dump it made. `previous` is the
+/// condition's last message: when a failed run's pod is gone, the error an earlier
+/// attempt reported there is kept.
+fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<SuccessfulBackup>) {
     let prefix = job_prefix(&run.job);
     let result = run.result.clone().unwrap_or_default();
+    let attempt_error = || {
+        let rest = previous?.strip_prefix(&prefix)?;
+        let error = rest.split_once(ATTEMPT_FAILED)?.1;
+        Some(error.rsplit_once(RETRYING).map_or(error, |(e, _)| e).to_owned())
+    };
     match &run.finish {
         Finish::Succeeded(at) => match (&result.key, result.size) {
             (Some(key), Some(size)) => (
@@ -590,8 +617,17 @@ fn describe_run(run: &LastRun) -> (Desired, Option<SuccessfulBackup>) {
                 None,
             ),
         },
+        Finish::Retrying => (
+            Desired::new(
+                backup_types::LAST_BACKUP_SUCCEEDED,
+                false,
+                reasons::BACKUP_RETRYING,
+                format!("{prefix}{ATTEMPT_FAILED}{}{RETRYING}", result.error.unwrap_or_default()),
+            ),
+            None,
+        ),
         Finish::Failed(_, why) => {
-            let detail = result.error.unwrap_or_else(|| why.clone());
+            let detail = result.error.or_else(attempt_error).map_or_else(|| why.clone(), |e| format!("{e} ({why})"));
             (
                 Desired::new(
                     backup_types::LAST_BACKUP_SUCCEEDED,
@@ -649,7 +685,7 @@ pub fn restore_status(
             RestorePhase::Pending,
             Desired::new(types::READY, false, reasons::PENDING, "the Job has not been created yet"),
         ),
-        (None, Some(j), None) => {
+        (None, Some(j), None | Some(Finish::Retrying)) => {
             let started = job_status.and_then(|s| s.start_time.as_ref()).is_some();
             let phase = if started { RestorePhase::Running } else { RestorePhase::Pending };
             (
@@ -691,7 +727,7 @@ pub fn restore_status(
         key: result.key.clone().or(observed.requested_key.map(str::to_owned)).or(previous.key),
         job: job.map(|j| j.name_any()).or(previous.job),
         start_time: job_status.and_then(|s| s.start_time.clone()).or(previous.start_time),
-        completion_time: finished.as_ref().map(|f| f.time().clone()).or(previous.completion_time),
+        completion_time: finished.as_ref().and_then(|f| f.time().cloned()).or(previous.completion_time),
         conditions: conditions::merge(&previous.conditions, vec![ready], generation, now),
     }
 }
@@ -928,6 +964,43 @@ mod tests {
         b.status = Some(s);
         assert!(reported(b.status.as_ref(), "nightly-cronjob-2"));
         assert!(!reported(b.status.as_ref(), "nightly-cronjob-3"));
+    }
+
+    #[test]
+    fn a_failed_attempt_is_told_at_once_and_its_error_outlives_the_pod() {
+        let mut b = nightly();
+        let cj = desired_cronjob(&b, "img");
+        let now = Timestamp::from_second(1000).unwrap();
+        let retrying = LastRun {
+            job: "nightly-cronjob-7".into(),
+            finish: Finish::Retrying,
+            result: Some(RunResult {
+                error: Some("password authentication failed for user \"app\"".into()),
+                ..Default::default()
+            }),
+        };
+        let s =
+            backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&retrying), ..Observed::default() }, now);
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "BackupRetrying"));
+        assert!(!reported(Some(&s), "nightly-cronjob-7"), "a retry is not the run's end");
+        b.status = Some(s);
+        // The Job gives up and deletes its pod: no result, the earlier error stays.
+        let failed = LastRun {
+            job: "nightly-cronjob-7".into(),
+            finish: Finish::Failed(at(300), "BackoffLimitExceeded: Job has reached the specified backoff limit".into()),
+            result: None,
+        };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&failed), ..Observed::default() }, now);
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!(c.reason, "BackupFailed");
+        assert!(
+            c.message.contains("password authentication failed") && c.message.contains("BackoffLimitExceeded"),
+            "{}",
+            c.message
+        );
+        assert!(!c.message.contains("retrying"), "{}", c.message);
+        assert!(reported(Some(&s), "nightly-cronjob-7"));
     }
 
     #[test]
