@@ -221,6 +221,21 @@ const DATASET: &str = "CREATE TABLE items (id int PRIMARY KEY, name text, note t
 const CHECKSUM: &str = "SELECT count(*) || ':' || md5(string_agg(id || '|' || coalesce(name, '∅') || '|' || \
     coalesce(note, '∅') || '|' || encode(blob, 'hex'), ',' ORDER BY id)) FROM items";
 
+/// What `bosun backup list` shows of the Backup `name`'s dumps in `s3`.
+async fn listed(env: &Env, s3: &Minio, name: &str) -> String {
+    let out = tokio::process::Command::new(bosun_binary())
+        .args(["backup", "list", "--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
+        .args(["--namespace", &env.ns, "--name", name])
+        .env_clear()
+        .envs(s3.env())
+        .output()
+        .await
+        .expect("bosun backup list");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
 #[tokio::test]
 async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_database() {
     e2e("backup-node", |env| async move {
@@ -268,16 +283,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "BackupSucceeded"), "{}", c.message);
 
         // The dump and its manifest are in the bucket, as the runner lists them.
-        let listed = tokio::process::Command::new(bosun_binary())
-            .args(["backup", "list", "--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
-            .args(["--namespace", &env.ns, "--name", "nightly"])
-            .env_clear()
-            .envs(s3.env())
-            .output()
-            .await
-            .expect("bosun backup list");
-        let text = String::from_utf8_lossy(&listed.stdout);
-        assert!(listed.status.success(), "{text}{}", String::from_utf8_lossy(&listed.stderr));
+        let text = listed(&env, &s3, "nightly").await;
         assert!(text.contains(&good.key), "backup list does not show {}: {text}", good.key);
 
         // A run with a wrong password fails; its status says why while the Job retries,
@@ -306,6 +312,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
             c.message
         );
         assert!(status.last_successful_backup.is_none());
+        assert_eq!(listed(&env, &s3, "broken").await.trim(), "[]", "a failed run stored something");
 
         credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
         postgres(&env, "fresh-db", "fresh-db-credentials").await;
@@ -349,15 +356,7 @@ spec:
         // Deleting the Backup leaves the dump where it is.
         env.api::<Backup>().delete("nightly", &DeleteParams::default()).await.expect("delete");
         env.wait_gone::<Backup>("nightly").await;
-        let listed = tokio::process::Command::new(bosun_binary())
-            .args(["backup", "list", "--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
-            .args(["--namespace", &env.ns, "--name", "nightly"])
-            .env_clear()
-            .envs(s3.env())
-            .output()
-            .await
-            .expect("bosun backup list");
-        assert!(String::from_utf8_lossy(&listed.stdout).contains(&good.key), "the dump went with the Backup");
+        assert!(listed(&env, &s3, "nightly").await.contains(&good.key), "the dump went with the Backup");
     })
     .await;
 }
