@@ -99,8 +99,9 @@ bench: cluster ## Converge N WebApps (default 1000) with a release build; prints
 	$(CARGO) run --release -p bosun-bench -- --count $(N)
 
 SIZE ?= 1GiB
+DESTINATION ?= s3
 .PHONY: bench-backup
-bench-backup: ## Back up and restore a SIZE (default 1GiB) PostgreSQL dump via S3 (hack/backends.sh), release build; MiB/s, ratio, peak RSS; writes target/bench/backup-SIZE.json.
+bench-backup: ## Back up and restore a SIZE (default 1GiB) PostgreSQL dump via DESTINATION (s3|gcs|azure|file; hack/backends.sh), release build; MiB/s, ratio, peak RSS; writes target/bench/backup-SIZE.json.
 	hack/backends.sh up
 	$(CARGO) build --release -p bosun
-	$(CARGO) run --release -p bosun-bench --bin backup -- --size $(SIZE)
+	$(CARGO) run --release -p bosun-bench --bin backup -- --size $(SIZE) --destination $(DESTINATION)

@@ -1,6 +1,7 @@
 //! `make bench-backup`: back up a PostgreSQL database of a given size (default 1 GiB of
-//! dump) to S3 (MinIO, `hack/backends.sh`) with the release `bosun`, restore it into
-//! an empty database, and report what it cost.
+//! dump) to S3 (MinIO), GCS (fake-gcs-server), Azure (Azurite) or a directory — the
+//! servers of `hack/backends.sh` — with the release `bosun`, restore it into an empty
+//! database, and report what it cost.
 //!
 //! Measured:
 //! * backup and restore wall time and throughput, in MiB/s of uncompressed dump;
@@ -8,7 +9,8 @@
 //! * the runner's peak RSS (VmHWM, polled every 100 ms) and CPU time, for each run
 //!   (the dump and restore tools are separate processes and not counted).
 //!
-//! Prints a table and writes JSON to `target/bench/backup-<size>.json`.
+//! Prints a table and writes JSON to `target/bench/backup-<size>[-<destination>].json`
+//! (no suffix for S3).
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,9 @@ use bosun_testing::backends::{Backends, backends};
 use clap::Parser;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncReadExt;
@@ -32,6 +37,79 @@ struct Args {
     /// Keep the source database for the next run (it is reused when its size matches).
     #[arg(long)]
     keep_database: bool,
+    /// Where the dump goes.
+    #[arg(long, value_enum, default_value = "s3")]
+    destination: Dest,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Dest {
+    S3,
+    Gcs,
+    Azure,
+    File,
+}
+
+/// The runner's `--destination` and `--endpoint`, the store to clean up afterwards,
+/// and how the report names it.
+type Place = (String, Option<String>, Box<dyn ObjectStore>, &'static str);
+
+/// The [`Place`] of `dest` under `prefix`.
+fn place(b: &Backends, dest: Dest, prefix: &str) -> anyhow::Result<Place> {
+    let http = || ClientOptions::new().with_allow_http(true);
+    Ok(match dest {
+        Dest::S3 => (
+            format!("s3://{}/{prefix}", b.var("S3_BUCKET")),
+            Some(b.var("S3_ENDPOINT").to_owned()),
+            Box::new(
+                AmazonS3Builder::new()
+                    .with_bucket_name(b.var("S3_BUCKET"))
+                    .with_endpoint(b.var("S3_ENDPOINT"))
+                    .with_region(b.var("AWS_REGION"))
+                    .with_access_key_id(b.var("AWS_ACCESS_KEY_ID"))
+                    .with_secret_access_key(b.var("AWS_SECRET_ACCESS_KEY"))
+                    .with_client_options(http())
+                    .build()?,
+            ),
+            "s3 (MinIO on 127.0.0.1)",
+        ),
+        Dest::Gcs => (
+            format!("gs://{}/{prefix}", b.var("GCS_BUCKET")),
+            Some(b.var("GCS_ENDPOINT").to_owned()),
+            Box::new(
+                GoogleCloudStorageBuilder::new()
+                    .with_bucket_name(b.var("GCS_BUCKET"))
+                    .with_service_account_path(b.var("GOOGLE_SERVICE_ACCOUNT"))
+                    .with_client_options(http())
+                    .build()?,
+            ),
+            "gcs (fake-gcs-server on 127.0.0.1)",
+        ),
+        Dest::Azure => (
+            format!("azure://{}/{prefix}", b.var("AZURE_CONTAINER")),
+            Some(b.var("AZURE_ENDPOINT").to_owned()),
+            Box::new(
+                MicrosoftAzureBuilder::new()
+                    .with_account(b.var("AZURE_STORAGE_ACCOUNT_NAME"))
+                    .with_access_key(b.var("AZURE_STORAGE_ACCOUNT_KEY"))
+                    .with_container_name(b.var("AZURE_CONTAINER"))
+                    .with_endpoint(b.var("AZURE_ENDPOINT").to_owned())
+                    .with_allow_http(true)
+                    .build()?,
+            ),
+            "azure (Azurite on 127.0.0.1)",
+        ),
+        Dest::File => {
+            let dir = std::env::temp_dir().join("bosun-bench-backup");
+            std::fs::create_dir_all(&dir)?;
+            (
+                format!("file://{}/{prefix}", dir.display()),
+                None,
+                Box::new(LocalFileSystem::new_with_prefix(&dir)?),
+                "file (local disk)",
+            )
+        }
+    })
 }
 
 /// Bytes of `1GiB`, `512MiB`, `100MB`, `1000`.
@@ -166,48 +244,18 @@ async fn main() -> anyhow::Result<()> {
     let source_sum = psql(&b, &source, checksum).await?;
 
     let prefix = format!("bench/backup-{label}-{:08x}", rand::random::<u32>());
-    let destination = format!("s3://{}/{prefix}", b.var("S3_BUCKET"));
-    let endpoint = b.var("S3_ENDPOINT").to_owned();
+    let (destination, endpoint, store, described) = place(&b, args.destination, &prefix)?;
+    let endpoint_args: Vec<&str> = endpoint.iter().flat_map(|e| ["--endpoint", e.as_str()]).collect();
     let source_url = b.postgres_url(&source);
-    let backup = measured(
-        &b,
-        &args.bosun,
-        &[
-            "backup",
-            "run",
-            "--source",
-            &source_url,
-            "--destination",
-            &destination,
-            "--endpoint",
-            &endpoint,
-            "--name",
-            "bench",
-        ],
-    )
-    .await?;
+    let backup_args = ["backup", "run", "--source", &source_url, "--destination", &destination, "--name", "bench"];
+    let backup = measured(&b, &args.bosun, &[&backup_args[..], &endpoint_args].concat()).await?;
 
     psql(&b, "postgres", &format!("DROP DATABASE IF EXISTS {target} WITH (FORCE)")).await?;
     psql(&b, "postgres", &format!("CREATE DATABASE {target}")).await?;
     let target_url = b.postgres_url(&target);
-    let restore = measured(
-        &b,
-        &args.bosun,
-        &[
-            "restore",
-            "run",
-            "--latest",
-            "--name",
-            "bench",
-            "--target",
-            &target_url,
-            "--destination",
-            &destination,
-            "--endpoint",
-            &endpoint,
-        ],
-    )
-    .await?;
+    let restore_args =
+        ["restore", "run", "--latest", "--name", "bench", "--target", &target_url, "--destination", &destination];
+    let restore = measured(&b, &args.bosun, &[&restore_args[..], &endpoint_args].concat()).await?;
     let restored_sum = psql(&b, &target, checksum).await?;
     ensure!(restored_sum == source_sum, "the restored table differs: {restored_sum} != {source_sum}");
 
@@ -216,17 +264,9 @@ async fn main() -> anyhow::Result<()> {
     if !args.keep_database {
         psql(&b, "postgres", &format!("DROP DATABASE IF EXISTS {source} WITH (FORCE)")).await?;
     }
-    let s3 = AmazonS3Builder::new()
-        .with_bucket_name(b.var("S3_BUCKET"))
-        .with_endpoint(&endpoint)
-        .with_region(b.var("AWS_REGION"))
-        .with_access_key_id(b.var("AWS_ACCESS_KEY_ID"))
-        .with_secret_access_key(b.var("AWS_SECRET_ACCESS_KEY"))
-        .with_client_options(ClientOptions::new().with_allow_http(true))
-        .build()?;
-    let stored: Vec<_> = s3.list(Some(&Path::from(prefix.as_str()))).try_collect().await?;
+    let stored: Vec<_> = store.list(Some(&Path::from(prefix.as_str()))).try_collect().await?;
     for object in stored {
-        s3.delete(&object.location).await?;
+        store.delete(&object.location).await?;
     }
 
     let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
@@ -235,7 +275,7 @@ async fn main() -> anyhow::Result<()> {
     let report = serde_json::json!({
         "size": args.size,
         "rows": rows,
-        "destination": "s3 (MinIO on 127.0.0.1)",
+        "destination": described,
         "bosun": args.bosun.display().to_string(),
         "uncompressed_mib": mib(uncompressed),
         "compressed_mib": mib(compressed),
@@ -258,7 +298,11 @@ async fn main() -> anyhow::Result<()> {
         println!("{key:<24} {value}");
     }
     std::fs::create_dir_all("target/bench")?;
-    let path = format!("target/bench/backup-{label}.json");
+    let suffix = match args.destination {
+        Dest::S3 => String::new(),
+        other => format!("-{}", format!("{other:?}").to_lowercase()),
+    };
+    let path = format!("target/bench/backup-{label}{suffix}.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {path}");
     Ok(())
