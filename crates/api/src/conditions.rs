@@ -61,10 +61,19 @@ pub mod reasons {
     /// A Restore names a Backup that does not exist (yet): looked for again every 30 s.
     pub const BACKUP_NOT_FOUND: &str = "BackupNotFound";
 
+    /// A value of an AppConfig's template does not render.
+    pub const TEMPLATE_ERROR: &str = "TemplateError";
+    /// Another AppConfig renders into the same ConfigMap.
+    pub const CONFLICT: &str = "Conflict";
+    /// Consumers wait for the new configuration (settle time, minimum interval).
+    pub const ROLLOUT_PENDING: &str = "RolloutPending";
+    /// The configuration is published and every consumer runs it.
+    pub const CONFIGURED: &str = "Configured";
+
     /// Refusals that a later look may find resolved without any change to the
     /// resource itself (someone else's object goes away, a referenced one appears):
     /// looked at again periodically rather than waiting for a spec change.
-    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND];
+    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT];
 }
 
 /// Condition types of Backup.

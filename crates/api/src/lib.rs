@@ -4,6 +4,7 @@
 //! field names are fixed. The CRD YAML committed under `config/crd/` is generated
 //! from these types (`bosun crd`, `make manifests`) and a test fails when it drifts.
 
+pub mod appconfig;
 pub mod backup;
 pub mod conditions;
 pub mod demovolume;
@@ -21,6 +22,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         schema::crd::<webapp::example_v1::WebApp>(),
         schema::crd::<voteconfig::VoteConfig>(),
         schema::crd::<demovolume::DemoVolume>(),
+        schema::crd::<appconfig::AppConfig>(),
         schema::crd::<backup::Backup>(),
         schema::crd::<backup::Restore>(),
     ]

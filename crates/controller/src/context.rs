@@ -41,13 +41,26 @@ pub struct Context {
 pub struct Settings {
     /// The image whose `bosun` runs backups and restores (`--runner-image`).
     pub runner_image: String,
+    /// How AppConfig rollouts are paced (`--appconfig-settle`, `--appconfig-min-interval`).
+    pub rollout_pace: bosun_resources::appconfig::Pace,
 }
+
+/// `--appconfig-settle`'s default: changes within it roll consumers once.
+pub const DEFAULT_ROLLOUT_SETTLE: Duration = Duration::from_secs(2);
+/// `--appconfig-min-interval`'s default: the least time between two rollouts of one AppConfig.
+pub const DEFAULT_ROLLOUT_MIN_INTERVAL: Duration = Duration::from_secs(10);
 
 pub use bosun_resources::backup::DEFAULT_RUNNER_IMAGE;
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { runner_image: DEFAULT_RUNNER_IMAGE.to_owned() }
+        Self {
+            runner_image: DEFAULT_RUNNER_IMAGE.to_owned(),
+            rollout_pace: bosun_resources::appconfig::Pace {
+                settle: DEFAULT_ROLLOUT_SETTLE,
+                min_interval: DEFAULT_ROLLOUT_MIN_INTERVAL,
+            },
+        }
     }
 }
 

@@ -22,6 +22,8 @@ pub enum ChildChange {
     Created,
     Updated,
     Unchanged,
+    /// Not a child: a workload that consumes a child, restarted to pick up its new data.
+    RolledOut,
 }
 
 pub struct Events {
@@ -55,6 +57,7 @@ impl Events {
         let (reason, action) = match change {
             ChildChange::Created => ("Created", "Create"),
             ChildChange::Updated => ("Updated", "Update"),
+            ChildChange::RolledOut => ("RolledOut", "Rollout"),
             ChildChange::Unchanged => return,
         };
         let note = format!(

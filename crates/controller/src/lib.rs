@@ -13,6 +13,7 @@
 //! ([`backoff`]) and the wiring of watches into a kube-runtime `Controller`
 //! ([`runner`]). A new controller is mostly its builders and its status.
 
+pub mod appconfig;
 pub mod apply;
 pub mod backoff;
 pub mod backup;

@@ -116,6 +116,7 @@ pub fn cluster_permissions() -> Vec<Permission> {
         crate::webapp::PERMISSIONS,
         crate::voteconfig::PERMISSIONS,
         crate::demovolume::PERMISSIONS,
+        crate::appconfig::PERMISSIONS,
         crate::backup::PERMISSIONS,
         crate::restore::PERMISSIONS,
     ]

@@ -104,7 +104,10 @@ impl Backoff for NoBackoff {
 }
 
 /// `watch` with its health counted towards `/readyz` and its own short backoff.
-fn watched<S, T>(ctx: &Context, watch: S) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send + use<S, T>
+pub(crate) fn watched<S, T>(
+    ctx: &Context,
+    watch: S,
+) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send + use<S, T>
 where
     S: futures::Stream<Item = Result<T, watcher::Error>> + Send,
 {
@@ -468,6 +471,9 @@ pub enum Outcome {
     /// or at the latest after [`YIELD_BACKSTOP`] — goes on. So a slow create (a
     /// Service waits for its ClusterIP) never holds back other parents' workloads.
     Yielded,
+    /// Applied; the resource has something to do at a time of its own (an AppConfig's
+    /// rollout waiting for its settle time): reconcile again after this long.
+    Requeue(Duration),
     /// The spec cannot be served (`reason` is the condition's, e.g. `InvalidSpec`):
     /// reported on the resource, and in a Warning event when `announce` (the status
     /// changed: the same refusal is announced once); waits for a spec change — or,
@@ -516,6 +522,19 @@ where
             ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
             span.in_scope(|| info!(outcome = "Applied", duration_ms = ms, "reconciled"));
             Ok(Action::await_change())
+        }
+        Ok(Outcome::Requeue(after)) => {
+            ctx.backoff.succeeded(obj.as_ref());
+            ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
+            span.in_scope(|| {
+                info!(
+                    outcome = "Requeue",
+                    duration_ms = ms,
+                    after_ms = after.as_millis() as u64,
+                    "reconciled: looks again later"
+                )
+            });
+            Ok(Action::requeue(after))
         }
         Ok(Outcome::Yielded) => {
             ctx.backoff.succeeded(obj.as_ref());

@@ -5,6 +5,7 @@
 //! the status computations (custom resource + applied children → status). Nothing here
 //! performs I/O or reads a clock, so every branch is unit-tested without an apiserver.
 
+pub mod appconfig;
 pub mod backup;
 pub mod conditions;
 pub mod demovolume;

@@ -12,6 +12,8 @@ pub enum ControllerName {
     VoteConfig,
     /// DemoVolume in `demo.example.com/v1`.
     DemoVolume,
+    /// AppConfig in `config.example.com/v1`.
+    AppConfig,
     /// Backup in `backup.example.com/v1`.
     Backup,
     /// Restore in `backup.example.com/v1`.
@@ -23,6 +25,7 @@ impl ControllerName {
         ControllerName::WebApp,
         ControllerName::VoteConfig,
         ControllerName::DemoVolume,
+        ControllerName::AppConfig,
         ControllerName::Backup,
         ControllerName::Restore,
     ];
@@ -32,6 +35,7 @@ impl ControllerName {
             ControllerName::WebApp => "webapp",
             ControllerName::VoteConfig => "voteconfig",
             ControllerName::DemoVolume => "demovolume",
+            ControllerName::AppConfig => "appconfig",
             ControllerName::Backup => "backup",
             ControllerName::Restore => "restore",
         }
@@ -105,6 +109,14 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_RUNNER_IMAGE", default_value = bosun_controller::context::DEFAULT_RUNNER_IMAGE)]
     pub runner_image: String,
 
+    /// How long an AppConfig change waits for more before its consumers roll (changes within it roll them once).
+    #[arg(long, env = "BOSUN_APPCONFIG_SETTLE", default_value = "2s", value_parser = parse_duration)]
+    pub appconfig_settle: std::time::Duration,
+
+    /// The least time between two rollouts of one AppConfig's consumers (a flapping value restarts nothing more often).
+    #[arg(long, env = "BOSUN_APPCONFIG_MIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub appconfig_min_interval: std::time::Duration,
+
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,
@@ -165,7 +177,7 @@ mod tests {
             "webapps"
                 .parse::<ControllerName>()
                 .unwrap_err()
-                .contains("known controllers: webapp, voteconfig, demovolume, backup, restore")
+                .contains("known controllers: webapp, voteconfig, demovolume, appconfig, backup, restore")
         );
     }
 }

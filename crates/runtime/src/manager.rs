@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bosun_controller::metrics::Metrics;
-use bosun_controller::{Context, Scope, backup, demovolume, restore, voteconfig, webapp};
+use bosun_controller::{Context, Scope, appconfig, backup, demovolume, restore, voteconfig, webapp};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +66,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     crate::client::register(&requests, &mut registry);
     let mut ctx = Context::new(client.clone(), &identity, metrics);
     ctx.settings.runner_image = args.runner_image.clone();
+    ctx.settings.rollout_pace.settle = args.appconfig_settle;
+    ctx.settings.rollout_pace.min_interval = args.appconfig_min_interval;
     let ctx = Arc::new(ctx);
 
     let shutdown = CancellationToken::new();
@@ -178,6 +180,7 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
                 ControllerName::DemoVolume => {
                     tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, concurrency, stop())))
                 }
+                ControllerName::AppConfig => tasks.push(Box::pin(appconfig::run(ctx.clone(), ns, concurrency, stop()))),
                 ControllerName::Backup => tasks.push(Box::pin(backup::run(ctx.clone(), ns, concurrency, stop()))),
                 ControllerName::Restore => tasks.push(Box::pin(restore::run(ctx.clone(), ns, concurrency, stop()))),
             }

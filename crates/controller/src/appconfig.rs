@@ -1,0 +1,415 @@
+//! The AppConfig controller.
+//!
+//! Pipeline: render (pure) → apply the ConfigMap → its consumers, from the index →
+//! plan (pure: roll now, wait, or nothing) → roll the stale consumers → compute status
+//! → write it only if it changed.
+//!
+//! ```text
+//!  watch(Deployment|StatefulSet|DaemonSet, all of the namespace) ─▶ Consumers index
+//!       (per workload: the ConfigMaps it reads, its hash annotations)
+//!       ─ a workload starts/stops reading a ConfigMap, or its annotation moves ─▶ the AppConfig
+//!  watch(ConfigMap, managed-by=bosun) ─ changed or deleted ─▶ every AppConfig rendering into it
+//! ```
+//!
+//! The index keeps only what the decision reads, never whole workloads, and is kept
+//! up to date by the watches, so a reconcile lists nothing. A rollout is one
+//! server-side apply of one pod-template annotation, under a field manager per
+//! ConfigMap and with the workload's uid as precondition: kubectl, Helm and GitOps
+//! tools keep owning every other field, and a workload replaced in the meantime is
+//! not touched.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bosun_api::appconfig::AppConfig;
+use bosun_resources::appconfig::{self as build, Consumer, Observed, Plan, Refusal};
+use futures::StreamExt;
+use futures::channel::mpsc;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::debug;
+
+use crate::apply::apply_child;
+use crate::children::Owned;
+use crate::context::{Context, api};
+use crate::error::Error;
+use crate::events::ChildChange;
+use crate::guard::Guarded;
+use crate::rbac::{self, Permission};
+use crate::runner::{self, Outcome};
+use crate::status::update_status;
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "appconfig";
+
+/// What this controller does with the API: AppConfigs, their ConfigMaps, and the
+/// workloads that may consume them — watched, and patched (one annotation) to roll.
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("config.example.com", "appconfigs");
+    const WORKLOADS: &[&str] = &["list", "patch", "watch"];
+    [
+        a,
+        b,
+        c,
+        Permission::new("", "configmaps", rbac::OWN),
+        Permission::new("apps", "deployments", WORKLOADS),
+        Permission::new("apps", "statefulsets", WORKLOADS),
+        Permission::new("apps", "daemonsets", WORKLOADS),
+    ]
+};
+
+/// A workload as the index keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    uid: String,
+    created: Option<Timestamp>,
+    /// The ConfigMaps its pod template reads.
+    reads: BTreeSet<String>,
+    /// Its pod template's `config.example.com/*` annotations.
+    hashes: BTreeMap<String, String>,
+}
+
+/// (kind, namespace, name).
+type Key = (&'static str, String, String);
+
+/// Which workloads read which ConfigMaps, kept by the workload watches.
+#[derive(Debug, Default)]
+struct Consumers {
+    entries: Mutex<HashMap<Key, Entry>>,
+    /// Watches whose initial list is in.
+    listed: AtomicUsize,
+}
+
+/// The workload kinds that consume ConfigMaps.
+const KINDS: usize = 3;
+
+impl Consumers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ready(&self) -> bool {
+        self.listed.load(Ordering::SeqCst) >= KINDS
+    }
+
+    /// The consumers of `namespace/config_map`, sorted.
+    fn of(&self, namespace: &str, config_map: &str) -> Vec<Consumer> {
+        let key = build::annotation_key(config_map);
+        let mut found: Vec<Consumer> = self
+            .lock()
+            .iter()
+            .filter(|((_, ns, _), e)| ns == namespace && e.reads.contains(config_map))
+            .map(|((kind, _, name), e)| Consumer {
+                kind,
+                name: name.clone(),
+                uid: e.uid.clone(),
+                created: e.created,
+                hash: e.hashes.get(&key).cloned(),
+            })
+            .collect();
+        found.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        found
+    }
+
+    /// Record `entry` (`None`: gone) for `key`; the ConfigMaps whose consumers changed.
+    fn update(&self, key: Key, entry: Option<Entry>) -> BTreeSet<String> {
+        let mut entries = self.lock();
+        let old = match &entry {
+            Some(e) => entries.insert(key, e.clone()),
+            None => entries.remove(&key),
+        };
+        if old == entry {
+            return BTreeSet::new();
+        }
+        let reads = |e: &Option<Entry>| e.as_ref().map(|e| e.reads.clone()).unwrap_or_default();
+        let (before, after) = (reads(&old), reads(&entry));
+        let hashes_moved = old.as_ref().map(|e| &e.hashes) != entry.as_ref().map(|e| &e.hashes);
+        // Reading a ConfigMap or not, and its annotation, matter; a replaced workload too.
+        before
+            .symmetric_difference(&after)
+            .cloned()
+            .chain(if hashes_moved || old.as_ref().map(|e| &e.uid) != entry.as_ref().map(|e| &e.uid) {
+                before.union(&after).cloned().collect::<Vec<_>>()
+            } else {
+                vec![]
+            })
+            .collect()
+    }
+}
+
+/// A workload kind whose pod template may read ConfigMaps.
+trait Workload: runner::Reconciled {
+    const KIND: &'static str;
+    fn template(&self) -> Option<&PodTemplateSpec>;
+}
+
+impl Workload for Deployment {
+    const KIND: &'static str = "Deployment";
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+impl Workload for StatefulSet {
+    const KIND: &'static str = "StatefulSet";
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+impl Workload for DaemonSet {
+    const KIND: &'static str = "DaemonSet";
+    fn template(&self) -> Option<&PodTemplateSpec> {
+        self.spec.as_ref().map(|s| &s.template)
+    }
+}
+
+fn entry_of<W: Workload>(w: &W) -> Entry {
+    let template = w.template();
+    let hashes = template
+        .and_then(|t| t.metadata.as_ref()?.annotations.as_ref())
+        .map(|a| a.iter().filter(|(k, _)| k.starts_with("config.example.com/")).map(|(k, v)| (k.clone(), v.clone())))
+        .into_iter()
+        .flatten()
+        .collect();
+    Entry {
+        uid: w.meta().uid.clone().unwrap_or_default(),
+        created: w.meta().creation_timestamp.as_ref().map(|t| t.0),
+        reads: template.and_then(|t| t.spec.as_ref()).map(build::references).unwrap_or_default(),
+        hashes,
+    }
+}
+
+/// Watch every `W` of `namespace` into `index`; send `(namespace, config map)` for
+/// each ConfigMap whose consumers changed.
+fn watch_workloads<W: Workload>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    index: Arc<Consumers>,
+    changed: mpsc::UnboundedSender<(String, String)>,
+) {
+    let watch = runner::watched(ctx, watcher(api::<W>(&ctx.client, namespace), watcher::Config::default()));
+    tokio::spawn(async move {
+        tokio::pin!(watch);
+        // Objects of a re-list, to drop the ones that went away meanwhile.
+        let mut relisted: Option<BTreeSet<Key>> = None;
+        let mut first_list = true;
+        while let Some(event) = watch.next().await {
+            let Ok(event) = event else { continue };
+            let mut touched = Vec::new();
+            match event {
+                watcher::Event::Init => relisted = Some(BTreeSet::new()),
+                watcher::Event::InitApply(w) | watcher::Event::Apply(w) => {
+                    let key = (W::KIND, w.namespace().unwrap_or_default(), w.name_any());
+                    if let Some(seen) = relisted.as_mut() {
+                        seen.insert(key.clone());
+                    }
+                    touched.extend(
+                        index.update(key.clone(), Some(entry_of(&w))).into_iter().map(|cm| (key.1.clone(), cm)),
+                    );
+                }
+                watcher::Event::Delete(w) => {
+                    let key = (W::KIND, w.namespace().unwrap_or_default(), w.name_any());
+                    touched.extend(index.update(key.clone(), None).into_iter().map(|cm| (key.1.clone(), cm)));
+                }
+                watcher::Event::InitDone => {
+                    let seen = relisted.take().unwrap_or_default();
+                    let gone: Vec<Key> =
+                        index.lock().keys().filter(|k| k.0 == W::KIND && !seen.contains(*k)).cloned().collect();
+                    for key in gone {
+                        touched.extend(index.update(key.clone(), None).into_iter().map(|cm| (key.1.clone(), cm)));
+                    }
+                    if first_list {
+                        first_list = false;
+                        index.listed.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            for change in touched {
+                if changed.unbounded_send(change).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// The AppConfigs of `namespace` that render into `config_map`.
+fn rendering_into(
+    store: &Store<Guarded<AppConfig>>,
+    namespace: &str,
+    config_map: &str,
+) -> Vec<ObjectRef<Guarded<AppConfig>>> {
+    store
+        .state()
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .filter(|a| {
+            a.namespace().as_deref() == Some(namespace) && build::config_map_name(&a.spec.application) == config_map
+        })
+        .map(|a| ObjectRef::new(&a.name_any()).within(namespace))
+        .collect()
+}
+
+/// Run the AppConfig controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    let (config_maps, mut cm_changes) =
+        runner::watch_children::<ConfigMap>(&ctx, ns, &[(&AppConfig::kind(&()), &AppConfig::api_version(&()))]);
+    let Some(cm_changes) = cm_changes.pop() else { return };
+    let ctrl = runner::controller_for::<AppConfig>(CONTROLLER, &ctx, ns);
+    let store = ctrl.store();
+    // A ConfigMap's change or deletion concerns every AppConfig rendering into it: a
+    // refused second one takes over when the first one's ConfigMap goes.
+    let by_name = store.clone();
+    let ctrl = runner::triggered_by::<AppConfig, ConfigMap>(CONTROLLER, ctrl, &ctx, cm_changes, move |cm| {
+        rendering_into(&by_name, &cm.namespace().unwrap_or_default(), &cm.name_any())
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    });
+    let index = Arc::new(Consumers::default());
+    let (tx, rx) = mpsc::unbounded();
+    watch_workloads::<Deployment>(&ctx, ns, index.clone(), tx.clone());
+    watch_workloads::<StatefulSet>(&ctx, ns, index.clone(), tx.clone());
+    watch_workloads::<DaemonSet>(&ctx, ns, index.clone(), tx);
+    let queue = ctx.queues.of(CONTROLLER);
+    let triggers = rx.flat_map(move |(ns, cm): (String, String)| {
+        let refs = rendering_into(&store, &ns, &cm);
+        for r in &refs {
+            queue.add(r);
+        }
+        futures::stream::iter(refs)
+    });
+    let ctrl = ctrl.reconcile_on(triggers);
+    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |app, ctx| {
+        reconcile(app, ctx, config_maps.clone(), index.clone())
+    })
+    .await;
+}
+
+/// How long a reconcile waits for the workload watches' first lists.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+async fn reconcile(
+    app: Arc<AppConfig>,
+    ctx: Arc<Context>,
+    config_maps: Owned<ConfigMap>,
+    index: Arc<Consumers>,
+) -> Result<Outcome, Error> {
+    if !index.ready() {
+        return Ok(Outcome::Requeue(INDEX_WAIT));
+    }
+    let app = app.as_ref();
+    let ns = app.namespace().unwrap_or_default();
+    let previous = app.status.clone().unwrap_or_default();
+    let now = ctx.now();
+    let published = match build::render(app) {
+        Err(refusal) => Err(refusal),
+        Ok(data) => {
+            let hash = build::hash(&data);
+            match apply_child(&ctx, app, &config_maps, build::desired_config_map(app, data)).await {
+                Ok(_) => Ok(hash),
+                Err(Error::NameConflict(message)) => Err(Refusal::Conflict(message)),
+                Err(err) if err.is_invalid_spec() => Err(Refusal::InvalidSpec(err.user_message())),
+                Err(err) => return Err(err),
+            }
+        }
+    };
+    let (hash, refusal) = match published {
+        Ok(hash) => (Some(hash), None),
+        Err(refusal) => (None, Some(refusal)),
+    };
+    let cm = build::config_map_name(&app.spec.application);
+    let consumers = index.of(&ns, &cm);
+    let plan = hash.as_deref().map(|hash| {
+        let changed = build::changed_time(&previous, hash, now);
+        build::plan(&previous, &consumers, hash, changed.as_ref(), ctx.settings.rollout_pace, now)
+    });
+    debug!(?plan, hash = ?hash, pending_since = ?previous.rollout_pending_since, last_rollout = ?previous.last_rollout_time, stored_hash = ?previous.config_hash, "rollout plan");
+    if let (Some(Plan::Roll(stale)), Some(hash)) = (&plan, &hash) {
+        for consumer in stale {
+            roll(&ctx, app, &cm, consumer, hash).await?;
+        }
+    }
+    let observed =
+        Observed { hash: hash.as_deref(), refusal: refusal.as_ref(), plan: plan.as_ref(), consumers: consumers.len() };
+    let status = build::status(app, observed, now);
+    let announce = update_status(&ctx, CONTROLLER, app, &status).await?;
+    Ok(match (refusal, plan) {
+        (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
+        (None, Some(Plan::Wait(after))) => Outcome::Requeue(after),
+        (None, _) => Outcome::Applied,
+    })
+}
+
+/// Set `consumer`'s hash annotation for `cm` to `hash`: one field, under the
+/// ConfigMap's own field manager, only on the workload with the uid the index saw.
+async fn roll(ctx: &Context, app: &AppConfig, cm: &str, consumer: &Consumer, hash: &str) -> Result<(), Error> {
+    let ns = app.namespace().unwrap_or_default();
+    let ns = ns.as_str();
+    let body = serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": consumer.kind,
+        "metadata": {"name": consumer.name, "namespace": ns, "uid": consumer.uid},
+        "spec": {"template": {"metadata": {"annotations": {build::annotation_key(cm): hash}}}},
+    });
+    let params = PatchParams::apply(&build::rollout_manager(cm)).force();
+    let result = match consumer.kind {
+        "Deployment" => patch::<Deployment>(ctx, ns, &consumer.name, &params, &body).await,
+        "StatefulSet" => patch::<StatefulSet>(ctx, ns, &consumer.name, &params, &body).await,
+        _ => patch::<DaemonSet>(ctx, ns, &consumer.name, &params, &body).await,
+    };
+    match result {
+        // Deleted or replaced since the index saw it: nothing to roll.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+            debug!(kind = consumer.kind, name = %consumer.name, "consumer gone before its rollout");
+            Ok(())
+        }
+        Err(source) => Err(Error::Apply { kind: consumer.kind.to_owned(), name: consumer.name.clone(), source }),
+        Ok(()) => {
+            ctx.events.child(&app.object_ref(&()), ChildChange::RolledOut, consumer_ref(ns, consumer));
+            Ok(())
+        }
+    }
+}
+
+async fn patch<W>(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    params: &PatchParams,
+    body: &serde_json::Value,
+) -> Result<(), kube::Error>
+where
+    W: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<W>::namespaced(ctx.client.clone(), ns).patch(name, params, &Patch::Apply(body)).await.map(|_| ())
+}
+
+fn consumer_ref(ns: &str, consumer: &Consumer) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("apps/v1".to_owned()),
+        kind: Some(consumer.kind.to_owned()),
+        name: Some(consumer.name.clone()),
+        namespace: Some(ns.to_owned()),
+        uid: Some(consumer.uid.clone()),
+        ..Default::default()
+    }
+}
