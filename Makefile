@@ -98,6 +98,12 @@ bench: cluster ## Converge N WebApps (default 1000) with a release build; prints
 	$(CARGO) build --release -p bosun
 	$(CARGO) run --release -p bosun-bench -- --count $(N)
 
+CONSUMERS ?= 50
+.PHONY: bench-appconfig
+bench-appconfig: cluster ## Change an AppConfig with CONSUMERS (default 50) consuming Deployments: time to the last rollout, bosun's requests; writes target/bench/appconfig-N.json.
+	$(CARGO) build --release -p bosun
+	$(CARGO) run --release -p bosun-bench --bin appconfig -- --consumers $(CONSUMERS)
+
 SIZE ?= 1GiB
 DESTINATION ?= s3
 .PHONY: bench-backup

@@ -41,7 +41,6 @@ use crate::apply::apply_child;
 use crate::children::Owned;
 use crate::context::{Context, api};
 use crate::error::Error;
-use crate::events::ChildChange;
 use crate::guard::Guarded;
 use crate::rbac::{self, Permission};
 use crate::runner::{self, Outcome};
@@ -341,9 +340,18 @@ async fn reconcile(
     });
     debug!(?plan, hash = ?hash, pending_since = ?previous.rollout_pending_since, last_rollout = ?previous.last_rollout_time, stored_hash = ?previous.config_hash, "rollout plan");
     if let (Some(Plan::Roll(stale)), Some(hash)) = (&plan, &hash) {
-        for consumer in stale {
-            roll(&ctx, app, &cm, consumer, hash).await?;
+        // A few at a time: the rollout of many consumers is not held up by one slow write.
+        let mut rolled = Vec::new();
+        for chunk in stale.chunks(ROLLOUT_PARALLELISM) {
+            let mut writes = Vec::with_capacity(chunk.len());
+            for consumer in chunk {
+                writes.push(roll(&ctx, app, &cm, consumer, hash));
+            }
+            for result in futures::future::join_all(writes).await {
+                rolled.extend(result?);
+            }
         }
+        ctx.events.rolled_out(&app.object_ref(&()), &rolled);
     }
     let observed =
         Observed { hash: hash.as_deref(), refusal: refusal.as_ref(), plan: plan.as_ref(), consumers: consumers.len() };
@@ -356,9 +364,18 @@ async fn reconcile(
     })
 }
 
+/// Consumers rolled at once.
+const ROLLOUT_PARALLELISM: usize = 8;
+
 /// Set `consumer`'s hash annotation for `cm` to `hash`: one field, under the
 /// ConfigMap's own field manager, only on the workload with the uid the index saw.
-async fn roll(ctx: &Context, app: &AppConfig, cm: &str, consumer: &Consumer, hash: &str) -> Result<(), Error> {
+async fn roll(
+    ctx: &Context,
+    app: &AppConfig,
+    cm: &str,
+    consumer: &Consumer,
+    hash: &str,
+) -> Result<Option<String>, Error> {
     let ns = app.namespace().unwrap_or_default();
     let ns = ns.as_str();
     let body = serde_json::json!({
@@ -377,13 +394,10 @@ async fn roll(ctx: &Context, app: &AppConfig, cm: &str, consumer: &Consumer, has
         // Deleted or replaced since the index saw it: nothing to roll.
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
             debug!(kind = consumer.kind, name = %consumer.name, "consumer gone before its rollout");
-            Ok(())
+            Ok(None)
         }
         Err(source) => Err(Error::Apply { kind: consumer.kind.to_owned(), name: consumer.name.clone(), source }),
-        Ok(()) => {
-            ctx.events.child(&app.object_ref(&()), ChildChange::RolledOut, consumer_ref(ns, consumer));
-            Ok(())
-        }
+        Ok(()) => Ok(Some(consumer.id())),
     }
 }
 
@@ -401,15 +415,4 @@ where
         + std::fmt::Debug,
 {
     Api::<W>::namespaced(ctx.client.clone(), ns).patch(name, params, &Patch::Apply(body)).await.map(|_| ())
-}
-
-fn consumer_ref(ns: &str, consumer: &Consumer) -> k8s_openapi::api::core::v1::ObjectReference {
-    k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("apps/v1".to_owned()),
-        kind: Some(consumer.kind.to_owned()),
-        name: Some(consumer.name.clone()),
-        namespace: Some(ns.to_owned()),
-        uid: Some(consumer.uid.clone()),
-        ..Default::default()
-    }
 }

@@ -22,8 +22,6 @@ pub enum ChildChange {
     Created,
     Updated,
     Unchanged,
-    /// Not a child: a workload that consumes a child, restarted to pick up its new data.
-    RolledOut,
 }
 
 pub struct Events {
@@ -57,7 +55,6 @@ impl Events {
         let (reason, action) = match change {
             ChildChange::Created => ("Created", "Create"),
             ChildChange::Updated => ("Updated", "Update"),
-            ChildChange::RolledOut => ("RolledOut", "Rollout"),
             ChildChange::Unchanged => return,
         };
         let note = format!(
@@ -65,6 +62,28 @@ impl Events {
             child.kind.as_deref().unwrap_or_default(),
             child.name.as_deref().unwrap_or_default()
         );
+        self.normal(owner, reason, action, note, Some(child));
+    }
+
+    /// Workloads that consume a child of `owner` were restarted to pick up its new
+    /// data: one event for the whole rollout, naming them (`Kind/name`).
+    pub fn rolled_out(&self, owner: &ObjectReference, workloads: &[String]) {
+        if workloads.is_empty() {
+            return;
+        }
+        let note = format!("RolledOut {} workload(s): {}", workloads.len(), workloads.join(", "));
+        self.normal(owner, "RolledOut", "Rollout", note.chars().take(1000).collect(), None);
+    }
+
+    /// Publish a Normal event in the background, as a new event.
+    fn normal(
+        &self,
+        owner: &ObjectReference,
+        reason: &'static str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
         let now = jiff::Timestamp::now();
         let namespace = owner.namespace.clone().unwrap_or_else(|| "default".into());
         let event = K8sEvent {
@@ -78,7 +97,7 @@ impl Events {
             note: Some(note),
             event_time: Some(MicroTime(now)),
             regarding: Some(owner.clone()),
-            related: Some(child),
+            related,
             reporting_controller: Some(REPORTER.into()),
             reporting_instance: Some(self.identity.clone()),
             type_: Some("Normal".into()),
