@@ -53,7 +53,7 @@ impl Environment {
     printcolumn = r#"{"name":"Application","type":"string","jsonPath":".spec.application"}"#,
     printcolumn = r#"{"name":"Environment","type":"string","jsonPath":".spec.environment"}"#,
     printcolumn = r#"{"name":"ConfigMap","type":"string","jsonPath":".status.configMapName"}"#,
-    printcolumn = r#"{"name":"Hash","type":"string","jsonPath":".status.configHash","priority":1}"#,
+    printcolumn = r#"{"name":"Hash","type":"string","jsonPath":".status.configHash"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = kube::core::Rule::new("size(self.metadata.name) <= 63")
