@@ -219,6 +219,13 @@ async fn exactly_the_consumers_roll_once_per_change_and_never_on_a_restart() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(snapshot(&env).await["late"], (1, None));
 
+        // Deleting the AppConfig takes its ConfigMap with it and rolls nothing.
+        let before_delete = generations(&snapshot(&env).await);
+        env.api::<AppConfig>().delete("myapp", &DeleteParams::default()).await.unwrap();
+        env.wait_gone::<ConfigMap>("myapp-config").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(generations(&snapshot(&env).await), before_delete, "deleting the AppConfig rolled something");
+
         let log = std::fs::read_to_string(&bosun.log).unwrap_or_default();
         assert!(!log.contains("reconcile failed"), "reconciles failed:\n{}", bosun.log_tail(30));
     })
