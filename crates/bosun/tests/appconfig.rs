@@ -15,8 +15,8 @@ use kube::{Api, Resource};
 use serde_json::{Value, json};
 
 const HASH_ANNOTATION: &str = "config.example.com/myapp-config-hash";
-/// Fast pacing for tests: changes settle for 1 s, rollouts are at least 2 s apart.
-const PACE: [&str; 2] = ["--appconfig-settle=1s", "--appconfig-min-interval=2s"];
+/// Test pacing: changes settle for 3 s (room for three applies on a loaded machine), rollouts are at least 2 s apart.
+const PACE: [&str; 2] = ["--appconfig-settle=3s", "--appconfig-min-interval=2s"];
 
 fn appconfig(name: &str, config: Value) -> AppConfig {
     serde_json::from_value(json!({
@@ -197,7 +197,7 @@ async fn exactly_the_consumers_roll_once_per_change_and_never_on_a_restart() {
         // Three changes within a second: each consumer rolls once, to the last.
         for v in ["db3", "db4", "db5"] {
             env.apply(&example(&format!("{v}.{{{{ environment }}}}.internal"))).await;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
         }
         env.wait_for::<ConfigMap>("myapp-config", "the last value", |c| {
             c.data.as_ref().is_some_and(|d| d["DB_HOST"] == "db5.staging.internal")
