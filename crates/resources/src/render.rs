@@ -4,6 +4,7 @@
 //! the controllers use, so what is printed is what would be applied (minus the
 //! ownerReference, which needs the uid the apiserver assigns).
 
+use bosun_api::appconfig::AppConfig;
 use bosun_api::backup::Backup;
 use bosun_api::demovolume::DemoVolume;
 use bosun_api::voteconfig::VoteConfig;
@@ -11,7 +12,7 @@ use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{backup, demovolume, voteconfig, webapp};
+use crate::{appconfig, backup, demovolume, voteconfig, webapp};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RenderError {
@@ -37,6 +38,21 @@ pub fn render(documents: &[Value]) -> Result<Vec<Value>, RenderError> {
             ("demo.example.com/v1", "DemoVolume") => {
                 let volume = parse::<DemoVolume>(index, doc)?;
                 out.extend(serde_json::to_value(demovolume::desired_claim(&volume)));
+            }
+            ("config.example.com/v1", "AppConfig") => {
+                // The namespace variable renders as the document's, else `default`.
+                let mut app = parse::<AppConfig>(index, doc)?;
+                let namespace = app.metadata.namespace.clone();
+                app.metadata.namespace.get_or_insert_with(|| "default".to_owned());
+                let data = appconfig::render(&app).map_err(|r| RenderError::Invalid {
+                    index,
+                    kind: "AppConfig".into(),
+                    name: app.metadata.name.clone().unwrap_or_default(),
+                    message: r.message(),
+                })?;
+                let mut config_map = appconfig::desired_config_map(&app, data);
+                config_map.metadata.namespace = namespace;
+                out.extend(serde_json::to_value(config_map));
             }
             ("backup.example.com/v1", "Backup") => {
                 let backup = parse::<Backup>(index, doc)?;
@@ -87,6 +103,34 @@ mod tests {
         assert_eq!(out[1]["kind"], "Service");
         assert_eq!(out[1]["spec"]["ports"][0]["targetPort"], 80);
         assert!(out[0]["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn renders_an_appconfigs_config_map_and_a_backups_cronjob_and_names_what_is_wrong() {
+        let app = json!({"apiVersion": "config.example.com/v1", "kind": "AppConfig", "metadata": {"name": "myapp"},
+                         "spec": {"application": "myapp", "environment": "prod",
+                                  "config": {"DB_HOST": "db.{{ environment }}.internal", "NS": "{{ namespace }}"}}});
+        let backup = json!({"apiVersion": "backup.example.com/v1", "kind": "Backup", "metadata": {"name": "nightly"},
+                            "spec": {"source": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "s"}}},
+                                     "destination": {"type": "s3", "bucket": "backups"}, "schedule": "0 2 * * *"}});
+        let out = render(&[app.clone(), backup.clone()]).unwrap();
+        assert_eq!(
+            (out[0]["kind"].as_str(), out[0]["metadata"]["name"].as_str()),
+            (Some("ConfigMap"), Some("myapp-config"))
+        );
+        assert_eq!(out[0]["data"]["DB_HOST"], "db.prod.internal");
+        assert_eq!(out[0]["data"]["NS"], "default");
+        assert!(out[0]["metadata"].get("namespace").is_none(), "kubectl apply -n decides");
+        assert_eq!(
+            (out[1]["kind"].as_str(), out[1]["spec"]["schedule"].as_str()),
+            (Some("CronJob"), Some("0 2 * * *"))
+        );
+        let mut broken = app;
+        broken["spec"]["config"]["BAD"] = json!("{{ nosuchvar }}");
+        assert!(render(&[broken]).unwrap_err().to_string().contains("spec.config.BAD"));
+        let mut late = backup;
+        late["spec"]["schedule"] = json!("0 5-1 * * *");
+        assert!(render(&[late]).unwrap_err().to_string().contains("spec.schedule"));
     }
 
     #[test]
