@@ -18,7 +18,7 @@ use bosun_runner::manifest::{self, manifest_key_of};
 use bosun_testing::backends::{Backends, Outcome, backends, unique};
 use jiff::{SignedDuration, Timestamp};
 use object_store::ObjectStoreExt;
-use support::{Db, Dest, Engine, Place, Timed, backup_args, bosun_ok, days, listed, psql};
+use support::{Db, Dest, Engine, EngineExt, Place, Timed, backup_args, bosun_ok, days, listed, psql};
 
 /// Back up a 10,000-row dataset from `engine` into `dest`, check what is stored,
 /// drop the database, restore the latest backup and compare every row.
@@ -179,8 +179,9 @@ async fn wrong_password_fails_before_anything_is_stored() {
         db.load_dataset().await;
         let s = seeded(&b, engine, dest, &name).await;
         let file = result_file(&name);
-        let out =
-            b.bosun_with(&as_strs(&s.args(&db.url(), &file)), &[(engine.password_var(), "not-the-password")]).await;
+        let out = b
+            .bosun_with(&as_strs(&s.args(&db.url(), &file)), &[(engine.password_variable(), "not-the-password")])
+            .await;
         // PostgreSQL and MariaDB are asked for their version first; MongoDB's first
         // contact is mongodump itself.
         let step = if engine == Engine::Mongodb { "mongodump failed" } else { "connecting to the source" };

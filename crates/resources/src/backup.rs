@@ -22,6 +22,7 @@ use bosun_api::backup::{
     SuccessfulBackup, schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
+use bosun_runner::location::Engine;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
@@ -136,12 +137,12 @@ pub fn validate_schedule(schedule: &str) -> Result<(), Refusal> {
     parser.parse(schedule).map(|_| ()).map_err(|e| bad(e.to_string()))
 }
 
-/// The environment variable a database tool reads its password from.
-pub fn password_variable(engine: SourceType) -> &'static str {
-    match engine {
-        SourceType::Postgresql => "PGPASSWORD",
-        SourceType::Mysql => "MYSQL_PWD",
-        SourceType::Mongodb => "MONGODB_PASSWORD",
+/// The runner's engine for a source type: it names the password variable.
+fn engine(source: SourceType) -> Engine {
+    match source {
+        SourceType::Postgresql => Engine::Postgresql,
+        SourceType::Mysql => Engine::Mysql,
+        SourceType::Mongodb => Engine::Mongodb,
     }
 }
 
@@ -181,7 +182,7 @@ pub fn database_env(db: &Source, url_variable: &str) -> Vec<EnvVar> {
     vec![
         EnvVar { name: USERNAME_VARIABLE.to_owned(), value: None, value_from: secret_key(secret, "username") },
         EnvVar {
-            name: password_variable(db.type_).to_owned(),
+            name: engine(db.type_).password_variable().to_owned(),
             value: None,
             value_from: secret_key(secret, "password"),
         },

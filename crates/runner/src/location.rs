@@ -28,6 +28,16 @@ impl Engine {
         }
     }
 
+    /// The environment variable the engine's own tools (and the runner) read the
+    /// password from.
+    pub fn password_variable(self) -> &'static str {
+        match self {
+            Engine::Postgresql => "PGPASSWORD",
+            Engine::Mysql => "MYSQL_PWD",
+            Engine::Mongodb => "MONGODB_PASSWORD",
+        }
+    }
+
     fn default_port(self) -> u16 {
         match self {
             Engine::Postgresql => 5432,

@@ -39,12 +39,7 @@ impl Password {
                 .map_err(|e| Error::Usage(format!("--password-file {}: {e}", path.display())))?;
             return Ok(Password(Some(text.trim_end_matches(['\n', '\r']).to_owned())));
         }
-        let var = match engine {
-            Engine::Postgresql => "PGPASSWORD",
-            Engine::Mysql => "MYSQL_PWD",
-            Engine::Mongodb => "MONGODB_PASSWORD",
-        };
-        Ok(Password(std::env::var(var).ok()))
+        Ok(Password(std::env::var(engine.password_variable()).ok()))
     }
 }
 

@@ -42,44 +42,20 @@ impl Drop for Timed {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    Postgresql,
-    Mysql,
-    Mongodb,
+pub use bosun_runner::location::Engine;
+
+/// What the tests name an engine by, beside the runner's own names.
+pub trait EngineExt {
+    /// A short tag for database and key names.
+    fn short(self) -> &'static str;
 }
 
-impl Engine {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Postgresql => "postgresql",
-            Engine::Mysql => "mysql",
-            Engine::Mongodb => "mongodb",
-        }
-    }
-
-    pub fn short(self) -> &'static str {
+impl EngineExt for Engine {
+    fn short(self) -> &'static str {
         match self {
             Engine::Postgresql => "pg",
             Engine::Mysql => "my",
             Engine::Mongodb => "mg",
-        }
-    }
-
-    pub fn extension(self) -> &'static str {
-        match self {
-            Engine::Postgresql => "pgdump",
-            Engine::Mysql => "sql",
-            Engine::Mongodb => "archive",
-        }
-    }
-
-    /// The variable the runner (and the engine's own tools) read the password from.
-    pub fn password_var(self) -> &'static str {
-        match self {
-            Engine::Postgresql => "PGPASSWORD",
-            Engine::Mysql => "MYSQL_PWD",
-            Engine::Mongodb => "MONGODB_PASSWORD",
         }
     }
 }
