@@ -17,15 +17,14 @@ use std::sync::Arc;
 use bosun_api::backup::Backup;
 use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use crate::apply::{apply_child, claim_child};
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::rbac::{self, Permission};
+use crate::read;
 use crate::runner::{self, Outcome};
 use crate::status::update_status;
 
@@ -146,11 +145,6 @@ async fn last_run(
 
 /// What the `container` of the Job `job` reported, from its newest pod that did.
 pub async fn run_result(ctx: &Context, ns: &str, job: &str, container: &str) -> Result<Option<RunResult>, Error> {
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
-        .await
-        .map_err(|source| Error::Read { what: format!("the pods of Job {ns}/{job}"), source })?;
-    let mut pods = pods.items;
-    pods.sort_by(|a, b| b.creation_timestamp().map(|t| t.0).cmp(&a.creation_timestamp().map(|t| t.0)));
+    let pods = read::job_pods(&ctx.client, ns, job).await?;
     Ok(pods.iter().find_map(|p| build::run_result(p, container)))
 }
