@@ -57,7 +57,7 @@ node_unsupported() {
     local owner
     owner=$(cat /run/bosun-node.owner 2>/dev/null || true)
     if [ -n "$owner" ] && [ "$owner" != "$state" ] && [ -e "$owner/node/up" ]; then
-      echo "the real node is already in use by the cluster in $owner (one per machine)"
+      echo "the real node is already in use by the cluster in $owner (one per machine; stop it with BOSUN_CLUSTER_DIR=$owner hack/controlplane/cluster.sh down)"
       return
     fi
   fi
