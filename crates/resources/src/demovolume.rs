@@ -11,23 +11,21 @@
 //! untouched and becomes a condition that says why, instead of a failing apply retried
 //! forever.
 
-use std::collections::BTreeMap;
-
 use bosun_api::conditions::{reasons, types};
 use bosun_api::demovolume::{DemoVolume, DemoVolumeStatus};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{Resource, ResourceExt};
 
+use crate::claims;
+pub use crate::claims::{STORAGE, capacity, requested};
 use crate::conditions::{self, Desired};
 use crate::meta::{child_meta, standard_labels};
 use crate::quantity;
 
 /// `app.kubernetes.io/name` of DemoVolume children.
 pub const APP_NAME: &str = "demovolume";
-/// The resource a claim requests.
-pub const STORAGE: &str = "storage";
 /// Bytes in the unit of `spec.size`.
 const GIB: u128 = 1 << 30;
 
@@ -42,14 +40,7 @@ pub fn desired_claim(volume: &DemoVolume) -> PersistentVolumeClaim {
     let name = volume.name_any();
     PersistentVolumeClaim {
         metadata: child_meta(volume, name.clone(), standard_labels(APP_NAME, &name)),
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(STORAGE.to_owned(), storage_request(volume.spec.size))])),
-                ..VolumeResourceRequirements::default()
-            }),
-            ..PersistentVolumeClaimSpec::default()
-        }),
+        spec: Some(claims::spec(storage_request(volume.spec.size))),
         status: None,
     }
 }
@@ -85,16 +76,6 @@ impl Refusal {
             Refusal::InvalidSpec(message) | Refusal::NameConflict(message) => message.clone(),
         }
     }
-}
-
-/// The storage a claim requests.
-pub fn requested(claim: &PersistentVolumeClaim) -> Option<&Quantity> {
-    claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get(STORAGE)
-}
-
-/// The storage a claim's volume provides.
-pub fn capacity(claim: &PersistentVolumeClaim) -> Option<&Quantity> {
-    claim.status.as_ref()?.capacity.as_ref()?.get(STORAGE)
 }
 
 /// Whether applying the DemoVolume's size to the `existing` claim is allowed: it is,
@@ -205,6 +186,8 @@ fn refused(refusal: &Refusal) -> Vec<Desired> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::api::core::v1::PersistentVolumeClaimStatus;
 
     use super::*;

@@ -1,0 +1,179 @@
+//! PostgreSQL (`database.example.com/v1`): a database per resource — a StatefulSet of
+//! the official image, its credentials, its Services and, once it is Ready, its backups.
+//!
+//! ```yaml
+//! apiVersion: database.example.com/v1
+//! kind: PostgreSQL
+//! metadata: {name: test-db}
+//! spec: {version: "14", storage: 1Gi, replicas: 1}
+//! ```
+//!
+//! The schema refuses what a rule can tell: an unknown major version, a storage size
+//! that is not whole GiB or is zero, a replica count outside 1–5, a backup schedule or
+//! retention that does not parse. The controller refuses what only the running
+//! database tells: a smaller storage than the claims have, another major version than
+//! the data directory's.
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::backup::{Destination, retention_rule, schedule_rule};
+use crate::conditions::Condition;
+
+/// A major version of PostgreSQL.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema)]
+pub enum Version {
+    #[serde(rename = "12")]
+    V12,
+    #[serde(rename = "13")]
+    V13,
+    #[serde(rename = "14")]
+    V14,
+    #[serde(rename = "15")]
+    V15,
+    #[serde(rename = "16")]
+    V16,
+    #[serde(rename = "17")]
+    V17,
+}
+
+impl Version {
+    /// The major version number, as the image tag and the data directory name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V12 => "12",
+            Version::V13 => "13",
+            Version::V14 => "14",
+            Version::V15 => "15",
+            Version::V16 => "16",
+            Version::V17 => "17",
+        }
+    }
+}
+
+/// What happens to the data when the PostgreSQL is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep the data claims and the credentials Secret: a PostgreSQL created again
+    /// under the same name finds its data and its password.
+    #[default]
+    Retain,
+    /// Delete the data claims with the StatefulSet. Dumps already taken and the
+    /// credentials Secret are kept.
+    Delete,
+}
+
+/// Scheduled logical dumps of the database, through a Backup `<name>-backup`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSettings {
+    /// Take backups (once the database is Ready).
+    #[serde(default)]
+    pub enabled: bool,
+    /// When to run, as a cron expression; default `0 2 * * *`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = schedule_rule("spec.backup.schedule"))]
+    pub schedule: Option<String>,
+    /// Delete dumps older than this, e.g. `30d`; default `7d`. The newest good dump is
+    /// always kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 32))]
+    #[x_kube(validation = retention_rule("spec.backup.retention"))]
+    pub retention: Option<String>,
+    /// Where the dumps go (as a Backup's `destination`); default: a claim
+    /// `<name>-backups` of the size of `spec.storage`, kept when the PostgreSQL is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<Destination>,
+}
+
+/// A PostgreSQL database of one major version: a primary and, with `replicas > 1`,
+/// streaming hot standbys.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "database.example.com",
+    version = "v1",
+    kind = "PostgreSQL",
+    plural = "postgresqls",
+    namespaced,
+    status = "PostgreSQLStatus",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 37")
+        .message("metadata.name may have at most 37 characters: its Backup <name>-backup may have at most 44"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgreSQLSpec {
+    /// The major version: "12" to "17". It cannot change once the data exists.
+    pub version: Version,
+    /// The size of each replica's data volume, in whole GiB (e.g. `10Gi`), at least
+    /// `1Gi`. It may grow (the claims are expanded) but not shrink.
+    #[schemars(regex(pattern = r"^[0-9]+Gi$"))]
+    #[x_kube(validation = Rule::new("!self.matches('^0+Gi$') && size(self) <= 9").message("spec.storage must be at least 1Gi and at most 9999999Gi, in whole Gi, e.g. 10Gi"))]
+    pub storage: String,
+    /// The number of instances: 1 to 5. The first is the primary, the others stream
+    /// from it as read-only hot standbys.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 5), default = "one")]
+    pub replicas: i32,
+    /// Scheduled backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSettings>,
+    /// `Retain` (default): deleting the PostgreSQL keeps its data claims. `Delete`:
+    /// they go with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// `Pending`, `Provisioning`, `Running` or `Failed`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Phase {
+    /// Nothing runs yet.
+    Pending,
+    /// Instances are starting (or restarting) and not all are ready.
+    Provisioning,
+    /// Every instance is ready.
+    Running,
+    /// The spec cannot be served (a name is taken, the credentials are missing).
+    Failed,
+}
+
+/// Observed state, from the StatefulSet, the claims and the Backup.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PostgreSQLStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Instances ready to serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Where clients connect: `<name>.<namespace>.svc:5432` (the primary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The Secret with the credentials: `username`, `password`, `host`, `port`,
+    /// `database`, `uri`, `pgpass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl crate::conditions::Conditioned for PostgreSQLStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+}

@@ -1,0 +1,411 @@
+//! PostgreSQL end to end: the spec's example on the real node with the local
+//! PostgreSQL 15 image (a real database: queries, a client through the Service,
+//! replication to the standbys, a password rotated by the user), and on the fake nodes
+//! with the default image (the children, the password that survives everything,
+//! storage growth and the refusals, backups once Ready, deletion that keeps the data).
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bosun_api::backup::Backup;
+use bosun_api::postgresql::{Phase, PostgreSQL};
+use bosun_testing::node::images;
+use bosun_testing::{Bosun, Env, e2e};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// The spec's example, verbatim.
+const TEST_DB: &str = r#"apiVersion: database.example.com/v1
+kind: PostgreSQL
+metadata: {name: test-db}
+spec: {version: "14", storage: 1Gi, replicas: 1}
+"#;
+
+/// The operator's settings for the real node: its local image (the manifests stay
+/// the spec's), and volume ownership handed over for the node's hostPath volumes.
+const REAL_NODE: &[&str] =
+    &["--controllers=postgresql,backup", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
+
+fn condition<'a>(db: &'a PostgreSQL, type_: &str) -> Option<&'a Condition> {
+    db.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The status describes the current generation and `type_` has `status` and `reason`.
+fn is(type_: &'static str, status: &'static str, reason: &'static str) -> impl Fn(&PostgreSQL) -> bool {
+    move |db| {
+        db.status.as_ref().is_some_and(|s| s.observed_generation == db.metadata.generation)
+            && condition(db, type_).is_some_and(|c| c.status == status && c.reason == reason)
+    }
+}
+
+async fn patch_spec(env: &Env, name: &str, spec: Value) {
+    env.api::<PostgreSQL>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": spec})))
+        .await
+        .unwrap_or_else(|e| panic!("patching {name}: {e}"));
+}
+
+async fn secret_data(env: &Env, name: &str) -> BTreeMap<String, ByteString> {
+    env.api::<Secret>().get(name).await.expect("the credentials Secret").data.expect("data")
+}
+
+fn text(data: &BTreeMap<String, ByteString>, key: &str) -> String {
+    String::from_utf8(data[key].0.clone()).expect("utf-8")
+}
+
+fn requested(claim: &PersistentVolumeClaim) -> Option<String> {
+    Some(claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?.get("storage")?.0.clone())
+}
+
+/// Run `sql` with psql in a pod of its own that connects to `host` as the Secret
+/// `test-db-credentials` says (or with `password` instead of the Secret's); returns
+/// (succeeded, output).
+async fn client(env: &Env, name: &str, host: &str, sql: &str, password: Option<&str>) -> (bool, String) {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
+    let password = match password {
+        Some(p) => json!({"name": "PGPASSWORD", "value": p}),
+        None => json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
+    };
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "psql",
+                "image": images::POSTGRES,
+                "imagePullPolicy": "IfNotPresent",
+                // A Service whose pod just turned Ready may not be programmed into the
+                // node's kube-proxy yet (connection refused for a moment, seen in CI):
+                // wait until it accepts connections, as a real client retries.
+                "command": ["sh", "-c", WAIT_THEN_PSQL, sql],
+                "env": [
+                    {"name": "PGHOST", "value": host},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    password,
+                    {"name": "PGCONNECT_TIMEOUT", "value": "5"},
+                ],
+            }],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+    let done = env
+        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .await;
+    let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
+    let (_, out) = env.kubectl(&["logs", name]);
+    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
+    (ok, out.trim().to_owned())
+}
+
+/// `sh -c` script for [`client`]: up to 60 s for `$PGHOST` to accept connections
+/// (`pg_isready` needs no password), then `psql` runs `$0` once.
+const WAIT_THEN_PSQL: &str = r#"for i in $(seq 120); do pg_isready -q -t 2 && break; sleep 0.5; done
+exec psql -X -v ON_ERROR_STOP=1 -tAc "$0""#;
+
+/// Requests bosun has sent, by method, from its `/metrics`.
+async fn requests(bosun: &Bosun) -> BTreeMap<String, f64> {
+    let (_, metrics) = bosun.http_get("/metrics").await;
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("bosun_kube_requests_total{method=\""))
+        .filter_map(|l| l.split_once("\"} "))
+        .map(|(m, n)| (m.to_owned(), n.trim().parse().unwrap_or(0.0)))
+        .collect()
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
+    let mut total = 0.0;
+    let per: Vec<String> = after
+        .iter()
+        .map(|(m, n)| {
+            let d = n - before.get(m).copied().unwrap_or(0.0);
+            total += d;
+            format!("{m} {d}")
+        })
+        .collect();
+    format!("{total} ({})", per.join(", "))
+}
+
+async fn wait_ready(env: &Env, name: &str, timeout: Duration) -> PostgreSQL {
+    env.wait_for_within::<PostgreSQL>(name, "Ready=True", timeout, is("Ready", "True", "AllReplicasReady")).await
+}
+
+#[tokio::test]
+async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_the_user_owns() {
+    e2e("postgresql-real", |env| async move {
+        env.use_real_node().await;
+        let bosun = env.start_bosun(REAL_NODE).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = requests(&bosun).await;
+        let started = Instant::now();
+        let (ok, out) = env.kubectl_apply(TEST_DB);
+        assert!(ok, "the spec's example was refused: {out}");
+        let (ok, out) = env.kubectl(&["wait", "--for=condition=Ready", "postgresql/test-db", "--timeout=300s"]);
+        assert!(ok, "kubectl wait: {out}\n{}", bosun.log_tail(30));
+        eprintln!(
+            "postgresql: 1 replica, create → Ready {:.1} s; bosun's requests {}",
+            started.elapsed().as_secs_f64(),
+            delta(&before, &requests(&bosun).await)
+        );
+        let out = env.exec_ok("test-db-0", &["psql", "-U", "postgres", "-c", "SELECT version();"]);
+        assert!(out.contains("PostgreSQL 15"), "{out}");
+
+        // A client in another pod, through the Service, with the Secret's credentials.
+        let (ok, out) =
+            client(&env, "writer", "test-db", "CREATE TABLE t (v text); INSERT INTO t VALUES ('hello')", None).await;
+        assert!(ok, "the client could not write through the Service: {out}");
+
+        // The user rotates the password in the Secret: bosun keeps it, restarts the
+        // instance, and the database takes it — the old one stops working.
+        let old = text(&secret_data(&env, "test-db-credentials").await, "password");
+        let patch = json!({"stringData": {"password": "rotated-by-the-user-1"}});
+        env.api::<Secret>().patch("test-db-credentials", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        let new_pw =
+            || async { client(&env, "rotated", "test-db", "SELECT v FROM t", Some("rotated-by-the-user-1")).await };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let (ok, out) = new_pw().await;
+            if ok {
+                assert_eq!(out, "hello", "the data did not survive the restart");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the rotated password never worked: {out}\n{}", bosun.log_tail(20));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let (ok, _) = client(&env, "old", "test-db", "SELECT 1", Some(&old)).await;
+        assert!(!ok, "the old password still works after the rotation");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let data = secret_data(&env, "test-db-credentials").await;
+        assert_eq!(text(&data, "password"), "rotated-by-the-user-1", "bosun overwrote the user's password");
+        wait_ready(&env, "test-db", Duration::from_secs(120)).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn three_replicas_stream_from_the_primary() {
+    e2e("postgresql-replicas", |env| async move {
+        env.use_real_node().await;
+        let bosun = env.start_bosun(REAL_NODE).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = requests(&bosun).await;
+        let started = Instant::now();
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace("replicas: 1", "replicas: 3"));
+        assert!(ok, "{out}");
+        let db = wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        eprintln!(
+            "postgresql: 3 replicas, create → Ready {:.1} s; bosun's requests {}",
+            started.elapsed().as_secs_f64(),
+            delta(&before, &requests(&bosun).await)
+        );
+        let status = db.status.unwrap();
+        assert_eq!((status.ready_replicas, status.phase), (Some(3), Some(Phase::Running)));
+
+        let (ok, out) =
+            client(&env, "writer", "test-db", "CREATE TABLE t (v text); INSERT INTO t VALUES ('replicated')", None)
+                .await;
+        assert!(ok, "{out}");
+        // Through the standbys' Service: the row arrives, and writes are refused there.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, out) = client(&env, "reader", "test-db-ro", "SELECT v FROM t", None).await;
+            if ok && out == "replicated" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the row never showed on a standby: {out}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let (ok, out) = client(&env, "ro-writer", "test-db-ro", "INSERT INTO t VALUES ('x')", None).await;
+        assert!(!ok && out.contains("read-only"), "a standby accepted a write: {out}");
+        for ordinal in 1..3 {
+            let pod = format!("test-db-{ordinal}");
+            let out = env.exec_ok(&pod, &["psql", "-U", "postgres", "-tAc", "SELECT pg_is_in_recovery()"]);
+            assert!(out.lines().any(|l| l.trim() == "t"), "{pod} is not a standby: {out}");
+        }
+        let senders = env.exec_ok(
+            "test-db-0",
+            &["psql", "-U", "postgres", "-tAc", "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"],
+        );
+        assert!(senders.lines().any(|l| l.trim() == "2"), "the primary streams to {senders} standbys");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything() {
+    e2e("postgresql", |env| async move {
+        let bosun = env.start_bosun(&["--controllers=postgresql,backup"]).await;
+        let (ok, out) = env.kubectl_apply(TEST_DB);
+        assert!(ok, "{out}");
+
+        let sts = env.wait_for::<StatefulSet>("test-db", "the StatefulSet", |_| true).await;
+        let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert_eq!(pod.containers[0].image.as_deref(), Some("postgres:14"), "the official image of the version");
+        let claim = env
+            .wait_for::<PersistentVolumeClaim>("data-test-db-0", "Bound, 1Gi", |c| {
+                c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    && requested(c).as_deref() == Some("1Gi")
+            })
+            .await;
+        assert!(claim.owner_references().is_empty(), "the data claim must not be deleted with its owner");
+        for name in ["test-db", "test-db-headless"] {
+            env.wait_for::<Service>(name, "the Service", |_| true).await;
+        }
+        let data = secret_data(&env, "test-db-credentials").await;
+        let password = text(&data, "password");
+        assert_eq!(password.len(), 32);
+        assert!(password.bytes().all(|b| b.is_ascii_alphanumeric()), "{password}");
+        assert_eq!(
+            text(&data, "uri"),
+            format!("postgresql://postgres:{password}@test-db.{}.svc:5432/postgres", env.ns)
+        );
+        let db = wait_ready(&env, "test-db", Duration::from_secs(60)).await;
+        let status = db.status.unwrap();
+        assert_eq!(status.endpoint, Some(format!("test-db.{}.svc:5432", env.ns)));
+        assert_eq!(status.secret_name.as_deref(), Some("test-db-credentials"));
+        assert_eq!(status.phase, Some(Phase::Running));
+
+        // The password survives: the StatefulSet and the Services deleted, bosun
+        // restarted, the replicas changed.
+        for (kind, name) in [("statefulset", "test-db"), ("service", "test-db"), ("service", "test-db-headless")] {
+            let (ok, out) = env.kubectl(&["delete", kind, name, "--wait=false"]);
+            assert!(ok, "{out}");
+        }
+        env.wait_for::<StatefulSet>("test-db", "re-created", |s| s.metadata.uid != sts.metadata.uid).await;
+        env.wait_for::<Service>("test-db-headless", "re-created", |_| true).await;
+        drop(bosun);
+        let bosun = env.start_bosun(&["--controllers=postgresql,backup"]).await;
+        patch_spec(&env, "test-db", json!({"replicas": 2})).await;
+        env.wait_for::<Service>("test-db-ro", "the standbys' Service", |_| true).await;
+        wait_ready(&env, "test-db", Duration::from_secs(60)).await;
+        assert_eq!(secret_data(&env, "test-db-credentials").await, data, "the Secret changed");
+
+        // A password the user edits is kept, and rolls the instances (which set it).
+        let digest = |s: &StatefulSet| {
+            s.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()
+                ["database.example.com/credentials-digest"]
+                .clone()
+        };
+        let before = digest(&env.api::<StatefulSet>().get("test-db").await.unwrap());
+        let patch = json!({"stringData": {"password": "edited-by-the-user"}});
+        env.api::<Secret>().patch("test-db-credentials", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        env.wait_for::<StatefulSet>("test-db", "a new digest", |s| digest(s) != before).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(text(&secret_data(&env, "test-db-credentials").await, "password"), "edited-by-the-user");
+
+        // Back to one instance: the standbys' Service goes; the claim of instance 1 stays.
+        patch_spec(&env, "test-db", json!({"replicas": 1})).await;
+        env.wait_gone::<Service>("test-db-ro").await;
+
+        // Storage: 1Gi → 2Gi grows every claim; 2Gi → 1Gi is refused, claims unchanged.
+        patch_spec(&env, "test-db", json!({"storage": "2Gi"})).await;
+        for claim in ["data-test-db-0", "data-test-db-1"] {
+            env.wait_for::<PersistentVolumeClaim>(claim, "2Gi", |c| requested(c).as_deref() == Some("2Gi")).await;
+        }
+        patch_spec(&env, "test-db", json!({"storage": "1Gi"})).await;
+        let db = env.wait_for::<PostgreSQL>("test-db", "ShrinkRefused", is("Ready", "False", "ShrinkRefused")).await;
+        let message = &condition(&db, "Ready").unwrap().message;
+        assert!(message.contains("spec.storage 1Gi") && message.contains("2Gi"), "{message}");
+        assert_eq!(db.status.unwrap().phase, Some(Phase::Running), "the database runs on");
+        for claim in ["data-test-db-0", "data-test-db-1"] {
+            let c = env.api::<PersistentVolumeClaim>().get(claim).await.unwrap();
+            assert_eq!(requested(&c).as_deref(), Some("2Gi"), "{claim} changed");
+        }
+        // Another major version: refused, the StatefulSet keeps its image.
+        patch_spec(&env, "test-db", json!({"storage": "2Gi", "version": "15"})).await;
+        let db = env
+            .wait_for::<PostgreSQL>("test-db", "VersionChangeRefused", is("Ready", "False", "VersionChangeRefused"))
+            .await;
+        assert!(condition(&db, "Ready").unwrap().message.contains("\"14\""));
+        let sts = env.api::<StatefulSet>().get("test-db").await.unwrap();
+        assert_eq!(sts.spec.unwrap().template.spec.unwrap().containers[0].image.as_deref(), Some("postgres:14"));
+        patch_spec(&env, "test-db", json!({"version": "14"})).await;
+        wait_ready(&env, "test-db", Duration::from_secs(60)).await;
+
+        // Deleting the PostgreSQL keeps the claims and the Secret; the same name again
+        // finds both.
+        let (ok, out) = env.kubectl(&["delete", "postgresql", "test-db"]);
+        assert!(ok, "{out}");
+        env.wait_gone::<StatefulSet>("test-db").await;
+        let claims = env.api::<PersistentVolumeClaim>();
+        assert!(claims.get_opt("data-test-db-0").await.unwrap().is_some(), "the data claim was deleted");
+        let kept = secret_data(&env, "test-db-credentials").await;
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace("storage: 1Gi", "storage: 2Gi"));
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(60)).await;
+        assert_eq!(secret_data(&env, "test-db-credentials").await, kept, "a new password over existing data");
+        drop(bosun);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn backups_start_once_the_database_is_ready() {
+    e2e("postgresql-backup", |env| async move {
+        let _bosun = env.start_bosun(&["--controllers=postgresql,backup"]).await;
+        let yaml = TEST_DB
+            .replace("replicas: 1}", "replicas: 1, backup: {enabled: true, schedule: \"0 3 * * *\", retention: 14d}}");
+        let (ok, out) = env.kubectl_apply(&yaml);
+        assert!(ok, "{out}");
+        let db = env
+            .wait_for::<PostgreSQL>("test-db", "BackupConfigured", is("BackupConfigured", "True", "Scheduled"))
+            .await;
+        let backup = env.api::<Backup>().get("test-db-backup").await.unwrap();
+        let ready_at = condition(&db, "Ready").filter(|c| c.status == "True").expect("Ready").last_transition_time.0;
+        let created = backup.metadata.creation_timestamp.as_ref().unwrap().0;
+        assert!(created >= ready_at, "the Backup ({created}) came before the database was Ready ({ready_at})");
+        assert_eq!((backup.spec.schedule.as_str(), backup.spec.retention.as_deref()), ("0 3 * * *", Some("14d")));
+        assert_eq!(backup.spec.source.connection.secret_ref.name, "test-db-credentials");
+        assert_eq!(backup.spec.destination.bucket, "test-db-backups");
+        assert_eq!(backup.owner_references()[0].kind, "PostgreSQL");
+        let claim = env.api::<PersistentVolumeClaim>().get("test-db-backups").await.unwrap();
+        assert!(claim.owner_references().is_empty(), "the dumps' claim must outlive the database");
+
+        // Turned off: the Backup goes (its dumps and their claim stay).
+        patch_spec(&env, "test-db", json!({"backup": {"enabled": false}})).await;
+        env.wait_gone::<Backup>("test-db-backup").await;
+        assert!(env.api::<PersistentVolumeClaim>().get_opt("test-db-backups").await.unwrap().is_some());
+        env.wait_for::<PostgreSQL>("test-db", "BackupDisabled", is("BackupConfigured", "False", "BackupDisabled"))
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_naming_the_field() {
+    e2e("postgresql-invalid", |env| async move {
+        for (bad, field) in [
+            (r#"version: "11""#, "spec.version"),
+            (r#"version: "fourteen""#, "spec.version"),
+            ("storage: 1GB", "spec.storage"),
+            ("storage: 0Gi", "spec.storage"),
+            ("replicas: 0", "spec.replicas"),
+            ("replicas: 6", "spec.replicas"),
+            (r#"backup: {enabled: true, schedule: "61 * * * *"}"#, "spec.backup.schedule"),
+            ("backup: {enabled: true, retention: forever}", "spec.backup.retention"),
+        ] {
+            let spec = match bad.split(':').next().unwrap() {
+                "version" => format!(r#"{{{bad}, storage: 1Gi, replicas: 1}}"#),
+                "storage" => format!(r#"{{version: "14", {bad}, replicas: 1}}"#),
+                "replicas" => format!(r#"{{version: "14", storage: 1Gi, {bad}}}"#),
+                _ => format!(r#"{{version: "14", storage: 1Gi, replicas: 1, {bad}}}"#),
+            };
+            let yaml = TEST_DB.replace(r#"{version: "14", storage: 1Gi, replicas: 1}"#, &spec);
+            let (ok, out) = env.kubectl_apply(&yaml);
+            assert!(!ok, "{bad} was accepted");
+            assert!(out.contains(field), "the refusal of {bad} does not name {field}: {out}");
+        }
+        assert!(env.api::<PostgreSQL>().get_opt("test-db").await.unwrap().is_none());
+    })
+    .await;
+}

@@ -1,0 +1,290 @@
+//! The PostgreSQL controller.
+//!
+//! Pipeline: check the change against the data (pure: major version, storage) → the
+//! credentials Secret (created once, then only read) → the StatefulSet → the Services
+//! → grow the data claims → label the instances' roles → the Backup, once Ready →
+//! status from the StatefulSet and the Backup → write it only if it changed → look
+//! again in five minutes.
+//!
+//! Every child carries `app.kubernetes.io/name=postgresql` and the PostgreSQL's name as
+//! `app.kubernetes.io/instance`; one watch per kind selects them and maps each change
+//! back by that label, because the children that hold data — the Secret, the data
+//! claims (made by the StatefulSet), the claim of dumps — have no owner: deleting the
+//! PostgreSQL never deletes them (`spec.deletionPolicy: Delete` lets the StatefulSet
+//! take the data claims). Nothing here regenerates a password: a Secret that exists is
+//! used as it is, and one that is gone while data exists is a refusal, not a new one.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_api::backup::Backup;
+use bosun_api::postgresql::PostgreSQL;
+use bosun_resources::postgresql::{self as build, Observed, Refusal};
+use futures::channel::mpsc::UnboundedReceiver;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
+use crate::children::{Child, Owned, controlled_by};
+use crate::context::Context;
+use crate::error::Error;
+use crate::rbac::{self, Permission};
+use crate::runner::{self, Outcome};
+use crate::status::update_status;
+
+/// The `controller` label of this controller in metrics and logs.
+const CONTROLLER: &str = "postgresql";
+
+/// How often a database is looked at without any event: a pod's role label, a claim
+/// the storage provider has not grown yet. Writes nothing when nothing changed.
+pub const RECHECK: Duration = Duration::from_secs(300);
+
+/// What this controller does with the API.
+pub const PERMISSIONS: &[Permission] = &{
+    let [a, b, c] = rbac::reconciled("database.example.com", "postgresqls");
+    [
+        a,
+        b,
+        c,
+        Permission::new("apps", "statefulsets", rbac::OWN),
+        Permission::new("", "services", rbac::OWN),
+        Permission::new("backup.example.com", "backups", rbac::OWN),
+        // A Backup when backups are turned off; the `-ro` Service when one instance is left.
+        Permission::new("backup.example.com", "backups", &["delete"]),
+        Permission::new("", "services", &["delete"]),
+        // Created once, read (a user's own Secret is not watched), never updated.
+        Permission::new("", "secrets", &["create", "get", "list", "watch"]),
+        // Data claims grown in place; the claim of dumps created once.
+        Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
+        // The role label of each instance, which the `-ro` Service selects.
+        Permission::new("", "pods", &["list", "watch", "patch"]),
+    ]
+};
+
+/// The caches of a PostgreSQL's children.
+#[derive(Clone, Debug)]
+struct Children {
+    statefulsets: Owned<StatefulSet>,
+    services: Owned<Service>,
+    secrets: Owned<Secret>,
+    claims: Owned<PersistentVolumeClaim>,
+    backups: Owned<Backup>,
+    pods: Owned<Pod>,
+}
+
+/// Run the PostgreSQL controller in `namespace` (or cluster-wide).
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    let ctrl = runner::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
+    let (statefulsets, ctrl) = watched(&ctx, ns, ctrl);
+    let (services, ctrl) = watched(&ctx, ns, ctrl);
+    let (secrets, ctrl) = watched(&ctx, ns, ctrl);
+    let (claims, ctrl) = watched(&ctx, ns, ctrl);
+    let (backups, ctrl) = watched(&ctx, ns, ctrl);
+    let (pods, ctrl) = watched(&ctx, ns, ctrl);
+    let children = Children { statefulsets, services, secrets, claims, backups, pods };
+    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
+        .await;
+}
+
+type Controller = kube::runtime::Controller<crate::guard::Guarded<PostgreSQL>>;
+
+/// Watch the `C` children of PostgreSQLs and trigger the one each names.
+fn watched<C: Child>(ctx: &Context, ns: Option<&str>, ctrl: Controller) -> (Owned<C>, Controller) {
+    let (owned, changes): (Owned<C>, UnboundedReceiver<C>) = runner::watch_app(ctx, ns, build::APP_NAME);
+    let ctrl = runner::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, |child| {
+        child.labels().get("app.kubernetes.io/instance").cloned().into_iter().collect()
+    });
+    (owned, ctrl)
+}
+
+async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error> {
+    let db = db.as_ref();
+    // When the children were seen: a condition that changes now changed then, before
+    // anything this reconcile creates (the Backup comes after Ready, also in time).
+    let now = ctx.now();
+    let ns = db.namespace().unwrap_or_default();
+    let cached = children.statefulsets.get(&ns, &db.name_any()).filter(|s| controlled_by(s.as_ref(), db));
+    let claims = children.claims.matching(|c| build::is_data_claim(db, c));
+    let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
+    let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
+    let (sts, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs).await {
+        Ok(sts) => (Some(sts), None),
+        Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), Some(refusal)),
+        Err(Stop::Failed(err)) => return Err(err),
+    };
+    let (backup, backup_conflict) = match &refusal {
+        Some(_) => (backup.map(|b| (*b).clone()), None),
+        None => match backups(db, &ctx, &children, sts.as_ref()).await {
+            Ok(backup) => (backup, None),
+            Err(Error::NameConflict(message)) => (None, Some(message)),
+            Err(err) => return Err(err),
+        },
+    };
+    let observed = Observed {
+        statefulset: sts.as_ref(),
+        refusal: refusal.as_ref(),
+        backup: backup.as_ref(),
+        backup_conflict: backup_conflict.as_deref(),
+    };
+    let status = build::status(db, observed, now);
+    let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
+    Ok(match (refusal, backup_conflict) {
+        (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
+        (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
+        (None, None) => Outcome::Requeue(RECHECK),
+    })
+}
+
+/// Why serving stopped: the spec is refused (a condition), or an error to retry.
+enum Stop {
+    Refused(Refusal),
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    /// A name someone else holds and a child the apiserver refuses are the user's to
+    /// fix; anything else is retried.
+    fn from(err: Error) -> Self {
+        match err {
+            Error::NameConflict(message) => Stop::Refused(Refusal::NameConflict(message)),
+            err if err.is_invalid_spec() => Stop::Refused(Refusal::InvalidSpec(err.user_message())),
+            err => Stop::Failed(err),
+        }
+    }
+}
+
+/// Bring the database to its spec: Secret, StatefulSet, Services, claims, role labels.
+/// Returns the StatefulSet as applied.
+async fn serve(
+    db: &PostgreSQL,
+    ctx: &Context,
+    children: &Children,
+    cached: Option<&StatefulSet>,
+    claims: &[&PersistentVolumeClaim],
+) -> Result<StatefulSet, Stop> {
+    build::check(db, cached, claims).map_err(Stop::Refused)?;
+    let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
+    let claim_storage = cached.and_then(build::template_storage);
+    let desired =
+        build::desired_statefulset(db, &ctx.settings.postgres, claim_storage, &build::credentials_digest(&secret));
+    let sts = apply_child(ctx, db, &children.statefulsets, desired).await?;
+    let services = build::desired_services(db);
+    futures::future::try_join_all(services.into_iter().map(|s| apply_child(ctx, db, &children.services, s))).await?;
+    if db.spec.replicas <= 1 {
+        delete_child(ctx, db, &children.services, &db.namespace().unwrap_or_default(), &build::read_only_name(db))
+            .await?;
+    }
+    for claim in claims.iter().filter(|c| build::needs_growth(db, c)) {
+        let patch = json!({"spec": {"resources": {"requests": {"storage": db.spec.storage}}}});
+        merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
+    }
+    if db.spec.replicas > 1 {
+        label_roles(db, ctx, &children.pods).await?;
+    }
+    Ok(sts)
+}
+
+/// The credentials Secret: bosun's (cached), else the user's (read), else — only when
+/// no data exists yet — a new one with generated passwords.
+async fn credentials(
+    db: &PostgreSQL,
+    ctx: &Context,
+    secrets: &Owned<Secret>,
+    data_exists: bool,
+) -> Result<Secret, Stop> {
+    let ns = db.namespace().unwrap_or_default();
+    let name = build::secret_name(db);
+    let found = match secrets.get(&ns, &name) {
+        Some(cached) => Some((*cached).clone()),
+        None => Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::Read { what: format!("Secret {ns}/{name}"), source })?,
+    };
+    let secret = match found {
+        Some(secret) => secret,
+        None if data_exists => {
+            return Err(Stop::Refused(Refusal::CredentialsMissing(format!(
+                "Secret {name} is gone while the data of this database exists: its passwords are the ones \
+                 stored in the data, so bosun does not make new ones; create Secret {name} again with the keys \
+                 username and password (and replication-password for replicas) holding those passwords"
+            ))));
+        }
+        None => {
+            let (password, replication) = (new_password(), new_password());
+            create_if_absent(ctx, db, &build::desired_secret(db, &password, &replication)).await?
+        }
+    };
+    match build::missing_key(db, &secret) {
+        None => Ok(secret),
+        Some(key) => Err(Stop::Refused(Refusal::CredentialsMissing(format!(
+            "Secret {name} has no (or an empty) key {key}: add it; bosun never writes to an existing Secret"
+        )))),
+    }
+}
+
+/// A new password from the operating system's CSPRNG (through `rand`'s thread
+/// generator, a ChaCha reseeded from it): for credentials made once, never again.
+pub fn new_password() -> String {
+    build::password((0..4 * build::PASSWORD_LENGTH).map(|_| rand::random::<u8>()))
+}
+
+/// Label each instance's pod with its role, so `<name>-ro` selects the standbys. The
+/// pods come from the watch (a new one triggers this), so only a pod whose label is
+/// missing or wrong costs a request.
+async fn label_roles(db: &PostgreSQL, ctx: &Context, pods: &Owned<Pod>) -> Result<(), Error> {
+    let instance = db.name_any();
+    let mine = pods.matching(|p| {
+        p.namespace() == db.namespace() && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
+    });
+    for pod in mine {
+        let role = build::role_of(db, &pod.name_any());
+        if pod.labels().get(build::ROLE_LABEL).map(String::as_str) != Some(role) {
+            let patch = json!({"metadata": {"labels": {build::ROLE_LABEL: role}}});
+            match merge_into::<PostgreSQL, _>(ctx, pod.as_ref(), patch).await {
+                // The pod was replaced meanwhile: its successor comes with the next event.
+                Err(err) if err.is_precondition_failed() => {}
+                other => {
+                    other?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The Backup, created once the database is Ready (and kept up to date from then
+/// on), deleted when backups are turned off — the dumps stay where they are.
+async fn backups(
+    db: &PostgreSQL,
+    ctx: &Context,
+    children: &Children,
+    sts: Option<&StatefulSet>,
+) -> Result<Option<Backup>, Error> {
+    let ns = db.namespace().unwrap_or_default();
+    let name = build::backup_name(db);
+    let existing = children.backups.get(&ns, &name).filter(|b| controlled_by(b.as_ref(), db));
+    let Some(desired) = build::desired_backup(db) else {
+        delete_child(ctx, db, &children.backups, &ns, &name).await?;
+        return Ok(None);
+    };
+    if existing.is_none() && !build::ready(db, sts) {
+        return Ok(None);
+    }
+    if let Some(claim) = build::desired_backup_claim(db)
+        && children.claims.get(&ns, &claim.name_any()).is_none()
+    {
+        create_if_absent(ctx, db, &claim).await?;
+    }
+    // A name someone else holds is an Error::NameConflict: BackupConfigured says so.
+    apply_child(ctx, db, &children.backups, desired).await.map(Some)
+}

@@ -1,0 +1,1173 @@
+//! PostgreSQL → credentials Secret, StatefulSet, Services, Backup; the checks that
+//! protect a running database; and the world → PostgreSQL status.
+//!
+//! ```text
+//!  PostgreSQL + claims + StatefulSet ──check──▶ Refusal (nothing applied, the database runs on)
+//!                                        └──▶ ok ──▶ Secret (created once, never written again)
+//!                                                  ─▶ StatefulSet ─▶ Services ─▶ claims grown
+//!                                                  ─▶ Backup, once Ready (and a claim for its dumps)
+//!  StatefulSet + Backup + refusal ──status──▶ PostgreSQLStatus
+//! ```
+//!
+//! Replication: ordinal 0 is the primary. Every instance starts through
+//! [`bootstrap_script`]: an instance other than 0 whose data directory is empty clones
+//! the primary with `pg_basebackup -R` (a streaming hot standby) before the image's
+//! entrypoint starts it. The primary's `postStart` hook runs [`primary_setup_script`]:
+//! the superuser's and the replication role's passwords from the Secret, and a
+//! `pg_hba.conf` line admitting that role's replication connections. Both scripts
+//! take everything from the environment, so the same text runs in the pod and, in
+//! a test, on the host against Debian's PostgreSQL binaries.
+
+use std::collections::BTreeMap;
+
+use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
+use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
+use bosun_api::postgresql::{DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, Version};
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, Lifecycle, LifecycleHandler,
+    PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::claims;
+use crate::conditions::{self, Desired};
+use crate::meta::{child_meta, standard_labels};
+use crate::quantity;
+
+/// `app.kubernetes.io/name` of PostgreSQL children.
+pub const APP_NAME: &str = "postgresql";
+/// The port every instance serves on, and every Service's.
+pub const PORT: i32 = 5432;
+/// `--postgres-image`'s default: the official image of the major version.
+pub const DEFAULT_IMAGE: &str = "postgres:{version}";
+/// What `{version}` in the image stands for.
+pub const VERSION_PLACEHOLDER: &str = "{version}";
+/// The superuser bosun creates, and the database clients are given.
+pub const SUPERUSER: &str = "postgres";
+pub const DATABASE: &str = "postgres";
+/// The role standbys stream as.
+pub const REPLICATION_USER: &str = "replicator";
+/// Where the data volume is mounted; `PGDATA` is a subdirectory, as the image asks
+/// for mount points (a file system's `lost+found` would make initdb refuse).
+pub const DATA_MOUNT: &str = "/var/lib/postgresql/data";
+pub const PGDATA: &str = "/var/lib/postgresql/data/pgdata";
+/// The volumeClaimTemplate's name: claims are `data-<name>-<ordinal>`.
+pub const DATA_VOLUME: &str = "data";
+/// The postgres user of the official image (and of Debian's packages).
+pub const RUN_AS: i64 = 999;
+/// The container's name.
+pub const CONTAINER: &str = "postgres";
+/// The major version a StatefulSet and its claims were made for (claims keep it after
+/// the StatefulSet is gone).
+pub const VERSION_LABEL: &str = "database.example.com/major-version";
+/// `primary` or `replica`, on each instance's pod: the `-ro` Service selects replicas.
+pub const ROLE_LABEL: &str = "database.example.com/role";
+pub const ROLE_PRIMARY: &str = "primary";
+pub const ROLE_REPLICA: &str = "replica";
+/// A digest of the passwords in the pod template: a password edited in the Secret
+/// restarts the instances, whose setup hook then sets it in the database.
+pub const CREDENTIALS_DIGEST: &str = "database.example.com/credentials-digest";
+/// The StatefulSet pod label Kubernetes sets to the pod's name.
+const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Backups without a schedule or retention of their own.
+pub const DEFAULT_BACKUP_SCHEDULE: &str = "0 2 * * *";
+pub const DEFAULT_BACKUP_RETENTION: &str = "7d";
+/// The length of a generated password.
+pub const PASSWORD_LENGTH: usize = 32;
+
+/// The keys of the credentials Secret.
+pub mod keys {
+    pub const USERNAME: &str = "username";
+    pub const PASSWORD: &str = "password";
+    pub const HOST: &str = "host";
+    pub const PORT: &str = "port";
+    pub const DATABASE: &str = "database";
+    pub const URI: &str = "uri";
+    pub const PGPASS: &str = "pgpass";
+    /// The replication role's password (not a key of the spec's list: bosun's own).
+    pub const REPLICATION_PASSWORD: &str = "replication-password";
+}
+
+/// The image of `version`: `{version}` in `template` replaced by the major version; a
+/// template without it is used for every version.
+pub fn image(template: &str, version: Version) -> String {
+    template.replace(VERSION_PLACEHOLDER, version.as_str())
+}
+
+pub fn secret_name(db: &PostgreSQL) -> String {
+    format!("{}-credentials", db.name_any())
+}
+
+pub fn headless_name(db: &PostgreSQL) -> String {
+    format!("{}-headless", db.name_any())
+}
+
+pub fn read_only_name(db: &PostgreSQL) -> String {
+    format!("{}-ro", db.name_any())
+}
+
+pub fn backup_name(db: &PostgreSQL) -> String {
+    format!("{}-backup", db.name_any())
+}
+
+pub fn backup_claim_name(db: &PostgreSQL) -> String {
+    format!("{}-backups", db.name_any())
+}
+
+/// The data claim of instance `ordinal`, as the StatefulSet controller names it.
+pub fn claim_name(db: &PostgreSQL, ordinal: i32) -> String {
+    format!("{DATA_VOLUME}-{}-{ordinal}", db.name_any())
+}
+
+/// The pod of instance `ordinal`.
+pub fn pod_name(db: &PostgreSQL, ordinal: i32) -> String {
+    format!("{}-{ordinal}", db.name_any())
+}
+
+/// The primary's address inside the cluster.
+pub fn host(db: &PostgreSQL) -> String {
+    format!("{}.{}.svc", db.name_any(), db.namespace().unwrap_or_default())
+}
+
+/// `status.endpoint`: `<name>.<namespace>.svc:5432`.
+pub fn endpoint(db: &PostgreSQL) -> String {
+    format!("{}:{PORT}", host(db))
+}
+
+/// The labels of every child, and the selector of the instances.
+fn labels(db: &PostgreSQL) -> BTreeMap<String, String> {
+    standard_labels(APP_NAME, &db.name_any())
+}
+
+/// Metadata of a child that outlives the PostgreSQL (the Secret, the claims of
+/// dumps): bosun's labels, no owner, so deleting the PostgreSQL never takes them.
+fn kept_meta(db: &PostgreSQL, name: String) -> ObjectMeta {
+    ObjectMeta { name: Some(name), namespace: db.namespace(), labels: Some(labels(db)), ..ObjectMeta::default() }
+}
+
+/// A password of [`PASSWORD_LENGTH`] characters from `random` bytes, which must come
+/// from a CSPRNG: letters and digits only (the 62 of them; bytes that would bias the
+/// choice are skipped), so it needs no quoting in a URI, a pgpass line or a shell.
+pub fn password(random: impl IntoIterator<Item = u8>) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    // 248 = 4 × 62: bytes below it map uniformly.
+    random
+        .into_iter()
+        .filter(|b| *b < 248)
+        .map(|b| char::from(ALPHABET[usize::from(b) % ALPHABET.len()]))
+        .take(PASSWORD_LENGTH)
+        .collect()
+}
+
+/// The credentials Secret, created once with `password` and `replication_password`
+/// and never written again.
+pub fn desired_secret(db: &PostgreSQL, password: &str, replication_password: &str) -> Secret {
+    let host = host(db);
+    let pgpass = format!("{host}:{PORT}:*:{SUPERUSER}:{password}\n");
+    let uri = format!("postgresql://{SUPERUSER}:{password}@{host}:{PORT}/{DATABASE}");
+    let data = [
+        (keys::USERNAME, SUPERUSER.to_owned()),
+        (keys::PASSWORD, password.to_owned()),
+        (keys::HOST, host.clone()),
+        (keys::PORT, PORT.to_string()),
+        (keys::DATABASE, DATABASE.to_owned()),
+        (keys::URI, uri),
+        (keys::PGPASS, pgpass),
+        (keys::REPLICATION_PASSWORD, replication_password.to_owned()),
+    ];
+    Secret {
+        metadata: kept_meta(db, secret_name(db)),
+        type_: Some("Opaque".to_owned()),
+        data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect()),
+        ..Secret::default()
+    }
+}
+
+/// What the credentials Secret lacks for `db` (`None`: nothing).
+pub fn missing_key(db: &PostgreSQL, secret: &Secret) -> Option<&'static str> {
+    let has = |key: &str| secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty());
+    let needed: &[&str] = if db.spec.replicas > 1 {
+        &[keys::USERNAME, keys::PASSWORD, keys::REPLICATION_PASSWORD]
+    } else {
+        &[keys::USERNAME, keys::PASSWORD]
+    };
+    needed.iter().copied().find(|k| !has(k))
+}
+
+/// A digest of a Secret's passwords: it changes when either changes, and tells
+/// nothing about them.
+pub fn credentials_digest(secret: &Secret) -> String {
+    let mut h = Sha256::new();
+    for key in [keys::USERNAME, keys::PASSWORD, keys::REPLICATION_PASSWORD] {
+        let value = secret.data.as_ref().and_then(|d| d.get(key)).map(|v| v.0.as_slice()).unwrap_or_default();
+        h.update((value.len() as u64).to_be_bytes());
+        h.update(value);
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: optional.then_some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar { name: name.to_owned(), value: Some(value.into()), ..EnvVar::default() }
+}
+
+fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        exec: Some(ExecAction { command: Some(vec!["bash".into(), "-c".into(), script.into()]) }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+/// Accepting connections over TCP, as a client would connect.
+const READY: &str = r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
+
+/// The server settings every instance starts with: WAL kept for standbys that fall
+/// behind (the setting's name changed in 13).
+pub fn server_args(version: Version) -> Vec<String> {
+    let keep = if version < Version::V13 { "wal_keep_segments=64" } else { "wal_keep_size=1GB" };
+    ["-c", keep, "-c", "hot_standby=on"].map(str::to_owned).to_vec()
+}
+
+/// The StatefulSet of `db`, run as `settings` say. `claim_storage` is
+/// the storage of the existing StatefulSet's claim template (immutable: grown claims
+/// are patched one by one), `None` for a new one. `digest` is
+/// [`credentials_digest`] of the Secret.
+pub fn desired_statefulset(
+    db: &PostgreSQL,
+    settings: &Settings,
+    claim_storage: Option<&str>,
+    digest: &str,
+) -> StatefulSet {
+    let name = db.name_any();
+    let secret = secret_name(db);
+    let version = db.spec.version;
+    let mut pod_labels = labels(db);
+    let mut claim_labels = labels(db);
+    claim_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
+    let meta = child_meta(db, name.clone(), claim_labels.clone());
+    pod_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
+    let mut command = vec!["bash".to_owned(), "-c".to_owned(), bootstrap_script(), "bootstrap".to_owned()];
+    command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
+    command.extend(server_args(version));
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(image(&settings.image, version)),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(command),
+        env: Some(vec![
+            secret_env("POSTGRES_USER", &secret, keys::USERNAME, false),
+            secret_env("POSTGRES_PASSWORD", &secret, keys::PASSWORD, false),
+            env("REPLICATION_USER", REPLICATION_USER),
+            secret_env("REPLICATION_PASSWORD", &secret, keys::REPLICATION_PASSWORD, true),
+            env("PGDATA", PGDATA),
+            env("PGPORT", PORT.to_string()),
+            env("PRIMARY_HOST", name.clone()),
+            env("PRIMARY_PORT", PORT.to_string()),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("postgres".to_owned()),
+            container_port: PORT,
+            ..ContainerPort::default()
+        }]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: DATA_VOLUME.to_owned(),
+            mount_path: DATA_MOUNT.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        // Cloning a large primary or replaying WAL takes as long as it takes: up to an
+        // hour before liveness may restart an instance.
+        startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
+        readiness_probe: Some(exec_probe(READY, 2, 3)),
+        liveness_probe: Some(exec_probe(READY, 10, 6)),
+        lifecycle: Some(Lifecycle {
+            post_start: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(vec!["bash".to_owned(), "-c".to_owned(), primary_setup_script()]),
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("100m".to_owned())),
+                ("memory".to_owned(), Quantity("256Mi".to_owned())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let storage = claim_storage.map(str::to_owned).unwrap_or_else(|| db.spec.storage.clone());
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.to_owned()),
+            labels: Some(claim_labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(claims::spec(Quantity(storage))),
+        status: None,
+    };
+    let when_deleted = match db.spec.deletion_policy.unwrap_or_default() {
+        DeletionPolicy::Retain => "Retain",
+        DeletionPolicy::Delete => "Delete",
+    };
+    StatefulSet {
+        metadata: meta,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(db.spec.replicas),
+            service_name: Some(headless_name(db)),
+            selector: LabelSelector { match_labels: Some(labels(db)), ..LabelSelector::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(BTreeMap::from([(CREDENTIALS_DIGEST.to_owned(), digest.to_owned())])),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    init_containers: settings.volume_permissions.then(|| vec![volume_permissions(&container)]),
+                    containers: vec![container],
+                    security_context: Some(PodSecurityContext {
+                        run_as_user: Some(RUN_AS),
+                        run_as_group: Some(RUN_AS),
+                        fs_group: Some(RUN_AS),
+                        run_as_non_root: Some(true),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    termination_grace_period_seconds: Some(30),
+                    enable_service_links: Some(false),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![claim]),
+            persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_deleted: Some(when_deleted.to_owned()),
+                when_scaled: Some("Retain".to_owned()),
+            }),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Operator configuration of PostgreSQL instances.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The image; `{version}` stands for the major version (`--postgres-image`).
+    pub image: String,
+    /// Hand the data volume to the postgres user before the server starts, for storage
+    /// that ignores `fsGroup` (hostPath volumes, as the local cluster's)
+    /// (`--postgres-volume-permissions`).
+    pub volume_permissions: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { image: DEFAULT_IMAGE.to_owned(), volume_permissions: false }
+    }
+}
+
+/// The init container of [`Settings::volume_permissions`]: the one step that runs as
+/// root, with no capability but `CHOWN`, changing the owner of the volume's root only.
+fn volume_permissions(postgres: &Container) -> Container {
+    Container {
+        name: "volume-permissions".to_owned(),
+        image: postgres.image.clone(),
+        image_pull_policy: postgres.image_pull_policy.clone(),
+        command: Some(vec!["chown".to_owned(), format!("{RUN_AS}:{RUN_AS}"), DATA_MOUNT.to_owned()]),
+        volume_mounts: postgres.volume_mounts.clone(),
+        security_context: Some(SecurityContext {
+            run_as_user: Some(0),
+            run_as_non_root: Some(false),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                add: Some(vec!["CHOWN".to_owned()]),
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
+/// The storage a StatefulSet's data claim template requests.
+pub fn template_storage(sts: &StatefulSet) -> Option<&str> {
+    let claim = sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.name_any() == DATA_VOLUME)?;
+    requested(claim)
+}
+
+fn service(db: &PostgreSQL, name: String, selector: BTreeMap<String, String>, headless: bool) -> Service {
+    Service {
+        metadata: child_meta(db, name, labels(db)),
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("postgres".to_owned()),
+                port: PORT,
+                target_port: Some(IntOrString::Int(PORT)),
+                ..ServicePort::default()
+            }]),
+            cluster_ip: headless.then(|| "None".to_owned()),
+            publish_not_ready_addresses: headless.then_some(true),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The Services of `db`: `<name>` (the primary, instance 0), `<name>-headless` (the
+/// StatefulSet's) and, with more than one replica, `<name>-ro` (the standbys).
+pub fn desired_services(db: &PostgreSQL) -> Vec<Service> {
+    let with = |key: &str, value: String| {
+        let mut selector = labels(db);
+        selector.insert(key.to_owned(), value);
+        selector
+    };
+    let mut services = vec![
+        service(db, db.name_any(), with(POD_NAME_LABEL, pod_name(db, 0)), false),
+        service(db, headless_name(db), labels(db), true),
+    ];
+    if db.spec.replicas > 1 {
+        services.push(service(db, read_only_name(db), with(ROLE_LABEL, ROLE_REPLICA.to_owned()), false));
+    }
+    services
+}
+
+/// The role label instance `pod` should carry: `primary` for ordinal 0.
+pub fn role_of(db: &PostgreSQL, pod: &str) -> &'static str {
+    if pod == pod_name(db, 0) { ROLE_PRIMARY } else { ROLE_REPLICA }
+}
+
+/// Where the dumps go: the spec's destination, or the claim `<name>-backups`.
+fn backup_destination(db: &PostgreSQL) -> Destination {
+    let given = db.spec.backup.as_ref().and_then(|b| b.destination.clone());
+    given.unwrap_or_else(|| Destination {
+        type_: DestinationType::Pvc,
+        bucket: backup_claim_name(db),
+        prefix: None,
+        endpoint: None,
+        region: None,
+        secret_ref: None,
+    })
+}
+
+/// Whether backups are asked for.
+pub fn backups_enabled(db: &PostgreSQL) -> bool {
+    db.spec.backup.as_ref().is_some_and(|b| b.enabled)
+}
+
+/// The Backup `<name>-backup` of the database through its Service and credentials
+/// Secret, when backups are enabled.
+pub fn desired_backup(db: &PostgreSQL) -> Option<Backup> {
+    let settings = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    let spec = BackupSpec {
+        source: Source {
+            type_: SourceType::Postgresql,
+            connection: Connection {
+                host: db.name_any(),
+                port: Some(PORT),
+                database: DATABASE.to_owned(),
+                secret_ref: SecretRef { name: secret_name(db) },
+            },
+        },
+        destination: backup_destination(db),
+        schedule: settings.schedule.clone().unwrap_or_else(|| DEFAULT_BACKUP_SCHEDULE.to_owned()),
+        retention: Some(settings.retention.clone().unwrap_or_else(|| DEFAULT_BACKUP_RETENTION.to_owned())),
+        keep_last: None,
+        suspend: None,
+    };
+    let mut backup = Backup::new(&backup_name(db), spec);
+    backup.metadata = child_meta(db, backup_name(db), labels(db));
+    Some(backup)
+}
+
+/// The claim the dumps go to when backups are enabled without a destination: as large
+/// as a data volume, and kept when the PostgreSQL is deleted (the dumps are the
+/// user's).
+pub fn desired_backup_claim(db: &PostgreSQL) -> Option<PersistentVolumeClaim> {
+    let settings = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    if settings.destination.is_some() {
+        return None;
+    }
+    Some(PersistentVolumeClaim {
+        metadata: kept_meta(db, backup_claim_name(db)),
+        spec: Some(claims::spec(Quantity(db.spec.storage.clone()))),
+        status: None,
+    })
+}
+
+/// Why a PostgreSQL's spec is not (or could not be) applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `spec.storage` is below what a data claim already requests.
+    Shrink { storage: String, claim: String, current: String },
+    /// `spec.version` is not the major version the data was made with.
+    VersionChange { wanted: Version, data: String, holder: String },
+    /// The credentials Secret is gone (or lacks a key) while the data exists.
+    CredentialsMissing(String),
+    /// The apiserver refused a child; its message names the field.
+    InvalidSpec(String),
+    /// A child's name is held by an object this PostgreSQL does not control.
+    NameConflict(String),
+}
+
+impl Refusal {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Shrink { .. } => reasons::SHRINK_REFUSED,
+            Refusal::VersionChange { .. } => reasons::VERSION_CHANGE_REFUSED,
+            Refusal::CredentialsMissing(_) => reasons::CREDENTIALS_MISSING,
+            Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
+            Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::Shrink { storage, claim, current } => format!(
+                "spec.storage {storage} is less than the {current} claim {claim} already requests: Kubernetes \
+                 cannot shrink a PersistentVolumeClaim, so nothing is changed and the database runs on; set \
+                 spec.storage to {current} or more"
+            ),
+            Refusal::VersionChange { wanted, data, holder } => format!(
+                "spec.version \"{}\" differs from the major version \"{data}\" of the existing data ({holder}): \
+                 a major upgrade needs pg_upgrade or a dump and restore, so nothing is changed and the database \
+                 runs on; set spec.version back to \"{data}\"",
+                wanted.as_str()
+            ),
+            Refusal::CredentialsMissing(message) | Refusal::InvalidSpec(message) | Refusal::NameConflict(message) => {
+                message.clone()
+            }
+        }
+    }
+
+    /// Whether the database is left running as it was (the refusal is about a change).
+    fn keeps_running(&self) -> bool {
+        matches!(self, Refusal::Shrink { .. } | Refusal::VersionChange { .. })
+    }
+}
+
+/// Whether `db` may change what runs: its major version must be the data's (the
+/// `VERSION_LABEL` of its claims and StatefulSet), and its storage no less than any
+/// data claim requests. `claims` are the data claims of `db`.
+pub fn check(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&PersistentVolumeClaim]) -> Result<(), Refusal> {
+    let wanted = db.spec.version;
+    let labelled = sts
+        .map(|s| (format!("StatefulSet {}", s.name_any()), s.labels().get(VERSION_LABEL)))
+        .into_iter()
+        .chain(claims.iter().map(|c| (format!("claim {}", c.name_any()), c.labels().get(VERSION_LABEL))));
+    for (holder, version) in labelled {
+        if let Some(data) = version.filter(|v| v.as_str() != wanted.as_str()) {
+            return Err(Refusal::VersionChange { wanted, data: data.clone(), holder });
+        }
+    }
+    let want = quantity::to_units(&db.spec.storage);
+    for claim in claims {
+        let Some(current) = requested(claim) else { continue };
+        if let (Some(want), Some(have)) = (want, quantity::to_units(current))
+            && want < have
+        {
+            return Err(Refusal::Shrink {
+                storage: db.spec.storage.clone(),
+                claim: claim.name_any(),
+                current: current.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The storage a claim requests.
+pub fn requested(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claims::requested(claim).map(|q| q.0.as_str())
+}
+
+/// Whether `claim` is a data claim of `db` (`data-<name>-<ordinal>`, labelled for it).
+pub fn is_data_claim(db: &PostgreSQL, claim: &PersistentVolumeClaim) -> bool {
+    let prefix = format!("{DATA_VOLUME}-{}-", db.name_any());
+    claim.namespace() == db.namespace()
+        && claim.labels().get("app.kubernetes.io/instance") == Some(&db.name_any())
+        && claim.labels().get("app.kubernetes.io/name").map(String::as_str) == Some(APP_NAME)
+        && claim
+            .name_any()
+            .strip_prefix(&prefix)
+            .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `claim` requests less than `spec.storage`: it is to be expanded.
+pub fn needs_growth(db: &PostgreSQL, claim: &PersistentVolumeClaim) -> bool {
+    match (quantity::to_units(&db.spec.storage), requested(claim).and_then(quantity::to_units)) {
+        (Some(want), Some(have)) => want > have,
+        _ => false,
+    }
+}
+
+/// Whether every instance of the StatefulSet runs the current spec and is ready.
+fn all_ready(db: &PostgreSQL, sts: &StatefulSet) -> bool {
+    let Some(status) = sts.status.as_ref() else { return false };
+    let wanted = db.spec.replicas;
+    let current = status.observed_generation.is_some_and(|g| Some(g) >= sts.metadata.generation);
+    current
+        && status.ready_replicas.unwrap_or(0) >= wanted
+        && status.updated_replicas.unwrap_or(0) >= wanted
+        && status.replicas <= wanted
+}
+
+/// Whether the database is ready: the StatefulSet as observed has every instance ready.
+pub fn ready(db: &PostgreSQL, sts: Option<&StatefulSet>) -> bool {
+    sts.is_some_and(|s| all_ready(db, s))
+}
+
+/// What the world looks like to the status computation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed<'a> {
+    /// The StatefulSet as applied, or as it is when it was not applied.
+    pub statefulset: Option<&'a StatefulSet>,
+    pub refusal: Option<&'a Refusal>,
+    /// The Backup child, if there is one.
+    pub backup: Option<&'a Backup>,
+    /// Why the Backup could not be created: its name is someone else's.
+    pub backup_conflict: Option<&'a str>,
+}
+
+/// The status a PostgreSQL should have.
+pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> PostgreSQLStatus {
+    let generation = db.meta().generation;
+    let sts = observed.statefulset;
+    let ready_replicas = sts.map(|s| s.status.as_ref().and_then(|st| st.ready_replicas).unwrap_or(0));
+    let running = ready(db, sts);
+    let phase = match (observed.refusal, sts) {
+        (Some(r), _) if !r.keeps_running() => Phase::Failed,
+        (_, None) => Phase::Pending,
+        _ if running => Phase::Running,
+        _ => Phase::Provisioning,
+    };
+    let wanted = db.spec.replicas;
+    let ready = match observed.refusal {
+        Some(refusal) => Desired::new(types::READY, false, refusal.reason(), refusal.message()),
+        None if running => Desired::new(
+            types::READY,
+            true,
+            reasons::RUNNING_READY,
+            format!("{wanted} of {wanted} instances ready; clients connect to {}", endpoint(db)),
+        ),
+        None if sts.is_none() => {
+            Desired::new(types::READY, false, reasons::PENDING, "the StatefulSet is not created yet")
+        }
+        None => Desired::new(
+            types::READY,
+            false,
+            reasons::PROVISIONING,
+            format!("{} of {wanted} instances ready", ready_replicas.unwrap_or(0)),
+        ),
+    };
+    let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    PostgreSQLStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        ready_replicas,
+        endpoint: Some(endpoint(db)),
+        secret_name: Some(secret_name(db)),
+        conditions: conditions::merge(
+            previous,
+            vec![ready, backup_configured(db, observed.backup, observed.backup_conflict)],
+            generation,
+            now,
+        ),
+    }
+}
+
+fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<&str>) -> Desired {
+    const TYPE: &str = postgresql_types::BACKUP_CONFIGURED;
+    if !backups_enabled(db) {
+        return Desired::new(TYPE, false, reasons::BACKUP_DISABLED, "spec.backup.enabled is not true");
+    }
+    if let Some(message) = conflict {
+        return Desired::new(TYPE, false, reasons::NAME_CONFLICT, message);
+    }
+    let Some(backup) = backup else {
+        return Desired::new(
+            TYPE,
+            false,
+            reasons::WAITING_FOR_DATABASE,
+            "the Backup is created once the database is Ready",
+        );
+    };
+    let name = backup.name_any();
+    let ready: Option<&Condition> =
+        backup.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == types::READY));
+    match ready {
+        Some(c) if c.status == "True" => Desired::new(
+            TYPE,
+            true,
+            reasons::SCHEDULED,
+            format!("Backup {name} runs on schedule \"{}\"", backup.spec.schedule),
+        ),
+        Some(c) => Desired::new(TYPE, false, reasons::BACKUP_NOT_READY, format!("Backup {name}: {}", c.message)),
+        None => Desired::new(TYPE, false, reasons::BACKUP_NOT_READY, format!("Backup {name} has no status yet")),
+    }
+}
+
+/// The script every instance starts through (`bash -c SCRIPT bootstrap COMMAND...`).
+///
+/// Instance 0, and any instance whose data directory already holds a cluster, runs
+/// COMMAND (the image's entrypoint) as it is. Any other instance first clones the
+/// primary into `$PGDATA` with `pg_basebackup -R`, which leaves a `standby.signal` and
+/// the primary's connection, so it starts as a streaming hot standby. The clone goes
+/// into a sibling directory first and is moved into place whole, so an interrupted
+/// clone is started over, never started. A non-empty `$PGDATA` without a cluster is
+/// refused, not cleared.
+///
+/// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT`, `REPLICATION_USER`,
+/// `REPLICATION_PASSWORD`; the ordinal is `BOSUN_ORDINAL` or the end of `HOSTNAME`.
+pub fn bootstrap_script() -> String {
+    r#"set -euo pipefail
+log() { echo "bosun-bootstrap: $*" >&2; }
+ordinal=${BOSUN_ORDINAL:-${HOSTNAME##*-}}
+if [ "$ordinal" != 0 ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
+  if [ -z "${REPLICATION_PASSWORD:-}" ]; then
+    log "REPLICATION_PASSWORD is empty: the credentials Secret has no replication-password key"
+    exit 1
+  fi
+  if [ -e "$PGDATA" ] && ! rmdir "$PGDATA" 2>/dev/null; then
+    log "$PGDATA is not empty but holds no cluster (no PG_VERSION): left as it is; empty or delete the claim to clone the primary again"
+    exit 1
+  fi
+  until pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT"; do
+    log "waiting for the primary $PRIMARY_HOST:$PRIMARY_PORT"
+    sleep 2
+  done
+  partial="$PGDATA.partial"
+  rm -rf "$partial"
+  log "cloning the primary $PRIMARY_HOST:$PRIMARY_PORT into $PGDATA"
+  PGPASSWORD=$REPLICATION_PASSWORD pg_basebackup --no-password -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
+    -U "$REPLICATION_USER" -D "$partial" -R -X stream -c fast
+  mv "$partial" "$PGDATA"
+  log "cloned; starting as a hot standby"
+fi
+exec "$@"
+"#
+    .to_owned()
+}
+
+/// The primary's setup (its `postStart` hook): once the server accepts connections
+/// on its socket, and only on a primary, set the superuser's password from
+/// `POSTGRES_PASSWORD` (so a password edited in the Secret takes effect on the next
+/// start), create or update the replication role `REPLICATION_USER` with
+/// `REPLICATION_PASSWORD`, and admit its replication connections in `pg_hba.conf`.
+/// Idempotent. Retries until `BOSUN_SETUP_TIMEOUT` seconds (600) have passed, then
+/// gives up with a message — never failing the hook, which would kill the server.
+///
+/// Environment: `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`,
+/// `REPLICATION_PASSWORD` (empty: no replication role), `PGPORT`, `PGHOST` (the socket
+/// directory, `/var/run/postgresql`), `BOSUN_SETUP_LOG` (where messages go: the
+/// server's stderr, `/proc/1/fd/2`, so `kubectl logs` shows them).
+pub fn primary_setup_script() -> String {
+    r#"set -uo pipefail
+out=${BOSUN_SETUP_LOG:-/proc/1/fd/2}
+log() { echo "bosun-setup: $*" >>"$out" 2>/dev/null || echo "bosun-setup: $*" >&2; }
+ordinal=${BOSUN_ORDINAL:-${HOSTNAME##*-}}
+[ "$ordinal" = 0 ] || exit 0
+export PGHOST=${PGHOST:-/var/run/postgresql} PGPORT=${PGPORT:-5432}
+q() { psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
+setup() {
+  pg_isready -q || return 1
+  [ "$(q -tAc 'SELECT pg_is_in_recovery()')" = f ] || return 1
+  q -v user="$POSTGRES_USER" -v password="$POSTGRES_PASSWORD" <<'SQL' || return 1
+ALTER ROLE :"user" WITH PASSWORD :'password';
+SQL
+  [ -n "${REPLICATION_PASSWORD:-}" ] || return 0
+  q -v ruser="$REPLICATION_USER" -v rpassword="$REPLICATION_PASSWORD" <<'SQL' || return 1
+SELECT format('CREATE ROLE %I', :'ruser') WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'ruser') \gexec
+ALTER ROLE :"ruser" WITH REPLICATION LOGIN PASSWORD :'rpassword';
+SQL
+  local hba line
+  hba=$(q -tAc 'SHOW hba_file') || return 1
+  line="host replication $REPLICATION_USER all md5"
+  if ! grep -qxF "$line" "$hba"; then
+    echo "$line" >>"$hba" || return 1
+    q -tAc 'SELECT pg_reload_conf()' >/dev/null || return 1
+  fi
+}
+deadline=$((SECONDS + ${BOSUN_SETUP_TIMEOUT:-600}))
+until setup; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    log "the server did not accept the setup in time: passwords and replication role not updated"
+    exit 0
+  fi
+  sleep 1
+done
+log "passwords and the replication role are set"
+"#
+    .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use bosun_api::postgresql::{BackupSettings, PostgreSQLSpec};
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+
+    use super::*;
+
+    fn db(yaml: &str) -> PostgreSQL {
+        let spec: PostgreSQLSpec = serde_yaml_ng::from_str(yaml).expect("spec");
+        let mut db = PostgreSQL::new("test-db", spec);
+        db.metadata.namespace = Some("shop".into());
+        db.metadata.uid = Some("uid-1".into());
+        db.metadata.generation = Some(1);
+        db
+    }
+
+    fn example() -> PostgreSQL {
+        db(r#"{version: "14", storage: 1Gi, replicas: 1}"#)
+    }
+
+    fn claim(name: &str, storage: &str, version: &str) -> PersistentVolumeClaim {
+        let mut labels = standard_labels(APP_NAME, "test-db");
+        labels.insert(VERSION_LABEL.into(), version.into());
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("shop".into()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            spec: Some(claims::spec(Quantity(storage.into()))),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn the_image_is_the_official_one_of_the_major_version_unless_configured() {
+        assert_eq!(image(DEFAULT_IMAGE, Version::V14), "postgres:14");
+        assert_eq!(image("registry.local/pg:{version}-alpine", Version::V17), "registry.local/pg:17-alpine");
+        assert_eq!(image("localhost/postgres:15", Version::V14), "localhost/postgres:15");
+    }
+
+    #[test]
+    fn generated_passwords_are_32_unbiased_alphanumerics() {
+        let random: Vec<u8> = (0..=255u8).cycle().take(512).collect();
+        let p = password(random);
+        assert_eq!(p.len(), PASSWORD_LENGTH);
+        assert!(p.bytes().all(|b| b.is_ascii_alphanumeric()), "{p}");
+        // Bytes of 248 and above would favour the first eight letters: skipped.
+        assert_eq!(password([248u8, 255, 0, 61, 62]), "A9A");
+    }
+
+    #[test]
+    fn the_secret_holds_everything_a_client_needs_and_outlives_the_database() {
+        let s = desired_secret(&example(), "p4ss", "r3pl");
+        let get = |k: &str| String::from_utf8(s.data.as_ref().unwrap()[k].0.clone()).unwrap();
+        assert_eq!(s.metadata.name.as_deref(), Some("test-db-credentials"));
+        assert_eq!(get(keys::USERNAME), "postgres");
+        assert_eq!(get(keys::HOST), "test-db.shop.svc");
+        assert_eq!(get(keys::PORT), "5432");
+        assert_eq!(get(keys::URI), "postgresql://postgres:p4ss@test-db.shop.svc:5432/postgres");
+        assert_eq!(get(keys::PGPASS), "test-db.shop.svc:5432:*:postgres:p4ss\n");
+        assert_eq!(get(keys::REPLICATION_PASSWORD), "r3pl");
+        assert_eq!(s.metadata.owner_references, None, "deleting the PostgreSQL must not take the password");
+        assert_eq!(missing_key(&example(), &s), None);
+    }
+
+    #[test]
+    fn a_secret_without_the_replication_password_serves_one_replica_only() {
+        let mut s = desired_secret(&example(), "p4ss", "r3pl");
+        s.data.as_mut().unwrap().remove(keys::REPLICATION_PASSWORD);
+        assert_eq!(missing_key(&example(), &s), None);
+        let three = db(r#"{version: "14", storage: 1Gi, replicas: 3}"#);
+        assert_eq!(missing_key(&three, &s), Some(keys::REPLICATION_PASSWORD));
+    }
+
+    #[test]
+    fn the_digest_follows_the_passwords_only() {
+        let a = desired_secret(&example(), "p4ss", "r3pl");
+        let mut b = a.clone();
+        b.data.as_mut().unwrap().insert(keys::URI.into(), ByteString(b"other".to_vec()));
+        assert_eq!(credentials_digest(&a), credentials_digest(&b));
+        b.data.as_mut().unwrap().insert(keys::PASSWORD.into(), ByteString(b"edited".to_vec()));
+        assert_ne!(credentials_digest(&a), credentials_digest(&b));
+        assert!(!credentials_digest(&a).contains("p4ss"));
+    }
+
+    #[test]
+    fn the_statefulset_runs_the_image_non_root_with_pgdata_in_a_subdirectory() {
+        let sts = desired_statefulset(&example(), &Settings::default(), None, "d1");
+        let spec = sts.spec.as_ref().unwrap();
+        assert_eq!(sts.metadata.name.as_deref(), Some("test-db"));
+        assert_eq!(spec.replicas, Some(1));
+        assert_eq!(spec.service_name.as_deref(), Some("test-db-headless"));
+        let pod = spec.template.spec.as_ref().unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("postgres:14"));
+        let env = |n: &str| c.env.as_ref().unwrap().iter().find(|e| e.name == n).cloned().unwrap();
+        assert_eq!(env("PGDATA").value.as_deref(), Some("/var/lib/postgresql/data/pgdata"));
+        assert!(PGDATA.starts_with(&format!("{DATA_MOUNT}/")));
+        let pw = env("POSTGRES_PASSWORD").value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!((pw.name.as_str(), pw.key.as_str()), ("test-db-credentials", "password"));
+        assert!(c.env.as_ref().unwrap().iter().all(|e| !e.name.contains("PASSWORD") || e.value.is_none()));
+        let sc = pod.security_context.as_ref().unwrap();
+        assert_eq!((sc.run_as_user, sc.run_as_non_root, sc.fs_group), (Some(999), Some(true), Some(999)));
+        let ready = c.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap().command.as_ref().unwrap();
+        assert!(ready[2].contains("pg_isready"));
+        assert!(c.liveness_probe.is_some() && c.startup_probe.is_some());
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        assert_eq!(requested(claim), Some("1Gi"));
+        assert_eq!(claim.labels().get(VERSION_LABEL).map(String::as_str), Some("14"));
+        let policy = spec.persistent_volume_claim_retention_policy.as_ref().unwrap();
+        assert_eq!(policy.when_deleted.as_deref(), Some("Retain"));
+        let template = spec.template.metadata.as_ref().unwrap();
+        assert_eq!(template.annotations.as_ref().unwrap()[CREDENTIALS_DIGEST], "d1");
+        assert_eq!(pod.init_containers, None, "nothing runs as root unless configured");
+    }
+
+    #[test]
+    fn volume_permissions_are_one_chown_of_the_volume_root() {
+        let settings = Settings { image: "localhost/postgres:15".into(), volume_permissions: true };
+        let sts = desired_statefulset(&example(), &settings, None, "d");
+        let pod = sts.spec.unwrap().template.spec.unwrap();
+        let init = &pod.init_containers.unwrap()[0];
+        assert_eq!(init.command.as_ref().unwrap(), &["chown", "999:999", DATA_MOUNT]);
+        assert_eq!(init.image.as_deref(), Some("localhost/postgres:15"));
+        let caps = init.security_context.as_ref().unwrap().capabilities.as_ref().unwrap();
+        assert_eq!(
+            (caps.drop.as_deref(), caps.add.as_deref()),
+            (Some(&["ALL".to_owned()][..]), Some(&["CHOWN".to_owned()][..]))
+        );
+    }
+
+    #[test]
+    fn the_claim_template_keeps_its_first_size_and_deletion_is_asked_for() {
+        let db = db(r#"{version: "14", storage: 5Gi, replicas: 1, deletionPolicy: Delete}"#);
+        let sts = desired_statefulset(&db, &Settings::default(), Some("1Gi"), "d");
+        let spec = sts.spec.unwrap();
+        assert_eq!(requested(&spec.volume_claim_templates.unwrap()[0]), Some("1Gi"));
+        assert_eq!(spec.persistent_volume_claim_retention_policy.unwrap().when_deleted.as_deref(), Some("Delete"));
+    }
+
+    #[test]
+    fn wal_is_kept_with_the_setting_of_the_version() {
+        assert!(server_args(Version::V12).contains(&"wal_keep_segments=64".to_owned()));
+        assert!(server_args(Version::V13).contains(&"wal_keep_size=1GB".to_owned()));
+    }
+
+    #[test]
+    fn services_select_the_primary_all_and_the_standbys() {
+        let one = desired_services(&example());
+        assert_eq!(one.iter().map(|s| s.name_any()).collect::<Vec<_>>(), ["test-db", "test-db-headless"]);
+        let selector = |s: &Service| s.spec.as_ref().unwrap().selector.clone().unwrap();
+        assert_eq!(selector(&one[0])[POD_NAME_LABEL], "test-db-0");
+        assert_eq!(one[1].spec.as_ref().unwrap().cluster_ip.as_deref(), Some("None"));
+        let three = desired_services(&db(r#"{version: "14", storage: 1Gi, replicas: 3}"#));
+        assert_eq!(three[2].name_any(), "test-db-ro");
+        assert_eq!(selector(&three[2])[ROLE_LABEL], ROLE_REPLICA);
+        assert_eq!(role_of(&example(), "test-db-0"), ROLE_PRIMARY);
+        assert_eq!(role_of(&example(), "test-db-2"), ROLE_REPLICA);
+    }
+
+    #[test]
+    fn backups_point_at_the_service_and_secret_and_default_to_a_claim() {
+        assert!(desired_backup(&example()).is_none());
+        let db = db(r#"{version: "14", storage: 3Gi, replicas: 1, backup: {enabled: true}}"#);
+        let b = desired_backup(&db).unwrap();
+        assert_eq!(b.metadata.name.as_deref(), Some("test-db-backup"));
+        assert_eq!(b.spec.source.connection.host, "test-db");
+        assert_eq!(b.spec.source.connection.secret_ref.name, "test-db-credentials");
+        assert_eq!(
+            (b.spec.destination.type_, b.spec.destination.bucket.as_str()),
+            (DestinationType::Pvc, "test-db-backups")
+        );
+        assert_eq!((b.spec.schedule.as_str(), b.spec.retention.as_deref()), ("0 2 * * *", Some("7d")));
+        assert_eq!(b.metadata.owner_references.as_ref().unwrap()[0].kind, "PostgreSQL");
+        let claim = desired_backup_claim(&db).unwrap();
+        assert_eq!((claim.name_any(), requested(&claim)), ("test-db-backups".to_owned(), Some("3Gi")));
+        assert_eq!(claim.metadata.owner_references, None, "the dumps outlive the database");
+        let mut given = db.clone();
+        given.spec.backup = Some(BackupSettings {
+            enabled: true,
+            schedule: Some("0 3 * * *".into()),
+            retention: Some("30d".into()),
+            destination: Some(Destination {
+                type_: DestinationType::S3,
+                bucket: "dumps".into(),
+                prefix: None,
+                endpoint: None,
+                region: None,
+                secret_ref: None,
+            }),
+        });
+        assert!(desired_backup_claim(&given).is_none());
+        let b = desired_backup(&given).unwrap();
+        assert_eq!((b.spec.destination.bucket.as_str(), b.spec.retention.as_deref()), ("dumps", Some("30d")));
+    }
+
+    #[test]
+    fn a_smaller_storage_or_another_major_version_is_refused() {
+        let grown = db(r#"{version: "14", storage: 2Gi, replicas: 1}"#);
+        let c = claim("data-test-db-0", "1Gi", "14");
+        assert_eq!(check(&grown, None, &[&c]), Ok(()));
+        assert!(needs_growth(&grown, &c));
+        assert!(is_data_claim(&grown, &c));
+        assert!(!is_data_claim(&grown, &claim("test-db-backups", "1Gi", "14")));
+        let c2 = claim("data-test-db-0", "2Gi", "14");
+        let Err(r) = check(&example(), None, &[&c2]) else { panic!("a shrink was accepted") };
+        assert_eq!(r.reason(), "ShrinkRefused");
+        assert!(r.message().contains("spec.storage 1Gi") && r.message().contains("2Gi"), "{}", r.message());
+        let fifteen = db(r#"{version: "15", storage: 1Gi, replicas: 1}"#);
+        let Err(r) = check(&fifteen, None, &[&claim("data-test-db-0", "1Gi", "14")]) else {
+            panic!("upgrade accepted")
+        };
+        assert_eq!(r.reason(), "VersionChangeRefused");
+        assert!(r.message().contains("spec.version \"15\"") && r.message().contains("\"14\""), "{}", r.message());
+    }
+
+    fn sts(ready: i32, replicas: i32) -> StatefulSet {
+        let mut s = desired_statefulset(&example(), &Settings::default(), None, "d");
+        s.metadata.generation = Some(1);
+        s.status = Some(StatefulSetStatus {
+            observed_generation: Some(1),
+            replicas,
+            ready_replicas: Some(ready),
+            updated_replicas: Some(replicas),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn cond<'a>(s: &'a PostgreSQLStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn status_goes_pending_provisioning_running() {
+        let db = example();
+        let now = Timestamp::UNIX_EPOCH;
+        let s = status(&db, Observed::default(), now);
+        assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Pending), None));
+        assert_eq!(s.endpoint.as_deref(), Some("test-db.shop.svc:5432"));
+        assert_eq!(s.secret_name.as_deref(), Some("test-db-credentials"));
+        let starting = sts(0, 1);
+        let s = status(&db, Observed { statefulset: Some(&starting), ..Default::default() }, now);
+        assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Provisioning), Some(0)));
+        assert_eq!(cond(&s, "Ready").status, "False");
+        let running = sts(1, 1);
+        let s = status(&db, Observed { statefulset: Some(&running), ..Default::default() }, now);
+        assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Running), Some(1)));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(
+            (cond(&s, "BackupConfigured").status.as_str(), cond(&s, "BackupConfigured").reason.as_str()),
+            ("False", "BackupDisabled")
+        );
+    }
+
+    #[test]
+    fn a_refused_change_leaves_the_phase_of_what_runs() {
+        let running = sts(1, 1);
+        let refusal = Refusal::Shrink { storage: "1Gi".into(), claim: "data-test-db-0".into(), current: "2Gi".into() };
+        let s = status(
+            &example(),
+            Observed { statefulset: Some(&running), refusal: Some(&refusal), ..Default::default() },
+            Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(s.phase, Some(Phase::Running));
+        assert_eq!((cond(&s, "Ready").status.as_str(), cond(&s, "Ready").reason.as_str()), ("False", "ShrinkRefused"));
+        let conflict = Refusal::NameConflict("taken".into());
+        let s = status(&example(), Observed { refusal: Some(&conflict), ..Default::default() }, Timestamp::UNIX_EPOCH);
+        assert_eq!(s.phase, Some(Phase::Failed));
+    }
+
+    #[test]
+    fn backup_configured_follows_the_backup() {
+        let db = db(r#"{version: "14", storage: 1Gi, replicas: 1, backup: {enabled: true}}"#);
+        let now = Timestamp::UNIX_EPOCH;
+        let s = status(&db, Observed::default(), now);
+        assert_eq!(cond(&s, "BackupConfigured").reason, "WaitingForDatabase");
+        let mut b = desired_backup(&db).unwrap();
+        b.status = Some(bosun_api::backup::BackupStatus {
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "Scheduled".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        let s = status(&db, Observed { backup: Some(&b), ..Default::default() }, now);
+        assert_eq!(
+            (cond(&s, "BackupConfigured").status.as_str(), cond(&s, "BackupConfigured").reason.as_str()),
+            ("True", "Scheduled")
+        );
+    }
+
+    #[test]
+    fn the_scripts_are_valid_bash() {
+        for script in [bootstrap_script(), primary_setup_script()] {
+            let out = std::process::Command::new("bash").args(["-n", "-c", &script]).output().expect("bash");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    #[test]
+    fn the_bootstrap_runs_the_command_as_it_is_on_the_primary_and_on_existing_data() {
+        let dir = std::env::temp_dir().join(format!("bosun-bootstrap-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pgdata")).unwrap();
+        std::fs::write(dir.join("pgdata/PG_VERSION"), "15\n").unwrap();
+        for (ordinal, pgdata) in [("0", "empty"), ("2", "pgdata")] {
+            let out = std::process::Command::new("bash")
+                .args(["-c", &bootstrap_script(), "bootstrap", "echo", "started"])
+                .env("BOSUN_ORDINAL", ordinal)
+                .env("PGDATA", dir.join(pgdata))
+                .output()
+                .expect("bash");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n", "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        // A standby whose directory holds something else is refused, not cleared.
+        std::fs::create_dir_all(dir.join("other")).unwrap();
+        std::fs::write(dir.join("other/keep"), "x").unwrap();
+        let out = std::process::Command::new("bash")
+            .args(["-c", &bootstrap_script(), "bootstrap", "echo", "started"])
+            .env("BOSUN_ORDINAL", "1")
+            .env("PGDATA", dir.join("other"))
+            .env("REPLICATION_PASSWORD", "x")
+            .output()
+            .expect("bash");
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("left as it is"));
+        assert!(dir.join("other/keep").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
