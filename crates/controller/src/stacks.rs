@@ -1,0 +1,528 @@
+//! The AppStack and EcommercePlatform controllers: two thin layers on the dependency
+//! engine ([`crate::stack`]).
+//!
+//! Pipeline: the values in effect (pure: [`build::app_stack`], [`build::platform`]) →
+//! refuse a database type change → the components in order (database; cache and
+//! backend after it; frontend and its Ingress after the backend) → the ServiceMonitor
+//! when its CRD is installed → status → write it only if it changed.
+//!
+//! Children carry `app.kubernetes.io/name=stack` and their stack's label (`platform:
+//! <name>`, or `app.example.com/stack: <name>`); one watch per kind serves both
+//! controllers and maps each change back by that label — the MySQL credentials have no
+//! owner (a password outlives the stack, as its data does).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bosun_api::backup::Backup;
+use bosun_api::conditions::{Condition, Conditioned};
+use bosun_api::conditions::{reasons, types};
+use bosun_api::postgresql::PostgreSQL;
+use bosun_api::stack::{AppStack, EcommercePlatform, StackStatus};
+use bosun_resources::conditions::{self as conds, Desired};
+use bosun_resources::stack::{self as build, Plan};
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::object::HasStatus;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use crate::apply::{apply_child, create_if_absent, delete_child, field_manager};
+use crate::children::{Child, Owned, controlled_by};
+use crate::context::Context;
+use crate::error::Error;
+use crate::rbac::{self, Permission};
+use crate::runner::{self, Outcome};
+use crate::stack::{Component, Health, Pass, converge};
+use crate::status::update_status;
+
+/// The `controller` label of these controllers in metrics and logs.
+const APPSTACK: &str = "appstack";
+const PLATFORM: &str = "ecommerceplatform";
+
+/// The CRD whose presence turns ServiceMonitors on.
+pub const SERVICE_MONITOR_CRD: &str = "servicemonitors.monitoring.coreos.com";
+
+/// `MonitoringAvailable`: whether the platform's ServiceMonitor exists.
+pub const MONITORING_AVAILABLE: &str = "MonitoringAvailable";
+
+/// What these controllers do with the API.
+pub const PERMISSIONS: &[Permission] = &{
+    let [a0, a1, a2] = rbac::reconciled("app.example.com", "appstacks");
+    let [e0, e1, e2] = rbac::reconciled("platform.example.com", "ecommerceplatforms");
+    [
+        a0,
+        a1,
+        a2,
+        e0,
+        e1,
+        e2,
+        Permission::new("database.example.com", "postgresqls", rbac::OWN),
+        Permission::new("apps", "statefulsets", rbac::OWN),
+        Permission::new("apps", "deployments", rbac::OWN),
+        Permission::new("", "services", rbac::OWN),
+        Permission::new("networking.k8s.io", "ingresses", rbac::OWN),
+        // The cache when it is turned off.
+        Permission::new("apps", "deployments", &["delete"]),
+        Permission::new("", "services", &["delete"]),
+        // A MySQL database's Backup, deleted when backups are off; its claim of dumps,
+        // created once.
+        Permission::new("backup.example.com", "backups", rbac::OWN),
+        Permission::new("backup.example.com", "backups", &["delete"]),
+        Permission::new("", "persistentvolumeclaims", &["create", "get"]),
+        // MySQL credentials: created once, never updated.
+        Permission::new("", "secrets", &["create", "get", "list", "watch"]),
+        // Whether the Prometheus operator's CRD is installed, and its ServiceMonitors.
+        Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["list", "watch"]),
+        Permission::new("monitoring.coreos.com", "servicemonitors", &["create", "get", "patch"]),
+    ]
+};
+
+/// How often a stack is looked at without any event. Writes nothing when nothing changed.
+const RECHECK: Duration = Duration::from_secs(300);
+
+/// The caches of the stacks' children, shared by both kinds.
+#[derive(Clone)]
+struct Children {
+    postgresqls: Owned<PostgreSQL>,
+    statefulsets: Owned<StatefulSet>,
+    deployments: Owned<Deployment>,
+    services: Owned<Service>,
+    secrets: Owned<Secret>,
+    ingresses: Owned<Ingress>,
+    backups: Owned<Backup>,
+    /// The ServiceMonitor CRD, when installed.
+    monitors: Store<CustomResourceDefinition>,
+    /// What bosun last applied to each ServiceMonitor (a kind it has no cache of).
+    monitors_applied: Arc<Mutex<HashMap<(String, String), u64>>>,
+}
+
+/// A stack kind: how it reduces to a [`Plan`], and the label naming it on its children.
+trait StackKind: runner::Reconciled + HasStatus<Status = StackStatus> {
+    const CONTROLLER: &'static str;
+    const LABEL: &'static str;
+    /// Whether it fills in defaults, which `status.effective` then shows.
+    const DEFAULTS: bool;
+    fn plan(&self) -> Plan;
+}
+
+impl StackKind for AppStack {
+    const CONTROLLER: &'static str = APPSTACK;
+    const LABEL: &'static str = build::STACK_LABEL;
+    const DEFAULTS: bool = false;
+
+    fn plan(&self) -> Plan {
+        build::app_stack(self)
+    }
+}
+
+impl StackKind for EcommercePlatform {
+    const CONTROLLER: &'static str = PLATFORM;
+    const LABEL: &'static str = build::PLATFORM_LABEL;
+    const DEFAULTS: bool = true;
+
+    fn plan(&self) -> Plan {
+        build::platform(self)
+    }
+}
+
+/// The status of a stack after `pass`: the values in effect only where the kind has
+/// defaults to show (EcommercePlatform).
+fn desired_status<K: StackKind>(stack: &K, plan: &Plan, pass: &Pass, conditions: Vec<Condition>) -> StackStatus {
+    StackStatus {
+        observed_generation: stack.meta().generation,
+        phase: Some(pass.phase()),
+        components: pass.components.clone(),
+        endpoints: plan.endpoints(),
+        effective: K::DEFAULTS.then(|| plan.effective()),
+        conditions,
+    }
+}
+
+type Changes<C> = UnboundedReceiver<C>;
+
+/// One watch of `C` for both kinds, routed by which stack label a child carries.
+fn shared<C: Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
+    let (owned, changes) =
+        runner::watch_app_routed::<C>(ctx, ns, build::APP_NAME, &[build::STACK_LABEL, build::PLATFORM_LABEL]);
+    match changes.try_into() {
+        Ok(pair) => (owned, pair),
+        Err(_) => unreachable!("watch_app_routed returns one stream per label"),
+    }
+}
+
+/// Which of the two kinds to serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kinds {
+    pub app_stack: bool,
+    pub platform: bool,
+}
+
+/// Run the AppStack and EcommercePlatform controllers (those `kinds` names) in
+/// `namespace` (or cluster-wide), sharing their children's watches.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    kinds: Kinds,
+) {
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let ns = namespace.as_deref();
+    let (postgresqls, [pg_a, pg_p]) = shared::<PostgreSQL>(&ctx, ns);
+    let (statefulsets, [st_a, st_p]) = shared::<StatefulSet>(&ctx, ns);
+    let (deployments, [d_a, d_p]) = shared::<Deployment>(&ctx, ns);
+    let (services, [s_a, s_p]) = shared::<Service>(&ctx, ns);
+    let (secrets, [se_a, se_p]) = shared::<Secret>(&ctx, ns);
+    let (ingresses, [i_a, i_p]) = shared::<Ingress>(&ctx, ns);
+    let (backups, [b_a, b_p]) = shared::<Backup>(&ctx, ns);
+    let (monitors, crd_changes) = watch_monitor_crd(&ctx);
+    let children = Children {
+        postgresqls,
+        statefulsets,
+        deployments,
+        services,
+        secrets,
+        ingresses,
+        backups,
+        monitors,
+        monitors_applied: Arc::default(),
+    };
+    let app_stacks = async {
+        if kinds.app_stack {
+            let changes = (pg_a, st_a, d_a, s_a, se_a, i_a, b_a);
+            run_kind::<AppStack>(ctx.clone(), ns, concurrency, shutdown.clone(), children.clone(), changes, None).await;
+        }
+    };
+    let platforms = async {
+        if kinds.platform {
+            let changes = (pg_p, st_p, d_p, s_p, se_p, i_p, b_p);
+            run_kind::<EcommercePlatform>(
+                ctx.clone(),
+                ns,
+                concurrency,
+                shutdown.clone(),
+                children.clone(),
+                changes,
+                Some(crd_changes),
+            )
+            .await;
+        }
+    };
+    futures::join!(app_stacks, platforms);
+}
+
+/// The ServiceMonitor CRD, watched by name: the cache says whether it is installed,
+/// and each change reconciles every platform (installing it later works at once).
+fn watch_monitor_crd(ctx: &Context) -> (Store<CustomResourceDefinition>, UnboundedReceiver<()>) {
+    let (reader, writer) = reflector::store();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let api = Api::<CustomResourceDefinition>::all(ctx.client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={SERVICE_MONITOR_CRD}"));
+    let stream = runner::watched(ctx, watcher(api, config)).modify(|crd: &mut CustomResourceDefinition| {
+        crate::children::slim_meta(&mut crd.metadata);
+        crd.spec.versions.iter_mut().for_each(|v| v.schema = None);
+    });
+    let stream = stream.reflect(writer);
+    tokio::spawn(async move {
+        tokio::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if matches!(event, Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone))
+                && tx.unbounded_send(()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (reader, rx)
+}
+
+type AllChanges = (
+    Changes<PostgreSQL>,
+    Changes<StatefulSet>,
+    Changes<Deployment>,
+    Changes<Service>,
+    Changes<Secret>,
+    Changes<Ingress>,
+    Changes<Backup>,
+);
+
+async fn run_kind<K>(
+    ctx: Arc<Context>,
+    ns: Option<&str>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    children: Children,
+    changes: AllChanges,
+    crd_changes: Option<UnboundedReceiver<()>>,
+) where
+    K: StackKind,
+{
+    let ctrl = runner::controller_for::<K>(K::CONTROLLER, &ctx, ns);
+    let (pg, st, d, s, se, i, b) = changes;
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, pg);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, st);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, d);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, s);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, se);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, i);
+    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, b);
+    let ctrl = match crd_changes {
+        Some(crd_changes) => ctrl.reconcile_all_on(crd_changes),
+        None => ctrl,
+    };
+    runner::drive(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, move |stack, ctx| {
+        reconcile(stack, ctx, children.clone())
+    })
+    .await;
+}
+
+fn by_stack_label<K: StackKind, C: Child>(
+    ctrl: kube::runtime::Controller<crate::guard::Guarded<K>>,
+    ctx: &Context,
+    changes: Changes<C>,
+) -> kube::runtime::Controller<crate::guard::Guarded<K>> {
+    runner::triggered_by::<K, C>(K::CONTROLLER, ctrl, ctx, changes, |child| {
+        child.labels().get(K::LABEL).cloned().into_iter().collect()
+    })
+}
+
+async fn reconcile<K>(stack: Arc<K>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error>
+where
+    K: StackKind,
+{
+    let stack = stack.as_ref();
+    let now = ctx.now();
+    let ns = stack.namespace().unwrap_or_default();
+    let plan = stack.plan();
+    let db_name = plan.database_name();
+    let has_pg = children.postgresqls.get(&ns, &db_name).is_some_and(|p| controlled_by(p.as_ref(), stack));
+    let has_mysql = children.statefulsets.get(&ns, &db_name).is_some_and(|s| controlled_by(s.as_ref(), stack));
+    let previous = stack.status().map(|s| s.conditions().to_vec()).unwrap_or_default();
+
+    if let Some(message) = build::type_change(&plan, has_pg, has_mysql) {
+        let pass = Pass { components: vec![], refused: Some((reasons::DATABASE_TYPE_CHANGE_REFUSED, message.clone())) };
+        let desired = vec![Desired::new(types::READY, false, reasons::DATABASE_TYPE_CHANGE_REFUSED, message.clone())];
+        let status =
+            desired_status(stack, &plan, &pass, conds::merge(&previous, desired, stack.meta().generation, now));
+        let announce = update_status(&ctx, K::CONTROLLER, stack, &status).await?;
+        return Ok(Outcome::of(Some((reasons::DATABASE_TYPE_CHANGE_REFUSED, message)), announce));
+    }
+
+    let pass = converge(components(stack, &ctx, &children, &plan)).await?;
+    if !plan.cache {
+        drop_cache(stack, &ctx, &children, &plan).await?;
+    }
+    let monitoring = monitoring(stack, &ctx, &children, &plan).await?;
+
+    let ready = Desired::new(
+        types::READY,
+        pass.phase() == bosun_api::stack::Phase::Running,
+        match (&pass.refused, pass.phase()) {
+            (Some((reason, _)), _) => reason,
+            (None, bosun_api::stack::Phase::Running) => reasons::ALL_COMPONENTS_READY,
+            _ => reasons::DEPLOYING,
+        },
+        pass.summary(),
+    );
+    let mut desired = vec![ready];
+    desired.extend(monitoring);
+    let status = desired_status(stack, &plan, &pass, conds::merge(&previous, desired, stack.meta().generation, now));
+    let announce = update_status(&ctx, K::CONTROLLER, stack, &status).await?;
+    Ok(match pass.refused {
+        Some((reason, message)) => Outcome::of(Some((reason, message)), announce),
+        None => Outcome::Requeue(RECHECK),
+    })
+}
+
+/// The components of `plan`, in dependency order.
+fn components<'a, K: StackKind>(
+    stack: &'a K,
+    ctx: &'a Context,
+    children: &'a Children,
+    plan: &'a Plan,
+) -> Vec<Component<'a>> {
+    let ns = stack.namespace().unwrap_or_default();
+    let exists = |name: &str| children.deployments.get(&ns, name).is_some_and(|d| controlled_by(d.as_ref(), stack));
+    let db_started = children.postgresqls.get(&ns, &plan.database_name()).is_some()
+        || children.statefulsets.get(&ns, &plan.database_name()).is_some();
+    let mut components = vec![Component {
+        name: build::DATABASE_COMPONENT,
+        after: &[],
+        started: db_started,
+        apply: Box::pin(database(stack, ctx, children, plan)),
+    }];
+    if plan.cache {
+        components.push(Component {
+            name: build::CACHE_COMPONENT,
+            after: build::CACHE_AFTER,
+            started: exists(&plan.cache_name()),
+            apply: Box::pin(cache(stack, ctx, children, plan)),
+        });
+    }
+    for (name, after) in
+        [(build::BACKEND_COMPONENT, build::BACKEND_AFTER), (build::FRONTEND_COMPONENT, build::FRONTEND_AFTER)]
+    {
+        components.push(Component {
+            name,
+            after,
+            started: exists(&plan.tier_name(name)),
+            apply: Box::pin(tier(stack, ctx, children, plan, name)),
+        });
+    }
+    components
+}
+
+async fn database<K: StackKind>(stack: &K, ctx: &Context, children: &Children, plan: &Plan) -> Result<Health, Error> {
+    if let Some(pg) = build::desired_postgresql(stack, plan) {
+        let applied = apply_child(ctx, stack, &children.postgresqls, pg).await?;
+        return Ok(health(build::postgresql_ready(&applied)));
+    }
+    let ns = stack.namespace().unwrap_or_default();
+    let secret_name = plan.credentials_name();
+    if children.secrets.get(&ns, &secret_name).is_none() {
+        let found = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&secret_name)
+            .await
+            .map_err(|source| Error::Read { what: format!("Secret {ns}/{secret_name}"), source })?;
+        if found.is_none() {
+            let password = crate::postgresql::new_password();
+            let root = crate::postgresql::new_password();
+            create_if_absent(ctx, stack, &build::desired_mysql_secret(stack, plan, &password, &root)).await?;
+        }
+    }
+    let Some(sts) = build::desired_mysql_statefulset(stack, plan, &ctx.settings.stack) else {
+        return Ok(Health::not_ready("no database"));
+    };
+    let sts = apply_child(ctx, stack, &children.statefulsets, sts).await?;
+    if let Some(service) = build::desired_mysql_service(stack, plan) {
+        apply_child(ctx, stack, &children.services, service).await?;
+    }
+    let ready = build::statefulset_ready(&sts, 1);
+    mysql_backup(stack, ctx, children, plan, ready.is_ok()).await?;
+    Ok(health(ready))
+}
+
+/// A MySQL database's Backup, made once the database is Ready (with its claim of
+/// dumps, created once), deleted when the plan takes no backups — the dumps stay.
+async fn mysql_backup<K: StackKind>(
+    stack: &K,
+    ctx: &Context,
+    children: &Children,
+    plan: &Plan,
+    ready: bool,
+) -> Result<(), Error> {
+    let ns = stack.namespace().unwrap_or_default();
+    let name = format!("{}-backup", plan.database_name());
+    let existing = children.backups.get(&ns, &name).filter(|b| controlled_by(b.as_ref(), stack));
+    match build::desired_mysql_backup(stack, plan) {
+        None => delete_child(ctx, stack, &children.backups, &ns, &name).await,
+        Some(_) if existing.is_none() && !ready => Ok(()),
+        Some((backup, claim)) => {
+            if existing.is_none() {
+                create_if_absent(ctx, stack, &claim).await?;
+            }
+            apply_child(ctx, stack, &children.backups, backup).await.map(|_| ())
+        }
+    }
+}
+
+async fn cache<K: StackKind>(stack: &K, ctx: &Context, children: &Children, plan: &Plan) -> Result<Health, Error> {
+    let Some((deployment, service)) = build::desired_cache(stack, plan, &ctx.settings.stack) else {
+        return Ok(Health::ready());
+    };
+    let (deployment, _) = futures::try_join!(
+        apply_child(ctx, stack, &children.deployments, deployment),
+        apply_child(ctx, stack, &children.services, service),
+    )?;
+    Ok(health(build::deployment_ready(&deployment, 1)))
+}
+
+async fn tier<K: StackKind>(
+    stack: &K,
+    ctx: &Context,
+    children: &Children,
+    plan: &Plan,
+    component: &'static str,
+) -> Result<Health, Error> {
+    let (deployment, service) = build::desired_tier(stack, plan, component);
+    let want = if component == build::BACKEND_COMPONENT { plan.backend.replicas } else { plan.frontend.replicas };
+    let (deployment, _) = futures::try_join!(
+        apply_child(ctx, stack, &children.deployments, deployment),
+        apply_child(ctx, stack, &children.services, service),
+    )?;
+    if component == build::FRONTEND_COMPONENT
+        && let Some(ingress) = build::desired_ingress(stack, plan)
+    {
+        apply_child(ctx, stack, &children.ingresses, ingress).await?;
+    }
+    Ok(health(build::deployment_ready(&deployment, want)))
+}
+
+fn health(ready: Result<(), String>) -> Health {
+    match ready {
+        Ok(()) => Health::ready(),
+        Err(message) => Health::not_ready(message),
+    }
+}
+
+/// The ServiceMonitor, when monitoring is on and its CRD installed; the
+/// `MonitoringAvailable` condition of a platform that asks for monitoring.
+async fn monitoring<K: StackKind>(
+    stack: &K,
+    ctx: &Context,
+    children: &Children,
+    plan: &Plan,
+) -> Result<Option<Desired>, Error> {
+    let Some(monitor) = build::desired_service_monitor(stack, plan) else { return Ok(None) };
+    if children.monitors.state().is_empty() {
+        return Ok(Some(Desired::new(
+            MONITORING_AVAILABLE,
+            false,
+            reasons::CRD_NOT_INSTALLED,
+            format!(
+                "the CRD {SERVICE_MONITOR_CRD} (Prometheus operator) is not installed: no ServiceMonitor is made; \
+                 the rest of the platform runs, and the ServiceMonitor follows as soon as the CRD is installed"
+            ),
+        )));
+    }
+    let ns = stack.namespace().unwrap_or_default();
+    let key = (ns.clone(), plan.name.clone());
+    let print = crate::changes::fingerprint(&monitor);
+    let known = children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+    if known != Some(print) {
+        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "servicemonitors"));
+        let params = PatchParams::apply(&field_manager::<K>()).force();
+        api.patch(&plan.name, &params, &Patch::Apply(&monitor)).await.map_err(|source| Error::Apply {
+            kind: "ServiceMonitor".to_owned(),
+            name: plan.name.clone(),
+            source,
+        })?;
+        children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).insert(key, print);
+    }
+    Ok(Some(Desired::new(
+        MONITORING_AVAILABLE,
+        true,
+        reasons::SERVICE_MONITOR_CREATED,
+        format!("ServiceMonitor {} scrapes the backend and the frontend", plan.name),
+    )))
+}
+
+/// The cache when it is turned off: its Deployment and Service go.
+async fn drop_cache<K: StackKind>(stack: &K, ctx: &Context, children: &Children, plan: &Plan) -> Result<(), Error> {
+    let ns = stack.namespace().unwrap_or_default();
+    delete_child(ctx, stack, &children.deployments, &ns, &plan.cache_name()).await?;
+    delete_child(ctx, stack, &children.services, &ns, &plan.cache_name()).await
+}
