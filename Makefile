@@ -74,6 +74,12 @@ RUN_PREREQ :=
 else
 RUN_KUBECONFIG := $(CLUSTER_DIR)/kubeconfig
 RUN_PREREQ := cluster
+# The local cluster pulls nothing: its real node runs the images hack/images.sh built,
+# and its hostPath volumes ignore fsGroup.
+# No Service routes to a process on the host: the apiserver (on this host too) calls the
+# webhooks at a URL, and bosun creates the configurations pointing there.
+RUN_ENV := BOSUN_POSTGRES_IMAGE=localhost/postgres:15 BOSUN_POSTGRES_VOLUME_PERMISSIONS=true \
+	BOSUN_REDIS_IMAGE=localhost/redis:7 BOSUN_WEBHOOK_URL=https://127.0.0.1:9443
 endif
 
 .PHONY: install
@@ -82,13 +88,16 @@ install: $(RUN_PREREQ) ## Install the CRDs into the cluster (local control plane
 	KUBECONFIG=$(RUN_KUBECONFIG) kubectl wait --for=condition=Established --timeout=60s -f config/crd/bases
 
 .PHONY: uninstall
-uninstall: ## Remove the CRDs (and so every custom resource) from the cluster.
+uninstall: ## Remove the CRDs (and so every custom resource) and the webhook configurations `make run` made.
 	KUBECONFIG=$(RUN_KUBECONFIG) kubectl delete --ignore-not-found -k config/crd
+	KUBECONFIG=$(RUN_KUBECONFIG) kubectl delete --ignore-not-found \
+	  validatingwebhookconfiguration/bosun-validating-webhook-configuration \
+	  mutatingwebhookconfiguration/bosun-mutating-webhook-configuration
 
 .PHONY: run
 run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
 	@echo "bosun: using $(RUN_KUBECONFIG); in another shell: export KUBECONFIG=$(RUN_KUBECONFIG)"
-	KUBECONFIG=$(RUN_KUBECONFIG) $(BOSUN) run $(ARGS)
+	KUBECONFIG=$(RUN_KUBECONFIG) $(RUN_ENV) $(BOSUN) run $(ARGS)
 
 ##@ Benchmarks
 

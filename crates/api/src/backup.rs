@@ -160,17 +160,20 @@ pub fn schedule_pattern() -> String {
     format!(r"^(@({macros})|{})$", fields.join(r"[ \t]+"))
 }
 
-fn schedule_rule() -> Rule {
+/// The rule a cron schedule at `field` (e.g. `spec.schedule`) must follow.
+pub fn schedule_rule(field: &str) -> Rule {
     Rule::new(format!("self.matches('{}')", schedule_pattern().replace('\\', "\\\\")))
-        .message("spec.schedule must be a cron expression of five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; each *, a value, a range a-b or a list, with an optional /step), e.g. \"0 2 * * *\", or one of @hourly, @daily, @weekly, @monthly, @yearly")
+        .message(kube::core::Message::Message(format!("{field} must be a cron expression of five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or JAN-DEC, day of week 0-6 or SUN-SAT; each *, a value, a range a-b or a list, with an optional /step), e.g. \"0 2 * * *\", or one of @hourly, @daily, @weekly, @monthly, @yearly")))
 }
 
 /// The regular expression a retention must match: what `bosun backup run --retention` takes.
 pub const RETENTION_PATTERN: &str = "^([0-9]+[mhdw])+$";
 
-fn retention_rule() -> Rule {
-    Rule::new(format!("self.matches('{RETENTION_PATTERN}')"))
-        .message("spec.retention must be a duration: a number and a unit m, h, d or w, e.g. 30d, 12h, 2w or 1d12h")
+/// The rule a retention at `field` (e.g. `spec.retention`) must follow.
+pub fn retention_rule(field: &str) -> Rule {
+    Rule::new(format!("self.matches('{RETENTION_PATTERN}')")).message(kube::core::Message::Message(format!(
+        "{field} must be a duration: a number and a unit m, h, d or w, e.g. 30d, 12h, 2w or 1d12h"
+    )))
 }
 
 /// Scheduled dumps of a database into object storage, pruned by age.
@@ -201,13 +204,13 @@ pub struct BackupSpec {
     /// When to run, as a cron expression (the CronJob's schedule, in the controller
     /// manager's time zone), e.g. `0 2 * * *`.
     #[schemars(length(min = 1, max = 256))]
-    #[x_kube(validation = schedule_rule())]
+    #[x_kube(validation = schedule_rule("spec.schedule"))]
     pub schedule: String,
     /// Delete dumps older than this after a good run, e.g. `30d`; the newest good dump
     /// is always kept. None: keep every dump.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32))]
-    #[x_kube(validation = retention_rule())]
+    #[x_kube(validation = retention_rule("spec.retention"))]
     pub retention: Option<String>,
     /// Also keep at least this many newest good dumps, whatever their age.
     #[serde(default, skip_serializing_if = "Option::is_none")]

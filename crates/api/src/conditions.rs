@@ -73,11 +73,42 @@ pub mod reasons {
     /// Refusals that a later look may find resolved without any change to the
     /// resource itself (someone else's object goes away, a referenced one appears):
     /// looked at again periodically rather than waiting for a spec change.
-    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT];
+    /// Every component of a stack is Ready.
+    pub const ALL_COMPONENTS_READY: &str = "AllComponentsReady";
+    /// A stack's components are starting or waiting for what they depend on.
+    pub const DEPLOYING: &str = "Deploying";
+    /// A stack's `spec.database.type` differs from the database its data is in.
+    pub const DATABASE_TYPE_CHANGE_REFUSED: &str = "DatabaseTypeChangeRefused";
+    /// Monitoring is asked for but the Prometheus operator's CRD is not installed.
+    pub const CRD_NOT_INSTALLED: &str = "CRDNotInstalled";
+    /// A platform's ServiceMonitor is in place.
+    pub const SERVICE_MONITOR_CREATED: &str = "ServiceMonitorCreated";
+    /// A PostgreSQL's instances are all ready.
+    pub const RUNNING_READY: &str = "AllReplicasReady";
+    /// A PostgreSQL's instances are starting.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// A PostgreSQL's `spec.version` differs from its data's major version.
+    pub const VERSION_CHANGE_REFUSED: &str = "VersionChangeRefused";
+    /// A PostgreSQL's credentials Secret is gone (or lacks a key) while its data exists.
+    pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
+    /// Backups are not asked for.
+    pub const BACKUP_DISABLED: &str = "BackupDisabled";
+    /// Backups wait for the database to be Ready.
+    pub const WAITING_FOR_DATABASE: &str = "WaitingForDatabase";
+    /// The Backup exists and is not Ready (yet): its own condition says why.
+    pub const BACKUP_NOT_READY: &str = "BackupNotReady";
+
+    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT, CREDENTIALS_MISSING];
 }
 
 /// Condition types of Backup.
 pub mod backup_types {
     /// Whether the newest finished run stored a good dump.
     pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
+}
+
+/// Condition types of PostgreSQL.
+pub mod postgresql_types {
+    /// Whether the scheduled backups asked for are in place.
+    pub const BACKUP_CONFIGURED: &str = "BackupConfigured";
 }

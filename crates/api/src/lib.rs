@@ -8,7 +8,9 @@ pub mod appconfig;
 pub mod backup;
 pub mod conditions;
 pub mod demovolume;
+pub mod postgresql;
 pub mod schema;
+pub mod stack;
 pub mod voteconfig;
 pub mod webapp;
 
@@ -25,6 +27,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         schema::crd::<appconfig::AppConfig>(),
         schema::crd::<backup::Backup>(),
         schema::crd::<backup::Restore>(),
+        schema::crd::<postgresql::PostgreSQL>(),
+        schema::crd::<stack::AppStack>(),
+        schema::crd::<stack::EcommercePlatform>(),
     ]
 }
 

@@ -216,7 +216,7 @@ mod tests {
                 all.insert(format!("{}.{}/{}", crd.spec.names.kind, crd.spec.group, version.name), schema);
             }
         }
-        assert_eq!(all.len(), 7, "{:?}", all.keys());
+        assert_eq!(all.len(), 10, "{:?}", all.keys());
         all
     }
 

@@ -27,7 +27,7 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controller manager against the cluster in KUBECONFIG (or in-cluster config).
-    Run(bosun_runtime::RunArgs),
+    Run(Box<bosun_runtime::RunArgs>),
     /// Print the CustomResourceDefinitions, or write them as config/crd/ is laid out.
     Crd {
         /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` into this directory.
@@ -63,12 +63,13 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Command::Manifests { config_dir } => {
             write_crds(&config_dir.join("crd"))?;
             write_files(&config_dir.join("rbac"), bosun_controller::rbac::files()?)?;
+            write_files(&config_dir.join("webhook"), bosun_runtime::webhook::files()?)?;
         }
         Command::Render { file } => print!("{}", render(&file)?),
         Command::Run(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(bosun_runtime::run(args))?;
+            runtime.block_on(bosun_runtime::run(*args))?;
         }
         // The runners print one JSON result line on stdout and log to stderr.
         Command::Backup(BackupCommand::Run(args)) => {

@@ -34,15 +34,6 @@ fn object<K: serde::de::DeserializeOwned>(manifest: Value) -> K {
     serde_json::from_value(manifest).unwrap_or_else(|e| panic!("manifest: {e}"))
 }
 
-/// `kubectl apply -f -` of `yaml` in the test namespace.
-fn kubectl_apply(env: &Env, yaml: &str) -> (bool, String) {
-    let file = std::env::temp_dir().join(format!("bosun-e2e-{}-{}.yaml", env.ns, rand::random::<u32>()));
-    std::fs::write(&file, yaml).expect("manifest file");
-    let out = env.kubectl(&["apply", "-f", file.to_str().expect("path")]);
-    let _ = std::fs::remove_file(&file);
-    out
-}
-
 fn condition<'a>(
     conditions: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     type_: &str,
@@ -69,7 +60,7 @@ async fn the_nightly_example_schedules_a_cronjob_with_credentials_by_reference_o
     e2e("backup-cronjob", |env| async move {
         let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
         credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
-        let (ok, out) = kubectl_apply(&env, NIGHTLY);
+        let (ok, out) = env.kubectl_apply(NIGHTLY);
         assert!(ok, "the spec's example was refused: {out}");
 
         let cj = env
@@ -121,7 +112,7 @@ async fn the_nightly_example_schedules_a_cronjob_with_credentials_by_reference_o
                 .map(|l| if l.trim_start().starts_with(&format!("{key}:")) { format!("  {bad}") } else { l.to_owned() })
                 .collect::<Vec<_>>()
                 .join("\n");
-            let (ok, out) = kubectl_apply(&env, &yaml);
+            let (ok, out) = env.kubectl_apply(&yaml);
             assert!(!ok, "{bad} was accepted");
             assert!(out.contains(field), "the refusal of {bad} does not name {field}: {out}");
         }
@@ -208,6 +199,13 @@ async fn postgres(env: &Env, name: &str, secret: &str) {
     })))
     .await;
     env.wait_pod_ready(name, START).await;
+    // The Service's ClusterIP answers only once the node's kube-proxy has its rules;
+    // on a loaded machine that can trail the pod's readiness by seconds.
+    let started = std::time::Instant::now();
+    while !env.exec(name, &["pg_isready", "-q", "-h", name, "-p", "5432"]).0 {
+        assert!(started.elapsed() < START, "Service {name} never reached its pod");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 fn psql(env: &Env, pod: &str, sql: &str) -> String {
@@ -268,7 +266,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
                 s3.bucket, s3.endpoint
             ),
         );
-        let (ok, out) = kubectl_apply(&env, &backup);
+        let (ok, out) = env.kubectl_apply(&backup);
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("nightly-cronjob", "the CronJob", |_| true).await;
         let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", "manual-1"]);
@@ -300,7 +298,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         credentials(&env, "wrong-credentials", &[("username", "app"), ("password", "not-it")]).await;
         let broken =
             backup.replace("name: nightly}", "name: broken}").replace("test-db-credentials", "wrong-credentials");
-        let (ok, out) = kubectl_apply(&env, &broken);
+        let (ok, out) = env.kubectl_apply(&broken);
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("broken-cronjob", "the CronJob", |_| true).await;
         let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/broken-cronjob", "broken-1"]);
@@ -332,7 +330,7 @@ spec:
   backupRef: {name: nightly}
   target: {type: postgresql, connection: {host: fresh-db, database: app, secretRef: {name: fresh-db-credentials}}}
 "#;
-        let (ok, out) = kubectl_apply(&env, restore);
+        let (ok, out) = env.kubectl_apply(restore);
         assert!(ok, "{out}");
         let r = env
             .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
@@ -349,7 +347,7 @@ spec:
 
         // A Restore into a database that holds tables is refused, and it is left alone.
         let again = restore.replace("name: back}", "name: again}");
-        let (ok, out) = kubectl_apply(&env, &again);
+        let (ok, out) = env.kubectl_apply(&again);
         assert!(ok, "{out}");
         let r = env
             .wait_for_within::<Restore>("again", "phase Failed", START, |r| {

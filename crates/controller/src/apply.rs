@@ -11,7 +11,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -166,6 +166,82 @@ where
         ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&()));
     }
     Ok(applied)
+}
+
+/// Create `child` of `owner` unless an object holds its name, and return the stored
+/// object — the one created, or the one found, as it is. Never writes over an
+/// existing object: for children that are written once and then belong to the user
+/// (a generated password, a claim of dumps), not kept in a desired state.
+pub async fn create_if_absent<K, C>(ctx: &Context, owner: &K, child: &C) -> Result<C, Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: Child,
+{
+    let name = child.name_any();
+    let ns = child.namespace().unwrap_or_default();
+    let api = Api::<C>::namespaced(ctx.client.clone(), &ns);
+    let failed = |source| Error::Apply { kind: C::kind(&()).into_owned(), name: name.clone(), source };
+    let params = PostParams { field_manager: Some(field_manager::<K>()), ..PostParams::default() };
+    match api.create(&params, child).await {
+        Ok(created) => {
+            ctx.events.child(&owner.object_ref(&()), ChildChange::Created, created.object_ref(&()));
+            Ok(created)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            api.get(&name).await.map_err(|source| Error::Read { what: format!("{} {ns}/{name}", C::kind(&())), source })
+        }
+        Err(source) => Err(failed(source)),
+    }
+}
+
+/// Delete the child `namespace/name` of `owner` if bosun's cache holds it and
+/// `owner` controls it — and only that object (a uid precondition): a child that is
+/// no longer wanted (a Service for standbys after scaling to one instance).
+pub async fn delete_child<K, C>(
+    ctx: &Context,
+    owner: &K,
+    owned: &Owned<C>,
+    namespace: &str,
+    name: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: Child,
+{
+    let Some(cached) = owned.get(namespace, name).filter(|c| children::controlled_by(c.as_ref(), owner)) else {
+        return Ok(());
+    };
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: cached.meta().uid.clone(), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match Api::<C>::namespaced(ctx.client.clone(), namespace).delete(name, &params).await {
+        Ok(_) => {
+            ctx.events.deleted(&owner.object_ref(&()), cached.object_ref(&()));
+            Ok(())
+        }
+        // Gone already, or replaced by an object that is not this one.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Apply { kind: C::kind(&()).into_owned(), name: name.to_owned(), source }),
+    }
+}
+
+/// Merge `patch` into `target` — that very object: its uid is a precondition, so a
+/// replacement is left alone — as the field manager of `K`'s controller. For fields
+/// of objects bosun does not apply whole: a claim's storage request, a pod's label.
+pub async fn merge_into<K, C>(ctx: &Context, target: &C, patch: serde_json::Value) -> Result<C, Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: crate::runner::Reconciled,
+{
+    let (ns, name) = (target.namespace().unwrap_or_default(), target.name_any());
+    let mut patch = patch;
+    patch["metadata"]["uid"] = serde_json::json!(target.meta().uid);
+    let params = PatchParams { field_manager: Some(field_manager::<K>()), ..PatchParams::default() };
+    Api::<C>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &params, &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Apply { kind: C::kind(&()).into_owned(), name, source })
 }
 
 /// A resourceVersion no stored object has (etcd revisions are positive int64 and

@@ -31,9 +31,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -190,6 +190,53 @@ impl Child for Job {
             // reads the attempt's error.
             (status.terminating, status.uncounted_terminated_pods) = (None, None);
         }
+    }
+}
+
+impl Child for StatefulSet {
+    /// A PostgreSQL keeps its claim template's size (immutable once created) and
+    /// reads the instance counters: only the managers' field sets go.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+    }
+}
+
+impl Child for Secret {
+    /// Only PostgreSQL credentials are watched: their passwords' digest goes into the
+    /// pod template, so the data stays.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+    }
+}
+
+impl Child for Pod {
+    /// A PostgreSQL labels each instance's pod with its role: only names and labels
+    /// are read.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        (self.spec, self.status) = (None, None);
+    }
+}
+
+impl Child for bosun_api::postgresql::PostgreSQL {
+    /// A stack's database: its status tells whether it is Ready.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+    }
+}
+
+impl Child for k8s_openapi::api::networking::v1::Ingress {
+    /// A platform's Ingress: nothing reads it back but its identity.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        (self.spec, self.status) = (None, None);
+    }
+}
+
+impl Child for bosun_api::backup::Backup {
+    /// A PostgreSQL's status reads its Backup's Ready condition.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
     }
 }
 

@@ -65,6 +65,16 @@ impl Events {
         self.normal(owner, reason, action, note, Some(child));
     }
 
+    /// A child of `owner` that is no longer wanted was deleted.
+    pub fn deleted(&self, owner: &ObjectReference, child: ObjectReference) {
+        let note = format!(
+            "Deleted {} {}",
+            child.kind.as_deref().unwrap_or_default(),
+            child.name.as_deref().unwrap_or_default()
+        );
+        self.normal(owner, "Deleted", "Delete", note, Some(child));
+    }
+
     /// Workloads that consume a child of `owner` were restarted to pick up its new
     /// data: one event for the whole rollout, naming them (`Kind/name`).
     pub fn rolled_out(&self, owner: &ObjectReference, workloads: &[String]) {

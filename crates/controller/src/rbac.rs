@@ -74,6 +74,34 @@ pub const MANAGER: &[Permission] = &[Permission::new("events.k8s.io", "events", 
 pub const LEADER_ELECTION: &[Permission] =
     &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
 
+/// What the admission webhooks need cluster-wide: the two configurations (created with
+/// `--webhook-url`, their CA bundle kept right either way, watched to put it back) and
+/// namespaces' labels (`productionNamespaceSelector`).
+pub const WEBHOOKS: &[Permission] = &[
+    Permission::new(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        &["create", "get", "list", "patch", "watch"],
+    ),
+    Permission::new(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        &["create", "get", "list", "patch", "watch"],
+    ),
+    Permission::new("", "namespaces", &["list", "watch"]),
+];
+
+/// The verbs the webhooks use on the Secret of the self-managed CA and certificate in
+/// bosun's own namespace: watched, created when missing, replaced only with the
+/// resourceVersion read.
+pub const WEBHOOK_SECRET_VERBS: &[&str] = &["create", "get", "list", "update", "watch"];
+
+/// What the webhooks need in bosun's own namespace beyond what the ClusterRole already
+/// grants on Secrets everywhere (PostgreSQL's credentials: create, get, list, watch):
+/// `update`, to replace the certificate Secret. A test checks that the two together
+/// cover [`WEBHOOK_SECRET_VERBS`].
+pub const WEBHOOK_CERTIFICATES: &[Permission] = &[Permission::new("", "secrets", &["update"])];
+
 /// The rules of the ClusterRole: permissions merged per (group, verbs), resources and
 /// verbs sorted, so the generated YAML is stable.
 pub fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
@@ -119,13 +147,16 @@ pub fn cluster_permissions() -> Vec<Permission> {
         crate::appconfig::PERMISSIONS,
         crate::backup::PERMISSIONS,
         crate::restore::PERMISSIONS,
+        crate::postgresql::PERMISSIONS,
+        crate::stacks::PERMISSIONS,
+        WEBHOOKS,
     ]
     .concat()
 }
 
 /// The permissions of the leader-election Role, in bosun's own namespace only.
 pub fn namespaced_permissions() -> Vec<Permission> {
-    LEADER_ELECTION.to_vec()
+    [LEADER_ELECTION, WEBHOOK_CERTIFICATES].concat()
 }
 
 /// Every permission bosun uses, cluster-wide and namespaced.
@@ -237,24 +268,51 @@ mod tests {
     }
 
     #[test]
-    fn the_leader_election_role_grants_exactly_what_the_lease_manager_calls() {
+    fn the_namespaced_role_grants_exactly_the_lease_and_the_certificate_secret() {
         let rules = rules(&namespaced_permissions());
-        assert_eq!(rules.len(), 1, "{rules:?}");
-        assert_eq!(rules[0].api_groups, Some(vec!["coordination.k8s.io".to_owned()]));
-        assert_eq!(rules[0].resources, Some(vec!["leases".to_owned()]));
-        assert_eq!(rules[0].verbs, vec!["create", "get", "patch"]);
+        let summary: Vec<_> = rules
+            .iter()
+            .map(|r| (r.api_groups.clone().unwrap()[0].clone(), r.resources.clone().unwrap(), r.verbs.clone()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("".to_owned(), vec!["secrets".to_owned()], vec!["update".to_owned()]),
+                (
+                    "coordination.k8s.io".to_owned(),
+                    vec!["leases".to_owned()],
+                    vec!["create".to_owned(), "get".to_owned(), "patch".to_owned()]
+                ),
+            ]
+        );
     }
 
     #[test]
-    fn no_permission_is_both_cluster_wide_and_namespaced() {
+    fn no_verb_is_granted_both_cluster_wide_and_namespaced() {
         let cluster = cluster_permissions();
         for p in namespaced_permissions() {
-            assert!(
-                !cluster.iter().any(|c| c.group == p.group && c.name() == p.name()),
-                "{}/{} is granted both cluster-wide and in {NAMESPACE}",
-                p.group,
-                p.name()
-            );
+            for c in cluster.iter().filter(|c| c.group == p.group && c.name() == p.name()) {
+                let both: Vec<_> = p.verbs.iter().filter(|v| c.verbs.contains(v)).collect();
+                assert!(
+                    both.is_empty(),
+                    "{}/{} {both:?} granted both cluster-wide and in {NAMESPACE}",
+                    p.group,
+                    p.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_webhooks_may_use_every_verb_they_call_on_their_secret() {
+        let granted: Vec<&str> = [cluster_permissions(), namespaced_permissions()]
+            .concat()
+            .into_iter()
+            .filter(|p| p.group.is_empty() && p.name() == "secrets")
+            .flat_map(|p| p.verbs.iter().copied())
+            .collect();
+        for verb in WEBHOOK_SECRET_VERBS {
+            assert!(granted.contains(verb), "secrets {verb} is not granted");
         }
     }
 
@@ -269,7 +327,7 @@ mod tests {
         let role: Role = serde_yaml_ng::from_str(&get("leader_election_role.yaml")).expect("Role");
         assert_eq!(role.metadata.name.as_deref(), Some(LEADER_ELECTION_ROLE));
         assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
-        assert_eq!(role.rules, Some(rules(LEADER_ELECTION)));
+        assert_eq!(role.rules, Some(rules(&namespaced_permissions())));
         let binding: RoleBinding = serde_yaml_ng::from_str(&get("leader_election_role_binding.yaml")).expect("binding");
         assert_eq!(binding.metadata.name.as_deref(), Some(LEADER_ELECTION_ROLE_BINDING));
         assert_eq!(binding.metadata.namespace.as_deref(), Some(NAMESPACE));

@@ -189,18 +189,65 @@ pub fn watch_children<C: Child>(
     namespace: Option<&str>,
     owners: &[(&str, &str)],
 ) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
-    let selector = format!("app.kubernetes.io/managed-by={MANAGED_BY}");
+    let kinds: Vec<(String, String)> = owners.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let (senders, receivers): (Vec<_>, Vec<_>) = owners.iter().map(|_| mpsc::unbounded()).unzip();
+    let pick = move |child: &C| {
+        let owner = child.owner_references().iter().find(|r| r.controller == Some(true))?;
+        kinds.iter().position(|(kind, api_version)| *kind == owner.kind && *api_version == owner.api_version)
+    };
+    (watch_routed(ctx, namespace, None, senders, pick), receivers)
+}
+
+/// One watch of the bosun-managed `C` that also carry the label `app_name` as
+/// `app.kubernetes.io/name`, for one controller: the cache and every relevant change,
+/// whoever controls the object. For children that outlive their parent and have no
+/// controller (a PostgreSQL's credentials and claims): [`triggered_by`] maps them back,
+/// by their labels.
+pub fn watch_app<C: Child>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    app_name: &str,
+) -> (Owned<C>, mpsc::UnboundedReceiver<C>) {
+    let (tx, rx) = mpsc::unbounded();
+    let selector = format!("app.kubernetes.io/name={app_name}");
+    (watch_routed(ctx, namespace, Some(&selector), vec![tx], |_: &C| Some(0)), rx)
+}
+
+/// One watch of the bosun-managed `C` labelled `app.kubernetes.io/name=app_name`,
+/// shared by controllers that each mark their children with a label of their own
+/// (`labels`, one per controller): the cache, and per label the changes of the
+/// children that carry it — whoever controls them, for children without an owner.
+pub fn watch_app_routed<C: Child>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    app_name: &str,
+    labels: &[&'static str],
+) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
+    let labels = labels.to_vec();
+    let (senders, receivers): (Vec<_>, Vec<_>) = labels.iter().map(|_| mpsc::unbounded()).unzip();
+    let selector = format!("app.kubernetes.io/name={app_name}");
+    let pick = move |child: &C| labels.iter().position(|l| child.labels().contains_key(*l));
+    (watch_routed(ctx, namespace, Some(&selector), senders, pick), receivers)
+}
+
+/// The watch behind [`watch_children`], [`watch_app`] and [`watch_app_routed`]: bosun-managed `C` (and
+/// `also` selected), slimmed into a cache; each relevant change goes to the sender
+/// `pick` names, until every sender's controller stopped.
+fn watch_routed<C: Child>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    also: Option<&str>,
+    senders: Vec<mpsc::UnboundedSender<C>>,
+    pick: impl Fn(&C) -> Option<usize> + Send + 'static,
+) -> Owned<C> {
+    let mut selector = format!("app.kubernetes.io/managed-by={MANAGED_BY}");
+    if let Some(also) = also {
+        selector = format!("{selector},{also}");
+    }
     let (reader, writer) = reflector::store();
     let owned = Owned::new(reader);
     let watch = watcher(api::<C>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
     let mut relevant = Relevant::new(owned.clone());
-    let (senders, receivers): (Vec<_>, Vec<_>) = owners
-        .iter()
-        .map(|(kind, api_version)| {
-            let (tx, rx) = mpsc::unbounded();
-            (((*kind).to_owned(), (*api_version).to_owned(), tx), rx)
-        })
-        .unzip();
     let changes = watched(ctx, watch)
         .modify(C::slim)
         .reflect(writer)
@@ -208,22 +255,18 @@ pub fn watch_children<C: Child>(
     tokio::spawn(async move {
         tokio::pin!(changes);
         // Watch errors are retried by `watched` and reported by /readyz; only objects go
-        // on, each to the controller of its controller's kind.
+        // on, each to the controller `pick` names.
         while let Some(change) = changes.next().await {
             let Ok(child) = change else { continue };
-            let controller = child.owner_references().iter().find(|r| r.controller == Some(true));
-            let Some(owner) = controller else { continue };
-            let route =
-                senders.iter().find(|(kind, api_version, _)| *kind == owner.kind && *api_version == owner.api_version);
-            if let Some((_, _, tx)) = route
+            if let Some(tx) = pick(&child).and_then(|i| senders.get(i))
                 && tx.unbounded_send(child).is_err()
-                && senders.iter().all(|(_, _, tx)| tx.is_closed())
+                && senders.iter().all(|tx| tx.is_closed())
             {
                 return; // every controller stopped
             }
         }
     });
-    (owned, receivers)
+    owned
 }
 
 /// Reconcile the owner of a bosun-managed `C` when `changes` (from

@@ -5,12 +5,16 @@
 //! the status computations (custom resource + applied children → status). Nothing here
 //! performs I/O or reads a clock, so every branch is unit-tested without an apiserver.
 
+pub mod admission;
 pub mod appconfig;
 pub mod backup;
+pub mod claims;
 pub mod conditions;
 pub mod demovolume;
 pub mod meta;
+pub mod postgresql;
 pub mod quantity;
 pub mod render;
+pub mod stack;
 pub mod voteconfig;
 pub mod webapp;

@@ -7,12 +7,14 @@
 use bosun_api::appconfig::AppConfig;
 use bosun_api::backup::Backup;
 use bosun_api::demovolume::DemoVolume;
+use bosun_api::postgresql::PostgreSQL;
+use bosun_api::stack::{AppStack, EcommercePlatform};
 use bosun_api::voteconfig::VoteConfig;
 use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{appconfig, backup, demovolume, voteconfig, webapp};
+use crate::{appconfig, backup, demovolume, postgresql, stack, voteconfig, webapp};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RenderError {
@@ -20,6 +22,27 @@ pub enum RenderError {
     Unsupported { index: usize, api_version: String, kind: String },
     #[error("document {index} ({kind} {name:?}): {message}")]
     Invalid { index: usize, kind: String, name: String, message: String },
+}
+
+/// A stack's children, every component at once (in the cluster each waits for what it
+/// depends on). No MySQL Secret: its passwords are generated in the cluster, once.
+fn stack_children<K: kube::Resource<DynamicType = ()>>(owner: &K, plan: &stack::Plan) -> Vec<Value> {
+    let images = stack::Images::default();
+    let mut out: Vec<Option<Value>> = vec![
+        stack::desired_postgresql(owner, plan).and_then(|p| serde_json::to_value(p).ok()),
+        stack::desired_mysql_statefulset(owner, plan, &images).and_then(|s| serde_json::to_value(s).ok()),
+        stack::desired_mysql_service(owner, plan).and_then(|s| serde_json::to_value(s).ok()),
+    ];
+    if let Some((deployment, service)) = stack::desired_cache(owner, plan, &images) {
+        out.extend([serde_json::to_value(deployment).ok(), serde_json::to_value(service).ok()]);
+    }
+    for component in [stack::BACKEND_COMPONENT, stack::FRONTEND_COMPONENT] {
+        let (deployment, service) = stack::desired_tier(owner, plan, component);
+        out.extend([serde_json::to_value(deployment).ok(), serde_json::to_value(service).ok()]);
+    }
+    out.push(stack::desired_ingress(owner, plan).and_then(|i| serde_json::to_value(i).ok()));
+    out.push(stack::desired_service_monitor(owner, plan));
+    out.into_iter().flatten().collect()
 }
 
 /// Render every document (in order); empty documents are skipped.
@@ -63,6 +86,22 @@ pub fn render(documents: &[Value]) -> Result<Vec<Value>, RenderError> {
                     message: r.message(),
                 })?;
                 out.extend(serde_json::to_value(backup::desired_cronjob(&backup, backup::DEFAULT_RUNNER_IMAGE)));
+            }
+            ("database.example.com/v1", "PostgreSQL") => {
+                // No Secret: its passwords are generated in the cluster, once.
+                let db = parse::<PostgreSQL>(index, doc)?;
+                let settings = postgresql::Settings::default();
+                out.extend(serde_json::to_value(postgresql::desired_statefulset(&db, &settings, None, "")));
+                out.extend(postgresql::desired_services(&db).iter().filter_map(|s| serde_json::to_value(s).ok()));
+                out.extend(postgresql::desired_backup(&db).and_then(|b| serde_json::to_value(b).ok()));
+            }
+            ("app.example.com/v1", "AppStack") => {
+                let stack = parse::<AppStack>(index, doc)?;
+                out.extend(stack_children(&stack, &stack::app_stack(&stack)));
+            }
+            ("platform.example.com/v1", "EcommercePlatform") => {
+                let platform = parse::<EcommercePlatform>(index, doc)?;
+                out.extend(stack_children(&platform, &stack::platform(&platform)));
             }
             _ => return Err(RenderError::Unsupported { index, api_version, kind }),
         }
@@ -155,6 +194,53 @@ mod tests {
         let sizeless = [json!({"apiVersion": "demo.example.com/v1", "kind": "DemoVolume", "metadata": {"name": "d"},
                                "spec": {"name": "d"}})];
         assert!(render(&sizeless).unwrap_err().to_string().contains("missing field `size`"));
+    }
+
+    #[test]
+    fn renders_a_postgresqls_statefulset_services_and_backup_but_no_password() {
+        let db = json!({"apiVersion": "database.example.com/v1", "kind": "PostgreSQL", "metadata": {"name": "test-db"},
+                        "spec": {"version": "14", "storage": "1Gi", "replicas": 2, "backup": {"enabled": true}}});
+        let out = render(&[db]).unwrap();
+        let kinds: Vec<_> = out.iter().map(|o| o["kind"].as_str().unwrap_or_default()).collect();
+        assert_eq!(kinds, ["StatefulSet", "Service", "Service", "Service", "Backup"]);
+        assert_eq!(out[0]["spec"]["template"]["spec"]["containers"][0]["image"], "postgres:14");
+        assert_eq!(out[3]["metadata"]["name"], "test-db-ro");
+        let bad = json!({"apiVersion": "database.example.com/v1", "kind": "PostgreSQL", "metadata": {"name": "x"},
+                         "spec": {"version": "11", "storage": "1Gi"}});
+        assert!(render(&[bad]).unwrap_err().to_string().contains("unknown variant `11`"));
+    }
+
+    #[test]
+    fn renders_every_component_of_the_stack_samples() {
+        let read = |f: &str| -> Value {
+            let path = format!("{}/../../config/samples/{f}", env!("CARGO_MANIFEST_DIR"));
+            serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let kinds = |out: &[Value]| -> Vec<String> {
+            out.iter()
+                .map(|o| format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()))
+                .collect()
+        };
+        let out = render(&[read("app.example.com_v1_appstack.yaml")]).unwrap();
+        assert_eq!(
+            kinds(&out),
+            [
+                "PostgreSQL/shop-db",
+                "Deployment/shop-cache",
+                "Service/shop-cache",
+                "Deployment/shop-backend",
+                "Service/shop-backend",
+                "Deployment/shop-frontend",
+                "Service/shop-frontend"
+            ]
+        );
+        let mut platform = read("platform.example.com_v1_ecommerceplatform.yaml");
+        platform["spec"]["database"]["type"] = "mysql".into();
+        platform["spec"]["database"]["version"] = "8.0".into();
+        let out = render(&[platform]).unwrap();
+        assert_eq!(kinds(&out)[..2], ["StatefulSet/production-store-db", "Service/production-store-db"]);
+        assert_eq!(out[0]["spec"]["template"]["spec"]["containers"][0]["image"], "mysql:8.0");
+        assert_eq!(kinds(&out)[8..], ["Ingress/production-store", "ServiceMonitor/production-store"]);
     }
 
     #[test]

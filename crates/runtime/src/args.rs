@@ -18,6 +18,12 @@ pub enum ControllerName {
     Backup,
     /// Restore in `backup.example.com/v1`.
     Restore,
+    /// PostgreSQL in `database.example.com/v1`.
+    PostgreSQL,
+    /// AppStack in `app.example.com/v1`.
+    AppStack,
+    /// EcommercePlatform in `platform.example.com/v1`.
+    EcommercePlatform,
 }
 
 impl ControllerName {
@@ -28,6 +34,9 @@ impl ControllerName {
         ControllerName::AppConfig,
         ControllerName::Backup,
         ControllerName::Restore,
+        ControllerName::PostgreSQL,
+        ControllerName::AppStack,
+        ControllerName::EcommercePlatform,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +47,9 @@ impl ControllerName {
             ControllerName::AppConfig => "appconfig",
             ControllerName::Backup => "backup",
             ControllerName::Restore => "restore",
+            ControllerName::PostgreSQL => "postgresql",
+            ControllerName::AppStack => "appstack",
+            ControllerName::EcommercePlatform => "ecommerceplatform",
         }
     }
 }
@@ -109,6 +121,87 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_RUNNER_IMAGE", default_value = bosun_controller::context::DEFAULT_RUNNER_IMAGE)]
     pub runner_image: String,
 
+    /// The image of PostgreSQL instances; `{version}` in it stands for the major version
+    /// (`spec.version`), and an image without it is used for every version.
+    #[arg(long, env = "BOSUN_POSTGRES_IMAGE", default_value = bosun_controller::context::DEFAULT_POSTGRES_IMAGE)]
+    pub postgres_image: String,
+
+    /// Give each PostgreSQL data volume to the postgres user (uid 999) in an init
+    /// container that runs as root with only CHOWN: for storage that ignores fsGroup,
+    /// such as hostPath volumes. Off by default: the instances run as non-root only.
+    #[arg(long, env = "BOSUN_POSTGRES_VOLUME_PERMISSIONS", num_args = 0..=1, default_missing_value = "true", default_value_t = false)]
+    pub postgres_volume_permissions: bool,
+
+    /// The image of a stack's MySQL database; `{version}` in it stands for
+    /// `spec.database.version`.
+    #[arg(long, env = "BOSUN_MYSQL_IMAGE", default_value = "mysql:{version}")]
+    pub mysql_image: String,
+
+    /// The image of a stack's Redis cache.
+    #[arg(long, env = "BOSUN_REDIS_IMAGE", default_value = "redis:7")]
+    pub redis_image: String,
+
+    /// Serve the admission webhooks (TLS on --webhook-port); default: on in a cluster, or when --webhook-url is set.
+    #[arg(long, env = "BOSUN_ENABLE_WEBHOOKS", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_webhooks: Option<bool>,
+
+    /// Port of the webhook server, on every replica.
+    #[arg(long, env = "BOSUN_WEBHOOK_PORT", default_value_t = 9443)]
+    pub webhook_port: u16,
+
+    /// Address the webhook server binds (`0.0.0.0` in a pod; `127.0.0.1` with a local --webhook-url).
+    #[arg(long, env = "BOSUN_WEBHOOK_HOST")]
+    pub webhook_host: Option<std::net::IpAddr>,
+
+    /// Where the apiserver reaches the webhooks when no Service routes to bosun (e.g.
+    /// `https://127.0.0.1:9443` on the local control plane): bosun then creates the
+    /// webhook configurations itself, pointing at this URL.
+    #[arg(long, env = "BOSUN_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+
+    /// `self`: bosun makes and rotates its own CA and certificate (Secret --webhook-secret-name);
+    /// `files`: tls.crt and tls.key in --webhook-cert-dir (cert-manager), read again when they change.
+    #[arg(long, env = "BOSUN_WEBHOOK_CERT_MODE", default_value = "self", value_parser = ["self", "files"])]
+    pub webhook_cert_mode: String,
+
+    /// Directory of tls.crt and tls.key in `files` mode.
+    #[arg(long, env = "BOSUN_WEBHOOK_CERT_DIR", default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub webhook_cert_dir: std::path::PathBuf,
+
+    /// The Secret (in bosun's namespace) of the self-managed CA and certificate.
+    #[arg(long, env = "BOSUN_WEBHOOK_SECRET_NAME", default_value = "bosun-webhook-certs")]
+    pub webhook_secret_name: String,
+
+    /// The webhook Service (in bosun's namespace), whose DNS names the certificate is for.
+    #[arg(long, env = "BOSUN_WEBHOOK_SERVICE_NAME", default_value = "bosun-webhook-service")]
+    pub webhook_service_name: String,
+
+    /// Prefix of the configuration names (`<prefix>validating-webhook-configuration`).
+    #[arg(long, env = "BOSUN_WEBHOOK_CONFIGURATION_PREFIX", default_value = "bosun-")]
+    pub webhook_configuration_prefix: String,
+
+    /// Validity of the serving certificate, and how long before expiry it is renewed.
+    #[arg(long, env = "BOSUN_WEBHOOK_CERT_VALIDITY", default_value = "2160h", value_parser = parse_duration)]
+    pub webhook_cert_validity: std::time::Duration,
+    #[arg(long, env = "BOSUN_WEBHOOK_CERT_RENEW_BEFORE", default_value = "720h", value_parser = parse_duration)]
+    pub webhook_cert_renew_before: std::time::Duration,
+
+    /// Validity of the CA, and how long before expiry its rotation starts.
+    #[arg(long, env = "BOSUN_WEBHOOK_CA_VALIDITY", default_value = "87600h", value_parser = parse_duration)]
+    pub webhook_ca_validity: std::time::Duration,
+    #[arg(long, env = "BOSUN_WEBHOOK_CA_RENEW_BEFORE", default_value = "8760h", value_parser = parse_duration)]
+    pub webhook_ca_renew_before: std::time::Duration,
+
+    /// How long an old and a new CA are trusted together during a CA rotation.
+    #[arg(long, env = "BOSUN_WEBHOOK_CA_OVERLAP", default_value = "5m", value_parser = parse_duration)]
+    pub webhook_ca_overlap: std::time::Duration,
+
+    /// The admission policy (YAML: productionNamespaces, productionNamespaceSelector,
+    /// maxReplicas, allowedRegistries, requireLimitsInProduction, defaultSecurityContext),
+    /// read again when it changes; defaults without one.
+    #[arg(long, env = "BOSUN_ADMISSION_POLICY")]
+    pub admission_policy: Option<std::path::PathBuf>,
+
     /// How long an AppConfig change waits for more before its consumers roll (changes within it roll them once).
     #[arg(long, env = "BOSUN_APPCONFIG_SETTLE", default_value = "2s", value_parser = parse_duration)]
     pub appconfig_settle: std::time::Duration,
@@ -143,7 +236,8 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "ms" => Ok(std::time::Duration::from_millis(n)),
         "s" => Ok(std::time::Duration::from_secs(n)),
         "m" => Ok(std::time::Duration::from_secs(n * 60)),
-        _ => Err(format!("invalid duration {s:?}: unit must be ms, s or m")),
+        "h" => Ok(std::time::Duration::from_secs(n * 3600)),
+        _ => Err(format!("invalid duration {s:?}: unit must be ms, s, m or h")),
     }
 }
 
@@ -157,7 +251,8 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(std::time::Duration::from_secs(120)));
         assert_eq!(parse_duration("7"), Ok(std::time::Duration::from_secs(7)));
-        assert!(parse_duration("7h").is_err());
+        assert_eq!(parse_duration("7h"), Ok(std::time::Duration::from_secs(7 * 3600)));
+        assert!(parse_duration("7d").is_err());
         assert!(parse_duration("soon").is_err());
     }
 
@@ -177,7 +272,7 @@ mod tests {
             "webapps"
                 .parse::<ControllerName>()
                 .unwrap_err()
-                .contains("known controllers: webapp, voteconfig, demovolume, appconfig, backup, restore")
+                .contains("known controllers: webapp, voteconfig, demovolume, appconfig, backup, restore, postgresql, appstack, ecommerceplatform")
         );
     }
 }

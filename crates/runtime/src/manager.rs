@@ -15,7 +15,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bosun_controller::metrics::Metrics;
-use bosun_controller::{Context, Scope, appconfig, backup, demovolume, restore, voteconfig, webapp};
+use bosun_controller::{
+    Context, Scope, appconfig, backup, demovolume, postgresql, restore, stacks, voteconfig, webapp,
+};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +43,8 @@ pub enum Error {
     },
     #[error("invalid flags: {0}")]
     Flags(String),
+    #[error("admission webhooks: {0}")]
+    Webhooks(String),
     #[error(transparent)]
     Lease(#[from] LeaseError),
 }
@@ -64,8 +68,20 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     metrics.register(&mut registry);
     leadership.register(&mut registry);
     crate::client::register(&requests, &mut registry);
+    let webhook_metrics = Arc::new(crate::webhook::server::Metrics::default());
+    // A bad policy file stops bosun before it serves anything, naming the key.
+    let policy = if crate::webhook::enabled(&args) {
+        webhook_metrics.register(&mut registry);
+        Some(crate::webhook::load_policy(&args).map_err(Error::Flags)?)
+    } else {
+        None
+    };
     let mut ctx = Context::new(client.clone(), &identity, metrics);
     ctx.settings.runner_image = args.runner_image.clone();
+    ctx.settings.postgres.image = args.postgres_image.clone();
+    ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
+    ctx.settings.stack =
+        bosun_resources::stack::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
     ctx.settings.rollout_pace.settle = args.appconfig_settle;
     ctx.settings.rollout_pace.min_interval = args.appconfig_min_interval;
     let ctx = Arc::new(ctx);
@@ -78,6 +94,13 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         .await
         .map_err(|source| Error::Http { addr: args.metrics_bind_address, source })?;
     info!(%addr, "serving /metrics, /healthz and /readyz");
+    if let Some(policy) = policy {
+        // Every replica serves admissions; only the leader writes the CA bundle.
+        let own = own_namespace(&args, &client);
+        crate::webhook::start(&args, policy, client.clone(), own, ctx.clone(), webhook_metrics, shutdown.clone())
+            .await
+            .map_err(Error::Webhooks)?;
+    }
     spawn_api_probe(client.clone(), health, shutdown.clone());
 
     // Controllers start on every replica: a standby's watches and caches run (and
@@ -126,12 +149,7 @@ fn lease_config(args: &RunArgs, client: &Client, identity: &str) -> Result<Optio
     if !args.leader_elect.unwrap_or(in_cluster) {
         return Ok(None);
     }
-    let namespace = args
-        .leader_elect_namespace
-        .clone()
-        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
-        .map(|ns| ns.trim().to_owned())
-        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let namespace = own_namespace(args, client);
     let cfg = LeaseConfig {
         name: args.leader_elect_lease_name.clone(),
         namespace,
@@ -142,6 +160,16 @@ fn lease_config(args: &RunArgs, client: &Client, identity: &str) -> Result<Optio
     };
     cfg.validate().map_err(Error::Flags)?;
     Ok(Some(cfg))
+}
+
+/// bosun's own namespace: the pod's (`POD_NAMESPACE`, or the service account's), else
+/// the kubeconfig's.
+fn own_namespace(args: &RunArgs, client: &Client) -> String {
+    args.leader_elect_namespace
+        .clone()
+        .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+        .map(|ns| ns.trim().to_owned())
+        .unwrap_or_else(|| client.default_namespace().to_owned())
 }
 
 fn default_identity() -> String {
@@ -169,7 +197,7 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
     info!(controllers = ?controllers.iter().map(|c| c.as_str()).collect::<Vec<_>>(), namespaces = ?scope.namespaces, "starting controllers");
 
     let mut tasks: Vec<Task> = Vec::new();
-    for name in controllers {
+    for &name in &controllers {
         for ns in scope.targets() {
             let stop = || shutdown.clone().cancelled_owned();
             match name {
@@ -183,6 +211,25 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
                 ControllerName::AppConfig => tasks.push(Box::pin(appconfig::run(ctx.clone(), ns, concurrency, stop()))),
                 ControllerName::Backup => tasks.push(Box::pin(backup::run(ctx.clone(), ns, concurrency, stop()))),
                 ControllerName::Restore => tasks.push(Box::pin(restore::run(ctx.clone(), ns, concurrency, stop()))),
+                ControllerName::PostgreSQL => {
+                    tasks.push(Box::pin(postgresql::run(ctx.clone(), ns, concurrency, stop())))
+                }
+                // One run serves both stack kinds (they share their children's watches):
+                // started for whichever of the two comes first.
+                ControllerName::AppStack | ControllerName::EcommercePlatform => {
+                    if Some(name)
+                        == controllers
+                            .iter()
+                            .copied()
+                            .find(|c| matches!(c, ControllerName::AppStack | ControllerName::EcommercePlatform))
+                    {
+                        let kinds = stacks::Kinds {
+                            app_stack: controllers.contains(&ControllerName::AppStack),
+                            platform: controllers.contains(&ControllerName::EcommercePlatform),
+                        };
+                        tasks.push(Box::pin(stacks::run(ctx.clone(), ns, concurrency, stop(), kinds)))
+                    }
+                }
             }
         }
     }

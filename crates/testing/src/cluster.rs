@@ -64,6 +64,7 @@ pub async fn cluster() -> Cluster {
             let path = kubeconfig_path();
             let client = connect(&path).await;
             install_crds(&client).await;
+            remove_left_webhooks(&client).await;
             let role = crate::identity::install_cluster_role(&client).await;
             (path, role)
         })
@@ -84,6 +85,20 @@ async fn connect(path: &Path) -> Client {
         panic!("the local cluster in {} is not reachable ({e}); {HOW_TO_START}", path.display());
     }
     client
+}
+
+/// Delete the webhook configurations a `make run` left (they point at a URL on this
+/// host and fail closed): with bosun gone, every WebApp in the cluster would be
+/// refused. Each test that needs webhooks makes configurations of its own.
+async fn remove_left_webhooks(client: &Client) {
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    let params = kube::api::DeleteParams::default();
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete("bosun-validating-webhook-configuration", &params)
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete("bosun-mutating-webhook-configuration", &params)
+        .await;
 }
 
 /// Apply bosun's CRDs (from the Rust types) and wait until they are established.

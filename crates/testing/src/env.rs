@@ -223,6 +223,16 @@ impl Env {
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         (out.status.success(), text)
     }
+
+    /// `kubectl apply -f` of `yaml` in the test namespace, as a user would apply a
+    /// manifest: (succeeded, kubectl's output).
+    pub fn kubectl_apply(&self, yaml: &str) -> (bool, String) {
+        let file = std::env::temp_dir().join(format!("bosun-e2e-{}-{}.yaml", self.ns, rand::random::<u32>()));
+        std::fs::write(&file, yaml).expect("manifest file");
+        let out = self.kubectl(&["apply", "-f", file.to_str().expect("path")]);
+        let _ = std::fs::remove_file(&file);
+        out
+    }
 }
 
 /// The `bosun` binary under test: `$BOSUN_BIN`, else `target/debug/bosun` (built by
