@@ -24,7 +24,7 @@ use bosun_resources::postgresql::{self as build, Observed, Refusal};
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 
 use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
@@ -203,14 +203,7 @@ async fn credentials(
 ) -> Result<Secret, Stop> {
     let ns = db.namespace().unwrap_or_default();
     let name = build::secret_name(db);
-    let found = match secrets.get(&ns, &name) {
-        Some(cached) => Some((*cached).clone()),
-        None => Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::Read { what: format!("Secret {ns}/{name}"), source })?,
-    };
-    let secret = match found {
+    let secret = match crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await? {
         Some(secret) => secret,
         None if data_exists => {
             return Err(Stop::Refused(Refusal::CredentialsMissing(format!(

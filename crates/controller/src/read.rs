@@ -12,6 +12,7 @@ use kube::core::PartialObjectMeta;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::children::{Child, Owned};
 use crate::error::Error;
 
 /// The pods of the Job `namespace/job` (by the label the Job controller sets), newest
@@ -35,6 +36,23 @@ where
 {
     Api::<C>::namespaced(client.clone(), namespace)
         .get_metadata_opt(name)
+        .await
+        .map_err(|source| Error::Read { what: format!("{} {namespace}/{name}", C::kind(&())), source })
+}
+
+/// The `C` named `name` in `namespace`: bosun's cached copy, else the apiserver's (an
+/// object the user made, which no bosun watch sees), else `None`.
+pub async fn cached_or_get<C: Child>(
+    client: &Client,
+    owned: &Owned<C>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<C>, Error> {
+    if let Some(cached) = owned.get(namespace, name) {
+        return Ok(Some((*cached).clone()));
+    }
+    Api::<C>::namespaced(client.clone(), namespace)
+        .get_opt(name)
         .await
         .map_err(|source| Error::Read { what: format!("{} {namespace}/{name}", C::kind(&())), source })
 }

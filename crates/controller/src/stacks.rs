@@ -168,17 +168,33 @@ pub struct Kinds {
     pub platform: bool,
 }
 
-/// Run the AppStack and EcommercePlatform controllers (those `kinds` names) in
-/// `namespace` (or cluster-wide), sharing their children's watches.
+/// Run the AppStack and EcommercePlatform controllers (those `kinds` names) in each
+/// of `namespaces` (`None`: cluster-wide), sharing their children's watches within a
+/// namespace and the ServiceMonitor CRD's watch across all of them.
 pub async fn run(
     ctx: Arc<Context>,
-    namespace: Option<String>,
+    namespaces: Vec<Option<String>>,
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     kinds: Kinds,
 ) {
     let shutdown = futures::FutureExt::shared(shutdown);
-    let ns = namespace.as_deref();
+    let (monitors, crd_changes) = watch_monitor_crd(&ctx, namespaces.len());
+    let runs = namespaces.iter().zip(crd_changes).map(|(ns, crd_changes)| {
+        run_in(ctx.clone(), ns.as_deref(), concurrency, shutdown.clone(), kinds, monitors.clone(), crd_changes)
+    });
+    futures::future::join_all(runs).await;
+}
+
+async fn run_in(
+    ctx: Arc<Context>,
+    ns: Option<&str>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
+    kinds: Kinds,
+    monitors: Store<CustomResourceDefinition>,
+    crd_changes: UnboundedReceiver<()>,
+) {
     let (postgresqls, [pg_a, pg_p]) = shared::<PostgreSQL>(&ctx, ns);
     let (statefulsets, [st_a, st_p]) = shared::<StatefulSet>(&ctx, ns);
     let (deployments, [d_a, d_p]) = shared::<Deployment>(&ctx, ns);
@@ -186,7 +202,6 @@ pub async fn run(
     let (secrets, [se_a, se_p]) = shared::<Secret>(&ctx, ns);
     let (ingresses, [i_a, i_p]) = shared::<Ingress>(&ctx, ns);
     let (backups, [b_a, b_p]) = shared::<Backup>(&ctx, ns);
-    let (monitors, crd_changes) = watch_monitor_crd(&ctx);
     let children = Children {
         postgresqls,
         statefulsets,
@@ -222,11 +237,12 @@ pub async fn run(
     futures::join!(app_stacks, platforms);
 }
 
-/// The ServiceMonitor CRD, watched by name: the cache says whether it is installed,
-/// and each change reconciles every platform (installing it later works at once).
-fn watch_monitor_crd(ctx: &Context) -> (Store<CustomResourceDefinition>, UnboundedReceiver<()>) {
+/// The ServiceMonitor CRD, watched by name, once: the cache says whether it is
+/// installed, and each change reconciles every platform of the `runs` namespaces'
+/// controllers (installing it later works at once).
+fn watch_monitor_crd(ctx: &Context, runs: usize) -> (Store<CustomResourceDefinition>, Vec<UnboundedReceiver<()>>) {
     let (reader, writer) = reflector::store();
-    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let (mut senders, receivers): (Vec<_>, Vec<_>) = (0..runs).map(|_| futures::channel::mpsc::unbounded()).unzip();
     let api = Api::<CustomResourceDefinition>::all(ctx.client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={SERVICE_MONITOR_CRD}"));
     let stream = runner::watched(ctx, watcher(api, config)).modify(|crd: &mut CustomResourceDefinition| {
@@ -237,14 +253,15 @@ fn watch_monitor_crd(ctx: &Context) -> (Store<CustomResourceDefinition>, Unbound
     tokio::spawn(async move {
         tokio::pin!(stream);
         while let Some(event) = stream.next().await {
-            if matches!(event, Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone))
-                && tx.unbounded_send(()).is_err()
-            {
-                return;
+            if matches!(event, Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)) {
+                senders.retain(|tx| tx.unbounded_send(()).is_ok());
+                if senders.is_empty() {
+                    return;
+                }
             }
         }
     });
-    (reader, rx)
+    (reader, receivers)
 }
 
 type AllChanges = (
@@ -390,16 +407,11 @@ async fn database<K: StackKind>(stack: &K, ctx: &Context, children: &Children, p
     }
     let ns = stack.namespace().unwrap_or_default();
     let secret_name = plan.credentials_name();
-    if children.secrets.get(&ns, &secret_name).is_none() {
-        let found = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&secret_name)
-            .await
-            .map_err(|source| Error::Read { what: format!("Secret {ns}/{secret_name}"), source })?;
-        if found.is_none() {
-            let password = crate::postgresql::new_password();
-            let root = crate::postgresql::new_password();
-            create_if_absent(ctx, stack, &build::desired_mysql_secret(stack, plan, &password, &root)).await?;
-        }
+    // Created once; a Secret that exists (bosun's or the user's) is never written.
+    if crate::read::cached_or_get(&ctx.client, &children.secrets, &ns, &secret_name).await?.is_none() {
+        let password = crate::postgresql::new_password();
+        let root = crate::postgresql::new_password();
+        create_if_absent(ctx, stack, &build::desired_mysql_secret(stack, plan, &password, &root)).await?;
     }
     let Some(sts) = build::desired_mysql_statefulset(stack, plan, &ctx.settings.stack) else {
         return Ok(Health::not_ready("no database"));

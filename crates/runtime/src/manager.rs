@@ -197,6 +197,16 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
     info!(controllers = ?controllers.iter().map(|c| c.as_str()).collect::<Vec<_>>(), namespaces = ?scope.namespaces, "starting controllers");
 
     let mut tasks: Vec<Task> = Vec::new();
+    // One run serves both stack kinds in every namespace (they share their children's
+    // watches, and the ServiceMonitor CRD's watch is cluster-wide).
+    let kinds = stacks::Kinds {
+        app_stack: controllers.contains(&ControllerName::AppStack),
+        platform: controllers.contains(&ControllerName::EcommercePlatform),
+    };
+    if kinds.app_stack || kinds.platform {
+        let stop = shutdown.clone().cancelled_owned();
+        tasks.push(Box::pin(stacks::run(ctx.clone(), scope.targets(), concurrency, stop, kinds)));
+    }
     for &name in &controllers {
         for ns in scope.targets() {
             let stop = || shutdown.clone().cancelled_owned();
@@ -214,22 +224,7 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
                 ControllerName::PostgreSQL => {
                     tasks.push(Box::pin(postgresql::run(ctx.clone(), ns, concurrency, stop())))
                 }
-                // One run serves both stack kinds (they share their children's watches):
-                // started for whichever of the two comes first.
-                ControllerName::AppStack | ControllerName::EcommercePlatform => {
-                    if Some(name)
-                        == controllers
-                            .iter()
-                            .copied()
-                            .find(|c| matches!(c, ControllerName::AppStack | ControllerName::EcommercePlatform))
-                    {
-                        let kinds = stacks::Kinds {
-                            app_stack: controllers.contains(&ControllerName::AppStack),
-                            platform: controllers.contains(&ControllerName::EcommercePlatform),
-                        };
-                        tasks.push(Box::pin(stacks::run(ctx.clone(), ns, concurrency, stop(), kinds)))
-                    }
-                }
+                ControllerName::AppStack | ControllerName::EcommercePlatform => {} // started above
             }
         }
     }
