@@ -94,7 +94,8 @@ pub struct Database {
     #[schemars(regex(pattern = r"^[0-9]+Gi$"))]
     #[x_kube(validation = storage_rule())]
     pub storage: Option<String>,
-    /// Instances of the database (PostgreSQL: a primary and streaming standbys), 1–5.
+    /// Instances of a PostgreSQL database (a primary and streaming standbys), 1–5. MySQL
+    /// runs one instance, whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 5))]
     pub replicas: Option<i32>,

@@ -219,6 +219,40 @@ async fn the_production_store_converges_in_order_and_monitoring_follows_its_crd(
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+
+        // Monitoring off: the platform's own ServiceMonitor goes.
+        let monitoring = |enabled: bool| json!({"spec": {"monitoring": {"enabled": enabled}}});
+        platforms.patch("production-store", &PatchParams::default(), &Patch::Merge(&monitoring(false))).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while monitors.get_opt("production-store").await.unwrap().is_some() {
+            assert!(std::time::Instant::now() < deadline, "the ServiceMonitor stayed after monitoring was turned off");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        // A ServiceMonitor of that name that someone else made is not taken over.
+        let theirs: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": "production-store", "labels": {"team": "observability"}},
+            "spec": {"selector": {"matchLabels": {"app": "theirs"}}, "endpoints": [{"port": "web"}]},
+        }))
+        .unwrap();
+        monitors.create(&PostParams::default(), &theirs).await.unwrap();
+        platforms.patch("production-store", &PatchParams::default(), &Patch::Merge(&monitoring(true))).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let p = loop {
+            let p = platforms.get("production-store").await.unwrap();
+            if platform_condition(&p, "MonitoringAvailable").is_some_and(|c| c.reason == "NameConflict") {
+                break p;
+            }
+            assert!(std::time::Instant::now() < deadline, "no MonitoringAvailable=False NameConflict: {:?}", p.status);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        assert!(platform_condition(&p, "MonitoringAvailable").unwrap().message.contains("not this platform's"));
+        let kept = monitors.get("production-store").await.unwrap();
+        assert_eq!(
+            kept.data["spec"]["selector"]["matchLabels"]["app"], "theirs",
+            "the user's ServiceMonitor was changed"
+        );
+        assert!(kept.metadata.owner_references.is_none(), "the user's ServiceMonitor was taken over");
         let _ = crds.delete("servicemonitors.monitoring.coreos.com", &DeleteParams::default()).await;
     })
     .await;

@@ -84,7 +84,7 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "secrets", &["create", "get", "list", "watch"]),
         // Whether the Prometheus operator's CRD is installed, and its ServiceMonitors.
         Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["list", "watch"]),
-        Permission::new("monitoring.coreos.com", "servicemonitors", &["create", "get", "patch"]),
+        Permission::new("monitoring.coreos.com", "servicemonitors", &["create", "delete", "get", "patch"]),
     ]
 };
 
@@ -103,9 +103,14 @@ struct Children {
     backups: Owned<Backup>,
     /// The ServiceMonitor CRD, when installed.
     monitors: Store<CustomResourceDefinition>,
-    /// What bosun last applied to each ServiceMonitor (a kind it has no cache of).
-    monitors_applied: Arc<Mutex<HashMap<(String, String), u64>>>,
+    /// What bosun last applied to each ServiceMonitor (a kind it has no cache of):
+    /// `Some(None)` once a platform without monitoring was found to have none of its own.
+    monitors_applied: Arc<Mutex<HashMap<(String, String), MonitorRecord>>>,
 }
+
+/// What bosun knows of one ServiceMonitor: `Some(fingerprint)` applied; `None`
+/// looked up and found not to be the platform's (or absent).
+type MonitorRecord = Option<u64>;
 
 /// A stack kind: how it reduces to a [`Plan`], and the label naming it on its children.
 trait StackKind: runner::Reconciled + HasStatus<Status = StackStatus> {
@@ -489,15 +494,42 @@ fn health(ready: Result<(), String>) -> Health {
 }
 
 /// The ServiceMonitor, when monitoring is on and its CRD installed; the
-/// `MonitoringAvailable` condition of a platform that asks for monitoring.
+/// `MonitoringAvailable` condition of a platform that asks for monitoring. A
+/// ServiceMonitor of that name that is not this platform's is left alone (and
+/// reported); turning monitoring off deletes only the platform's own.
 async fn monitoring<K: StackKind>(
     stack: &K,
     ctx: &Context,
     children: &Children,
     plan: &Plan,
 ) -> Result<Option<Desired>, Error> {
-    let Some(monitor) = build::desired_service_monitor(stack, plan) else { return Ok(None) };
-    if children.monitors.state().is_empty() {
+    let installed = !children.monitors.state().is_empty();
+    let ns = stack.namespace().unwrap_or_default();
+    let key = (ns.clone(), plan.name.clone());
+    let record = |print: Option<u64>| {
+        children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), print)
+    };
+    let known = children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+    let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "servicemonitors"));
+    let read = |what: String| move |source| Error::Read { what, source };
+    let Some(monitor) = build::desired_service_monitor(stack, plan) else {
+        // Off: the platform's own ServiceMonitor goes (looked up once per start).
+        if installed && known != Some(None) {
+            let existing = api.get_opt(&plan.name).await.map_err(read(format!("ServiceMonitor {ns}/{}", plan.name)))?;
+            if existing.as_ref().is_some_and(|m| controlled_by(m, stack)) {
+                api.delete(&plan.name, &Default::default()).await.map_err(|source| Error::Apply {
+                    kind: "ServiceMonitor".to_owned(),
+                    name: plan.name.clone(),
+                    source,
+                })?;
+            }
+            record(None);
+        }
+        return Ok(None);
+    };
+    if !installed {
         return Ok(Some(Desired::new(
             MONITORING_AVAILABLE,
             false,
@@ -508,21 +540,31 @@ async fn monitoring<K: StackKind>(
             ),
         )));
     }
-    let ns = stack.namespace().unwrap_or_default();
-    let key = (ns.clone(), plan.name.clone());
     let print = crate::changes::fingerprint(&monitor);
-    let known = children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
-    if known != Some(print) {
-        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "servicemonitors"));
+    if known != Some(Some(print)) {
+        // Not applied since start: whoever holds the name must be this platform.
+        if !matches!(known, Some(Some(_))) {
+            let existing = api.get_opt(&plan.name).await.map_err(read(format!("ServiceMonitor {ns}/{}", plan.name)))?;
+            if existing.as_ref().is_some_and(|m| !controlled_by(m, stack)) {
+                return Ok(Some(Desired::new(
+                    MONITORING_AVAILABLE,
+                    false,
+                    reasons::NAME_CONFLICT,
+                    format!(
+                        "ServiceMonitor {} exists and is not this platform's: bosun leaves it alone; \
+                         rename or delete it to have bosun make its own",
+                        plan.name
+                    ),
+                )));
+            }
+        }
         let params = PatchParams::apply(&field_manager::<K>()).force();
         api.patch(&plan.name, &params, &Patch::Apply(&monitor)).await.map_err(|source| Error::Apply {
             kind: "ServiceMonitor".to_owned(),
             name: plan.name.clone(),
             source,
         })?;
-        children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).insert(key, print);
+        record(Some(print));
     }
     Ok(Some(Desired::new(
         MONITORING_AVAILABLE,

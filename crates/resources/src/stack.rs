@@ -188,7 +188,11 @@ impl Plan {
         Effective {
             database_type: self.database.type_.as_str().to_owned(),
             database_version: self.database.version.clone(),
-            database_replicas: self.database.replicas,
+            // MySQL runs one instance (no replication): `replicas` is PostgreSQL's.
+            database_replicas: match self.database.type_ {
+                DatabaseType::Postgresql => self.database.replicas,
+                DatabaseType::Mysql => 1,
+            },
             database_storage: self.database.storage.clone(),
             backup: self.database.backup.clone(),
             backend_replicas: self.backend.replicas,
@@ -711,6 +715,8 @@ mod tests {
         let e = platform(&minimal("development", "mysql")).effective();
         assert_eq!((e.database_version.as_str(), e.cache, e.monitoring), ("8.4", true, true));
         assert_eq!((e.backend_replicas, e.frontend_replicas), (1, 1));
+        let e = platform(&minimal("production", "mysql")).effective();
+        assert_eq!(e.database_replicas, 1, "MySQL runs one instance, whatever the environment");
     }
 
     #[test]
