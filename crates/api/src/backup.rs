@@ -201,8 +201,8 @@ pub struct BackupSpec {
     pub source: Source,
     /// Where the dumps go.
     pub destination: Destination,
-    /// When to run, as a cron expression (the CronJob's schedule, in the controller
-    /// manager's time zone), e.g. `0 2 * * *`.
+    /// When to run, as a cron expression in UTC (the CronJob's schedule, with
+    /// `timeZone: Etc/UTC`), e.g. `0 2 * * *`.
     #[schemars(length(min = 1, max = 256))]
     #[x_kube(validation = schedule_rule("spec.schedule"))]
     pub schedule: String,
