@@ -28,7 +28,7 @@ build: ## Build the bosun binary (debug).
 	$(CARGO) build -p bosun
 
 .PHONY: manifests
-manifests: ## Regenerate config/crd (from the Rust types) and config/rbac (from the declared permissions).
+manifests: ## Regenerate config/crd (from the Rust types), config/rbac (from the declared permissions), config/webhook and the reference blocks of docs/.
 	$(CARGO) run -q -p bosun -- manifests --config-dir config
 
 .PHONY: fmt

@@ -8,6 +8,7 @@ pub mod appconfig;
 pub mod backup;
 pub mod conditions;
 pub mod demovolume;
+pub mod docs;
 pub mod postgresql;
 pub mod schema;
 pub mod stack;

@@ -34,11 +34,15 @@ enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
-    /// Write the generated manifests: `<dir>/crd/` from the types and `<dir>/rbac/` from the permissions.
+    /// Write the generated manifests: `<dir>/crd/` from the types, `<dir>/rbac/` from the
+    /// permissions, `<dir>/webhook/`, and the generated parts of the pages in the docs directory.
     Manifests {
         /// The kustomize config directory.
         #[arg(long, default_value = "config")]
         config_dir: PathBuf,
+        /// The user documentation: one page per kind, its reference blocks generated.
+        #[arg(long, default_value = "docs")]
+        docs_dir: PathBuf,
     },
     /// Print the children the custom resources in FILE would produce, without a cluster.
     Render {
@@ -60,10 +64,16 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Crd { out_dir: None } => print!("{}", bosun_api::crds_yaml()?),
         Command::Crd { out_dir: Some(dir) } => write_crds(&dir)?,
-        Command::Manifests { config_dir } => {
+        Command::Manifests { config_dir, docs_dir } => {
             write_crds(&config_dir.join("crd"))?;
             write_files(&config_dir.join("rbac"), bosun_controller::rbac::files()?)?;
             write_files(&config_dir.join("webhook"), bosun_runtime::webhook::files()?)?;
+            std::fs::create_dir_all(&docs_dir).with_context(|| format!("creating {}", docs_dir.display()))?;
+            for (path, page) in
+                bosun_api::docs::pages(&docs_dir, &config_dir.join("samples")).map_err(anyhow::Error::msg)?
+            {
+                std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+            }
         }
         Command::Render { file } => print!("{}", render(&file)?),
         Command::Run(args) => {
