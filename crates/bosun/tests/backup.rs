@@ -321,6 +321,28 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         assert!(status.last_successful_backup.is_none());
         assert_eq!(listed(&env, &s3, "broken").await.trim(), "[]", "a failed run stored something");
 
+        // The alerts' gauges (exported every 10 s): when each Backup last succeeded, and which fails.
+        let series =
+            |name: &str, backup: &str| format!("{name}{{backup_namespace=\"{}\",backup=\"{backup}\"}} ", env.ns);
+        let wanted = [
+            (series("bosun_backup_last_success_timestamp_seconds", "nightly"), good.time.0.as_second() as f64),
+            (series("bosun_backup_failing", "nightly"), 0.0),
+            (series("bosun_backup_failing", "broken"), 1.0),
+        ];
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, metrics) = bosun.http_get("/metrics").await;
+            let value = |prefix: &str| {
+                metrics.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|v| v.trim().parse::<f64>().ok())
+            };
+            if wanted.iter().all(|(prefix, want)| value(prefix) == Some(*want)) {
+                assert!(value(&series("bosun_backup_last_success_timestamp_seconds", "broken")).is_none());
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "backup gauges: want {wanted:?}\n{metrics}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+
         credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
         postgres(&env, "fresh-db", "fresh-db-credentials").await;
         let restore = r#"apiVersion: backup.example.com/v1

@@ -2,7 +2,9 @@
 //! wrapper so every kind gets them.
 //!
 //! Labels are bounded: `controller` (a kind), `result`, and an error `reason` from
-//! [`crate::Error::category`]. Nothing is labelled per object.
+//! [`crate::Error::category`]. The one exception is two gauges per Backup (as
+//! kube-state-metrics has per object), which the backup alerts need to say which
+//! Backup fails or is too old; there are as many as Backups, and they go with them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -29,6 +31,13 @@ pub struct ErrorLabels {
     pub reason: &'static str,
 }
 
+/// One Backup (`backup_namespace`: a target's own `namespace` label is Prometheus's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackupLabels {
+    pub backup_namespace: String,
+    pub backup: String,
+}
+
 /// The controllers' metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -40,6 +49,10 @@ pub struct Metrics {
     pub queue_depth: Family<ControllerLabels, Gauge>,
     /// Seconds from taking the lead to the first reconcile.
     pub takeover: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// When each Backup last succeeded (Unix seconds), from its status.
+    pub backup_last_success: Family<BackupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// 1 for a Backup whose last run failed (`LastBackupSucceeded=False`), else 0.
+    pub backup_failing: Family<BackupLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -54,6 +67,8 @@ impl Default for Metrics {
             managed: Family::default(),
             queue_depth: Family::default(),
             takeover: Gauge::default(),
+            backup_last_success: Family::default(),
+            backup_failing: Family::default(),
         }
     }
 }
@@ -81,6 +96,12 @@ impl Metrics {
             "Seconds from acquiring the leader lease (or starting, without leader election) to the first reconcile",
             self.takeover.clone(),
         );
+        r.register(
+            "backup_last_success_timestamp_seconds",
+            "When each Backup last succeeded, in Unix seconds (absent before its first good run)",
+            self.backup_last_success.clone(),
+        );
+        r.register("backup_failing", "1 for a Backup whose last run failed, else 0", self.backup_failing.clone());
     }
 
     /// Create the zero series of `controller` for every result and error reason, so
