@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds one of the pinned storage and MongoDB servers that hack/backends.sh
-# runs, from the registries (Go module proxy, npm), into a cache outside the
-# checkout, and prints the directory holding its executables.
+# runs, or a tool the packaging tests run (promtool), from the
+# registries (Go module proxy, npm), into a cache outside the checkout, and
+# prints the directory holding its executables.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -52,7 +53,12 @@ case $name in
     files=(azurite/package.json azurite/package-lock.json)
     bins=(azurite-blob)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools" >&2; exit 2 ;;
+  promtool)
+    version=$(go_version_of promtool github.com/prometheus/prometheus)
+    files=(promtool/go.mod promtool/go.sum)
+    bins=(promtool)
+    ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -149,6 +155,17 @@ build_mongo-tools() {
     (cd "$here/mongo-tools" && go build -trimpath -ldflags "-s -w" -o "$work/bin/$t" \
       "github.com/mongodb/mongo-tools/$t/main")
   done
+}
+
+# promtool, built from the Prometheus module's own source and go.sum (the
+# versions upstream released with).
+build_promtool() {
+  go_env
+  module_source promtool github.com/prometheus/prometheus
+  log "building promtool (prometheus $version)"
+  # The module ships a go.work for its own development: build as the module alone.
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$work/bin/promtool" ./cmd/promtool)
+  rm -rf "$work/src"
 }
 
 build_azurite() {

@@ -1,0 +1,305 @@
+//! What ships under `config/`, checked by the tools that consume it: `kubectl kustomize`
+//! renders the install (`config/default`) and the Prometheus overlay, and the real
+//! apiserver accepts every sample (the samples the pages under `docs/` show).
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
+
+use std::path::{Path, PathBuf};
+
+use bosun_testing::e2e;
+use kube::ResourceExt;
+use serde_json::Value;
+
+fn config(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(dir)
+}
+
+/// `kubectl kustomize DIR`, as objects.
+fn kustomize(dir: &str) -> Vec<Value> {
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(config(dir))
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl kustomize: {e}"));
+    assert!(out.status.success(), "kubectl kustomize config/{dir}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in the rendered install"))
+}
+
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector.as_object().unwrap().iter().all(|(k, v)| labels[k] == *v)
+}
+
+const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+];
+
+#[test]
+fn the_default_install_renders_with_everything_in_bosun_system() {
+    let objects = kustomize("default");
+    for o in &objects {
+        let kind = o["kind"].as_str().unwrap();
+        let ns = &o["metadata"]["namespace"];
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(ns.is_null(), "{kind} {} is cluster-scoped but has a namespace", o["metadata"]["name"]);
+        } else {
+            assert_eq!(ns, "bosun-system", "{kind} {} is not in bosun-system", o["metadata"]["name"]);
+        }
+    }
+    let crds = objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count();
+    assert_eq!(crds, bosun_api::crds().len(), "every CRD is installed");
+
+    // The manager as the spec describes it.
+    let deployment = find(&objects, "Deployment", "bosun-controller-manager");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"];
+    let labels = &pod["metadata"]["labels"];
+    let spec = &pod["spec"];
+    let container = &spec["containers"][0];
+    assert_eq!(container["image"], "localhost/bosun:dev", "kustomize sets the image");
+    let env: Vec<(&str, &str)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap_or("")))
+        .collect();
+    assert!(env.contains(&("POD_NAME", "metadata.name")) && env.contains(&("POD_NAMESPACE", "metadata.namespace")));
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["resources"]["requests"], serde_json::json!({"cpu": "100m", "memory": "128Mi"}));
+    assert_eq!(container["resources"]["limits"], serde_json::json!({"cpu": "500m", "memory": "512Mi"}));
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    let anti = &spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname");
+    assert!(selects(&anti["podAffinityTerm"]["labelSelector"]["matchLabels"], labels));
+
+    // It runs as the ServiceAccount the bindings grant, and the Services reach it.
+    let account = spec["serviceAccountName"].as_str().unwrap();
+    find(&objects, "ServiceAccount", account);
+    for (kind, name) in
+        [("ClusterRoleBinding", "bosun-manager-rolebinding"), ("RoleBinding", "bosun-leader-election-rolebinding")]
+    {
+        let subject = &find(&objects, kind, name)["subjects"][0];
+        assert_eq!((subject["name"].as_str(), subject["namespace"].as_str()), (Some(account), Some("bosun-system")));
+    }
+    for service in ["bosun-webhook-service", "bosun-metrics-service"] {
+        assert!(selects(&find(&objects, "Service", service)["spec"]["selector"], labels), "{service} selects the pods");
+    }
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        for webhook in objects.iter().filter(|o| o["kind"] == kind).flat_map(|o| o["webhooks"].as_array().unwrap()) {
+            let service = &webhook["clientConfig"]["service"];
+            assert_eq!(
+                (service["name"].as_str(), service["namespace"].as_str()),
+                (Some("bosun-webhook-service"), Some("bosun-system"))
+            );
+        }
+    }
+}
+
+#[test]
+fn the_prometheus_overlay_scrapes_the_metrics_service() {
+    let monitor =
+        kustomize("prometheus").into_iter().find(|o| o["kind"] == "ServiceMonitor").expect("a ServiceMonitor");
+    let install = kustomize("default");
+    let service = find(&install, "Service", "bosun-metrics-service");
+    assert!(selects(&monitor["spec"]["selector"]["matchLabels"], &service["metadata"]["labels"]));
+    let port = monitor["spec"]["endpoints"][0]["port"].as_str().unwrap();
+    assert!(service["spec"]["ports"].as_array().unwrap().iter().any(|p| p["name"] == port), "port {port}");
+}
+
+#[tokio::test]
+async fn the_apiserver_accepts_every_sample() {
+    e2e("samples", |env| async move {
+        let dir = config("samples");
+        let (ok, out) = env.kubectl(&["apply", "--server-side", "-k", dir.to_str().unwrap()]);
+        assert!(ok, "kubectl apply -k config/samples: {out}");
+        let files = std::fs::read_dir(&dir).unwrap().filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name != "kustomization.yaml"
+        });
+        let applied = out.lines().filter(|l| l.contains("serverside-applied")).count();
+        assert_eq!(applied, files.count(), "one object per sample file: {out}");
+    })
+    .await;
+}
+
+/// The metric names a PromQL expression reads (`bosun_…` and `process_…`).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut token = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            token.push(c);
+        } else {
+            if token.starts_with("bosun_") || token.starts_with("process_") {
+                names.push(std::mem::take(&mut token));
+            }
+            token.clear();
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn the_dashboard_reads_only_metrics_bosun_exports() {
+    e2e("dashboard", |env| async move {
+        let path = config("grafana").join("bosun-dashboard.json");
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let exprs: Vec<String> = dashboard["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap().to_owned()))
+            .collect();
+        assert!(exprs.len() >= 10, "a panel per concern: {exprs:?}");
+
+        // bosun with every controller and its webhooks; one admission so that the
+        // webhook families have samples.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let prefix = format!("{}-", env.ns);
+        // bosun's own namespace (the test's) is exempt from its webhooks: the probe goes elsewhere.
+        let apps = env.extra_namespace("apps").await;
+        let bosun = env
+            .start_bosun(&[
+                &format!("--namespaces={apps}"),
+                &format!("--webhook-port={port}"),
+                &format!("--webhook-url=https://127.0.0.1:{port}"),
+                &format!("--webhook-configuration-prefix={prefix}"),
+            ])
+            .await;
+        // Admitted by bosun = mutated (the managed-by label only its webhook adds);
+        // a dry run goes through admission and stores nothing.
+        let probe: bosun_api::webapp::apps_v1::WebApp = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": "probe"},
+            "spec": {"image": "nginx:1.25", "replicas": 1, "port": 80}}))
+        .unwrap();
+        let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+        let (mut admitted, mut last) = (false, String::new());
+        for _ in 0..120 {
+            let api = kube::Api::<bosun_api::webapp::apps_v1::WebApp>::namespaced(env.client.clone(), &apps);
+            match api.create(&params, &probe).await {
+                Ok(app) if app.labels().get("app.kubernetes.io/managed-by").is_some_and(|v| v == "bosun") => {
+                    admitted = true;
+                    break;
+                }
+                other => last = format!("{other:?}"),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+        // A Backup that has succeeded, so that the per-Backup families have samples.
+        let sample = config("samples").join("backup.example.com_v1_backup.yaml");
+        let (ok, out) = env.kubectl(&["apply", "-f", sample.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let good = r#"{"status": {"lastSuccessfulBackup": {"time": "2026-01-01T02:00:00Z", "key": "k", "size": 1}}}"#;
+        let (ok, out) =
+            env.kubectl(&["patch", "backup", "nightly", "--subresource=status", "--type=merge", "-p", good]);
+        assert!(ok, "{out}");
+        let mut metrics = String::new();
+        for _ in 0..60 {
+            metrics = bosun.http_get("/metrics").await.1;
+            if metrics.contains("bosun_backup_last_success_timestamp_seconds{") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        // Stopped first: a running bosun puts its configurations back.
+        drop(bosun);
+        for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+            let name = format!("{prefix}{}-webhook-configuration", &kind[..kind.find("webhook").unwrap()]);
+            let _ = env.kubectl(&["delete", kind, &name, "--ignore-not-found"]);
+        }
+        assert!(admitted, "no WebApp was admitted through bosun's webhooks: {last}");
+        let exported: Vec<&str> =
+            metrics.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+        let exported = |name: &str| exported.contains(&name);
+        for expr in &exprs {
+            for name in metric_names(expr) {
+                assert!(exported(&name), "the dashboard reads {name}, which bosun does not export ({expr})");
+            }
+        }
+    })
+    .await;
+}
+
+/// `promtool test rules` on `config/prometheus/alerts_test.yaml`: every alert of
+/// `alerts.yaml` fires, and does not fire, where the synthetic series say. promtool
+/// is built from the Go module proxy into the cache (`hack/backends/build.sh`).
+#[test]
+fn every_alert_fires_when_it_should_and_only_then() {
+    let root = bosun_testing::repo_root();
+    let built = std::process::Command::new(root.join("hack/backends/build.sh"))
+        .arg("promtool")
+        .output()
+        .unwrap_or_else(|e| panic!("hack/backends/build.sh promtool: {e}"));
+    assert!(built.status.success(), "building promtool: {}", String::from_utf8_lossy(&built.stderr));
+    let promtool = PathBuf::from(String::from_utf8(built.stdout).unwrap().trim()).join("promtool");
+
+    // promtool reads plain rule files: the PrometheusRule's groups, beside the tests.
+    let rule: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(config("prometheus/alerts.yaml")).unwrap()).unwrap();
+    let alerts: Vec<&str> = rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap().iter().filter_map(|r| r["alert"].as_str()))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("bosun-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("rules.yaml"), serde_yaml_ng::to_string(&rule["spec"]).unwrap()).unwrap();
+    let tests = std::fs::read_to_string(config("prometheus/alerts_test.yaml")).unwrap();
+    std::fs::write(dir.join("alerts_test.yaml"), &tests).unwrap();
+
+    let out =
+        std::process::Command::new(&promtool).args(["check", "rules"]).arg(dir.join("rules.yaml")).output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = std::process::Command::new(&promtool)
+        .args(["test", "rules"])
+        .arg(dir.join("alerts_test.yaml"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Each alert is tested both ways: an expectation with alerts and one without.
+    let cases: Value = serde_yaml_ng::from_str(&tests).unwrap();
+    for alert in alerts {
+        let expectations: Vec<&Value> = cases["tests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["alert_rule_test"].as_array().unwrap())
+            .filter(|e| e["alertname"] == alert)
+            .collect();
+        let fires = expectations.iter().any(|e| !e["exp_alerts"].as_array().unwrap().is_empty());
+        let quiet = expectations.iter().any(|e| e["exp_alerts"].as_array().unwrap().is_empty());
+        assert!(fires && quiet, "{alert} needs a test where it fires and one where it does not");
+    }
+}
