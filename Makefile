@@ -28,8 +28,13 @@ build: ## Build the bosun binary (debug).
 	$(CARGO) build -p bosun
 
 .PHONY: manifests
-manifests: ## Regenerate config/crd (from the Rust types), config/rbac (from the declared permissions), config/webhook and the reference blocks of docs/.
+manifests: ## Regenerate config/crd (from the Rust types), config/rbac (from the declared permissions), config/webhook, the reference blocks of docs/ and their copies in charts/bosun.
 	$(CARGO) run -q -p bosun -- manifests --config-dir config
+	# The Helm chart ships the same CRDs, RBAC and webhook configurations (a test compares them).
+	rm -f charts/bosun/crds/*.yaml && cp config/crd/bases/*.yaml charts/bosun/crds/
+	cp config/rbac/service_account.yaml config/rbac/role.yaml config/rbac/role_binding.yaml \
+	  config/rbac/leader_election_role.yaml config/rbac/leader_election_role_binding.yaml charts/bosun/files/rbac/
+	cp config/webhook/manifests.yaml config/webhook/service.yaml charts/bosun/files/webhook/
 
 .PHONY: fmt
 fmt: ## Format the code.

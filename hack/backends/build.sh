@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds one of the pinned storage and MongoDB servers that hack/backends.sh
-# runs, or a tool the packaging tests run (promtool), from the
+# runs, or a tool the packaging tests run (promtool, helm), from the
 # registries (Go module proxy, npm), into a cache outside the checkout, and
 # prints the directory holding its executables.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -58,7 +58,12 @@ case $name in
     files=(promtool/go.mod promtool/go.sum)
     bins=(promtool)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool" >&2; exit 2 ;;
+  helm)
+    version=$(go_version_of helm helm.sh/helm/v3)
+    files=(helm/go.mod helm/go.sum)
+    bins=(helm)
+    ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -165,6 +170,15 @@ build_promtool() {
   log "building promtool (prometheus $version)"
   # The module ships a go.work for its own development: build as the module alone.
   (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$work/bin/promtool" ./cmd/promtool)
+  rm -rf "$work/src"
+}
+
+build_helm() {
+  go_env
+  module_source helm helm.sh/helm/v3
+  log "building helm $version"
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" -o "$work/bin/helm" ./cmd/helm)
   rm -rf "$work/src"
 }
 

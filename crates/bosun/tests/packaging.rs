@@ -244,13 +244,7 @@ async fn the_dashboard_reads_only_metrics_bosun_exports() {
 /// is built from the Go module proxy into the cache (`hack/backends/build.sh`).
 #[test]
 fn every_alert_fires_when_it_should_and_only_then() {
-    let root = bosun_testing::repo_root();
-    let built = std::process::Command::new(root.join("hack/backends/build.sh"))
-        .arg("promtool")
-        .output()
-        .unwrap_or_else(|e| panic!("hack/backends/build.sh promtool: {e}"));
-    assert!(built.status.success(), "building promtool: {}", String::from_utf8_lossy(&built.stderr));
-    let promtool = PathBuf::from(String::from_utf8(built.stdout).unwrap().trim()).join("promtool");
+    let promtool = built_tool("promtool");
 
     // promtool reads plain rule files: the PrometheusRule's groups, beside the tests.
     let rule: Value =
@@ -302,4 +296,149 @@ fn every_alert_fires_when_it_should_and_only_then() {
         let quiet = expectations.iter().any(|e| e["exp_alerts"].as_array().unwrap().is_empty());
         assert!(fires && quiet, "{alert} needs a test where it fires and one where it does not");
     }
+}
+
+/// A tool `hack/backends/build.sh` builds from the Go module proxy into the cache.
+fn built_tool(name: &str) -> PathBuf {
+    let built = std::process::Command::new(bosun_testing::repo_root().join("hack/backends/build.sh"))
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("hack/backends/build.sh {name}: {e}"));
+    assert!(built.status.success(), "building {name}: {}", String::from_utf8_lossy(&built.stderr));
+    PathBuf::from(String::from_utf8(built.stdout).unwrap().trim()).join(name)
+}
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/bosun")
+}
+
+/// `helm template` of the chart in namespace `ops` with `values` (YAML), as objects.
+fn helm_template(values: &str) -> Vec<Value> {
+    let file = std::env::temp_dir().join(format!("bosun-values-{}-{}.yaml", std::process::id(), rand::random::<u32>()));
+    std::fs::write(&file, values).unwrap();
+    let out = std::process::Command::new(built_tool("helm"))
+        // The local control plane's version (a helm built from source assumes 1.20).
+        .args(["template", "bosun", "--namespace", "ops", "--include-crds", "--kube-version", "1.34.4", "-f"])
+        .arg(&file)
+        .arg(chart())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+    serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn args(objects: &[Value]) -> Vec<String> {
+    find(objects, "Deployment", "bosun-controller-manager")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_chart_ships_the_generated_crds_rbac_and_webhooks() {
+    let root = bosun_testing::repo_root();
+    let same = |committed: &Path, shipped: &Path| {
+        let a = std::fs::read_to_string(committed).unwrap();
+        let b = std::fs::read_to_string(shipped)
+            .unwrap_or_else(|e| panic!("{} is missing ({e}): run `make manifests`", shipped.display()));
+        assert!(a == b, "{} differs from {}: run `make manifests`", shipped.display(), committed.display());
+    };
+    let crds: Vec<_> =
+        std::fs::read_dir(root.join("config/crd/bases")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    for name in &crds {
+        same(&root.join("config/crd/bases").join(name), &chart().join("crds").join(name));
+    }
+    assert_eq!(std::fs::read_dir(chart().join("crds")).unwrap().count(), crds.len(), "a CRD the types no longer make");
+    for name in ["service_account", "role", "role_binding", "leader_election_role", "leader_election_role_binding"] {
+        same(&root.join(format!("config/rbac/{name}.yaml")), &chart().join(format!("files/rbac/{name}.yaml")));
+    }
+    for name in ["manifests", "service"] {
+        same(&root.join(format!("config/webhook/{name}.yaml")), &chart().join(format!("files/webhook/{name}.yaml")));
+    }
+}
+
+#[test]
+fn helm_lints_and_renders_the_chart_for_each_mode() {
+    let out = std::process::Command::new(built_tool("helm")).args(["lint", "--strict"]).arg(chart()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm lint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Defaults: 2 replicas as the spec says, self-managed certificates, everything in the release namespace.
+    let objects = helm_template("{}");
+    let deployment = find(&objects, "Deployment", "bosun-controller-manager");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["resources"]["requests"], serde_json::json!({"cpu": "100m", "memory": "128Mi"}));
+    assert_eq!(container["resources"]["limits"], serde_json::json!({"cpu": "500m", "memory": "512Mi"}));
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    let anti = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(anti["preferredDuringSchedulingIgnoredDuringExecution"].is_array(), "{anti}");
+    let a = args(&objects);
+    for want in [
+        "--leader-elect=true",
+        "--enable-webhooks=true",
+        "--webhook-cert-mode=self",
+        "--leader-elect-lease-duration=15s",
+    ] {
+        assert!(a.contains(&want.to_owned()), "{want} in {a:?}");
+    }
+    assert_eq!(objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count(), bosun_api::crds().len());
+    let binding = find(&objects, "ClusterRoleBinding", "bosun-manager-rolebinding");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    for o in objects.iter().filter(|o| !CLUSTER_SCOPED.contains(&o["kind"].as_str().unwrap())) {
+        assert_eq!(o["metadata"]["namespace"], "ops", "{} {}", o["kind"], o["metadata"]["name"]);
+    }
+    let validating = find(&objects, "ValidatingWebhookConfiguration", "bosun-validating-webhook-configuration");
+    for hook in validating["webhooks"].as_array().unwrap() {
+        assert_eq!(hook["clientConfig"]["service"]["namespace"], "ops");
+        assert_eq!(
+            hook["namespaceSelector"]["matchExpressions"][0]["values"],
+            serde_json::json!(["ops"]),
+            "its own namespace exempt"
+        );
+    }
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o["kind"] == "Certificate" || o["kind"] == "ServiceMonitor" || o["kind"] == "ConfigMap")
+    );
+
+    // Webhooks off.
+    let objects = helm_template("webhook: {enabled: false}");
+    assert!(args(&objects).contains(&"--enable-webhooks=false".to_owned()));
+    assert!(!objects.iter().any(|o| o["kind"].as_str().unwrap().ends_with("WebhookConfiguration")));
+
+    // cert-manager: a Certificate mounted as files, and cert-manager injects the bundle.
+    let objects = helm_template("webhook: {certificates: cert-manager}");
+    assert!(args(&objects).contains(&"--webhook-cert-mode=files".to_owned()));
+    let certificate = find(&objects, "Certificate", "bosun-serving-cert");
+    assert_eq!(certificate["spec"]["dnsNames"][0], "bosun-webhook-service.ops.svc");
+    find(&objects, "Issuer", "bosun-selfsigned-issuer");
+    let validating = find(&objects, "ValidatingWebhookConfiguration", "bosun-validating-webhook-configuration");
+    assert_eq!(validating["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "ops/bosun-serving-cert");
+    let pod = &find(&objects, "Deployment", "bosun-controller-manager")["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], certificate["spec"]["secretName"]);
+    assert_eq!(pod["containers"][0]["volumeMounts"][0]["mountPath"], "/tmp/k8s-webhook-server/serving-certs");
+
+    // The ServiceMonitor, and a custom admission policy mounted as the file bosun reads.
+    let objects = helm_template(
+        "metrics: {serviceMonitor: {enabled: true}}\nadmissionPolicy: {maxReplicas: 5, allowedRegistries: [registry.company.com/]}",
+    );
+    let monitor = find(&objects, "ServiceMonitor", "bosun-controller-manager-metrics-monitor");
+    let service = find(&objects, "Service", "bosun-metrics-service");
+    assert!(selects(&monitor["spec"]["selector"]["matchLabels"], &service["metadata"]["labels"]));
+    let policy = find(&objects, "ConfigMap", "bosun-admission-policy");
+    let text: Value = serde_yaml_ng::from_str(policy["data"]["policy.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(text["maxReplicas"], 5);
+    assert!(args(&objects).contains(&"--admission-policy=/etc/bosun/policy/policy.yaml".to_owned()));
 }
