@@ -209,16 +209,7 @@ async fn postgres(env: &Env, name: &str, secret: &str) {
 }
 
 fn psql(env: &Env, pod: &str, sql: &str) -> String {
-    let out = env.exec_ok(pod, &["psql", "-U", "app", "-d", "app", "-v", "ON_ERROR_STOP=1", "-tAc", sql]);
-    // kubectl's own klog lines (`E1123 08:14:37.886872 … websocket.go:296] Unknown stream id`)
-    // come on the same output under load; they are not psql's.
-    let klog = |l: &str| {
-        l.len() > 5
-            && l.as_bytes()[0].is_ascii_uppercase()
-            && l[1..5].bytes().all(|b| b.is_ascii_digit())
-            && l.contains("] ")
-    };
-    out.lines().filter(|l| !klog(l)).collect::<Vec<_>>().join("\n").trim().to_owned()
+    env.exec_ok(pod, &["psql", "-U", "app", "-d", "app", "-v", "ON_ERROR_STOP=1", "-tAc", sql]).trim().to_owned()
 }
 
 /// 10,000 rows with unicode, NULLs and binary data.

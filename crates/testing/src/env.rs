@@ -212,6 +212,12 @@ impl Env {
 
     /// Run kubectl against the cluster in this namespace; returns (success, stdout+stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
+        let (ok, stdout, stderr) = self.kubectl_split(args);
+        (ok, format!("{stdout}{stderr}"))
+    }
+
+    /// Run kubectl against the cluster in this namespace; returns (success, stdout, stderr).
+    pub fn kubectl_split(&self, args: &[&str]) -> (bool, String, String) {
         let out = std::process::Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&self.cluster.kubeconfig)
@@ -220,8 +226,8 @@ impl Env {
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("running kubectl: {e}"));
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
     }
 
     /// `kubectl apply -f` of `yaml` in the test namespace, as a user would apply a

@@ -124,11 +124,16 @@ impl Env {
         panic!("timed out after {timeout:?} waiting for pod {}/{name} to be {expected}:\n{described}", self.ns)
     }
 
-    /// `kubectl exec POD -- COMMAND...`: (exit status zero, stdout+stderr).
+    /// `kubectl exec POD -- COMMAND...`: (exit status zero, its stdout; stdout and stderr
+    /// when it failed).
     pub fn exec(&self, pod: &str, command: &[&str]) -> (bool, String) {
         let mut args = vec!["exec", pod, "--"];
         args.extend_from_slice(command);
-        self.kubectl(&args)
+        // The command's output alone when it succeeds: kubectl's own klog lines
+        // (`E1124 03:23:58.137830 … websocket.go:296] Unknown stream id 1, discarding
+        // message`), which a loaded exec websocket writes, go to stderr.
+        let (ok, stdout, stderr) = self.kubectl_split(&args);
+        if ok { (ok, stdout) } else { (ok, format!("{stdout}{stderr}")) }
     }
 
     /// `kubectl exec`, panicking with the output when the command fails.
