@@ -249,20 +249,10 @@ async fn postgresql_15_serves_sql_and_keeps_its_data_across_a_pod_delete() {
         // The same server probed on a port it does not serve: Running, never Ready.
         env.apply(&statefulset("wrong-probe", 5433)).await;
 
-        // initdb takes seconds: the pod runs before the server accepts connections,
-        // and the probe holds Ready back until it does.
-        let running = env
-            .wait_pod("test-db-0", "Running", START, |p| {
-                p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            })
-            .await;
-        let mut seen_unready = !pod_ready(&running);
-        let start = Instant::now();
-        while !seen_unready && start.elapsed() < Duration::from_secs(1) {
-            seen_unready = !pod_ready(&env.api::<Pod>().get("test-db-0").await.expect("pod"));
-        }
+        // The probe gates Ready: proven by wrong-probe below (Running, never Ready). Seeing
+        // test-db-0 Running-but-not-Ready during initdb depended on polling in time, and a
+        // fast initdb on a quiet machine made that check fail at random.
         let ready = env.wait_pod_ready("test-db-0", START).await;
-        assert!(seen_unready, "the pod was Running but not Ready while initdb ran");
         assert_eq!(node_of(&ready), REAL_NODE);
         let accepting = env.exec_ok("test-db-0", &["pg_isready", "-h", "127.0.0.1"]);
         assert!(accepting.contains("accepting connections"), "{accepting}");
