@@ -21,8 +21,12 @@ fn kustomize(dir: &str) -> Vec<Value> {
         .output()
         .unwrap_or_else(|e| panic!("running kubectl kustomize: {e}"));
     assert!(out.status.success(), "kubectl kustomize config/{dir}: {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
+    documents(&out.stdout)
+}
+
+/// The objects of a rendered multi-document YAML stream (kustomize's, helm's).
+fn documents(rendered: &[u8]) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(std::str::from_utf8(rendered).expect("UTF-8"))
         .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML"))
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -325,10 +329,7 @@ fn helm_template(values: &str) -> Vec<Value> {
         .unwrap();
     let _ = std::fs::remove_file(&file);
     assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
-    serde_yaml_ng::Deserializer::from_str(&String::from_utf8(out.stdout).unwrap())
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("rendered YAML"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    documents(&out.stdout)
 }
 
 fn args(objects: &[Value]) -> Vec<String> {
