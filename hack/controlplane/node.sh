@@ -113,6 +113,10 @@ node_network_up() {
   fi
   ip addr replace "$node_ip/${node_cidr#*/}" dev "$node_bridge"
   ip link set "$node_bridge" up
+  # The Service range goes to the bridge from the node's address: the apiserver
+  # calling a webhook Service (and any process here reaching a ClusterIP) is then
+  # answered, as pods have no default route back to the machine's other addresses.
+  ip route replace "$service_cidr" dev "$node_bridge" src "$node_ip"
   echo 1 >"/proc/sys/net/ipv4/conf/$node_bridge/route_localnet"
   echo 1 >/proc/sys/net/ipv4/ip_forward
   echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
