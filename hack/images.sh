@@ -27,7 +27,12 @@
 #   localhost/bosun-runner-base:bookworm   bosun-base + pg_dump, mariadb-dump, zstd
 #   localhost/bosun-toolbox:bookworm       bosun-base + curl, dig, ip, ping, nc, ps
 #                                          (for probing from inside a pod)
-# All but pause are layered: bosun-base's layer, for the database images
+#   localhost/bosun-distroless:bookworm    no shell, no package manager: glibc,
+#                                          libgcc, CA certificates, tzdata,
+#                                          netbase and a nonroot user (65532), as
+#                                          gcr.io/distroless/cc; the base of the
+#                                          bosun image (the Dockerfile's BASE_IMAGE)
+# All but pause and bosun-distroless are layered: bosun-base's layer, for the database images
 # and the runner a shared layer with perl (see `hidden`), then their own. A
 # containerd stores and unpacks a shared layer once, and unpacking (creating
 # files) is what importing mostly costs.
@@ -78,7 +83,7 @@ elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((u
 # --- the images ------------------------------------------------------------------
 
 # In build order: an image after the one it is layered on.
-images=(bosun-base bosun-perl pause postgres mariadb redis bosun-runner-base bosun-toolbox)
+images=(bosun-base bosun-perl pause postgres mariadb redis bosun-runner-base bosun-toolbox bosun-distroless)
 declare -A ref=(
   [pause]=localhost/pause:k8s-$KUBE_VERSION
   [bosun-base]=localhost/bosun-base:bookworm
@@ -88,6 +93,7 @@ declare -A ref=(
   [redis]=localhost/redis:7
   [bosun-runner-base]=localhost/bosun-runner-base:bookworm
   [bosun-toolbox]=localhost/bosun-toolbox:bookworm
+  [bosun-distroless]=localhost/bosun-distroless:bookworm
 )
 # Not imported, not listed: only a layer the images on it share. All three
 # database images need perl (postgresql-common, mariadb-server's scripts,
@@ -115,7 +121,12 @@ declare -A packages=(
   [redis]=redis-server
   [bosun-runner-base]=postgresql-client-15,mariadb-client,zstd
   [bosun-toolbox]=curl,bind9-dnsutils,iproute2,iputils-ping,netcat-openbsd,procps
+  # Extracted only (see rootfs_debian): exactly these, no dependencies, no
+  # maintainer scripts; the customize hook does what theirs would have done.
+  [bosun-distroless]=base-files,libc6,libgcc-s1
 )
+# Images whose packages are extracted, not installed: no dpkg, no shell.
+declare -A extract_only=([bosun-distroless]=1)
 # Files packages install that an image leaves out (dpkg path-exclude).
 declare -A excludes=(
   # PostgreSQL's JIT: LLVM (libllvm14, libz3-4) and the bitcode of the server,
@@ -141,6 +152,11 @@ image_config() {
   case $1 in
     pause) cat <<EOF
 {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/", "Env": ["PATH=$path"]}
+EOF
+      ;;
+    bosun-distroless) cat <<EOF
+{"User": "65532:65532", "WorkingDir": "/home/nonroot",
+ "Env": ["PATH=$path", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"]}
 EOF
       ;;
     bosun-base | bosun-perl | bosun-runner-base | bosun-toolbox) cat <<EOF
@@ -221,6 +237,7 @@ pkg_version() { # ROOTFS PACKAGE
 # After everything is installed.
 hook_customize() { # NAME WORKDIR ROOTFS
   local name=$1 work=$2 r=$3
+  if [ -n "${extract_only[$name]:-}" ]; then customize_extracted "$r"; return; fi
   case $name in
     postgres)
       pkg_version "$r" postgresql-15 >"$work/postgres.version"
@@ -275,6 +292,27 @@ rm -f /var/cache/debconf/*-old /var/lib/dpkg/*-old /var/cache/ldconfig/aux-cache
 EOF
 }
 
+# An extracted root (no shell in it, so nothing runs inside): the files the
+# packages' maintainer scripts and base-passwd would have made, as distroless has
+# them, and no documentation. The paths below are plain directories the packages
+# ship (no symlink leads out of the root).
+customize_extracted() { # ROOTFS
+  local r=$1
+  printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
+    'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$r/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' 'nonroot:x:65532:' >"$r/etc/group"
+  printf '%s\n' 'passwd: files' 'group: files' 'hosts: files dns' >"$r/etc/nsswitch.conf"
+  install -d -m 0700 "$r/root"
+  install -d -m 0700 -o 65532 -g 65532 "$r/home/nonroot"
+  install -d -m 1777 "$r/tmp"
+  # ca-certificates' postinst: the bundle of the certificates it ships.
+  install -d "$r/etc/ssl/certs"
+  cat "$r"/usr/share/ca-certificates/mozilla/*.crt >"$r/etc/ssl/certs/ca-certificates.crt"
+  [ -s "$r/etc/ssl/certs/ca-certificates.crt" ] || die "no CA certificates extracted"
+  rm -rf "$r/usr/share/doc" "$r/usr/share/man" "$r/usr/share/info" "$r/usr/share/lintian" \
+    "$r/usr/share/locale" "$r/usr/share/ca-certificates" "$r/var/cache/debconf" "$r/var/lib/dpkg"
+}
+
 # --- building ------------------------------------------------------------------
 
 # The cache keys of the images: their recipe (from $recipe, the hack/
@@ -316,6 +354,17 @@ rootfs_debian() { # NAME WORKDIR
   local name=$1 work=$2 mode=root include=$base_packages
   [ "$(id -u)" = 0 ] || mode=unshare
   [ -z "${packages[$name]}" ] || include+=,${packages[$name]}
+  if [ -n "${extract_only[$name]:-}" ]; then
+    # No dpkg to configure anything and no hook running inside; merged /usr by
+    # the symlinks alone.
+    mmdebstrap --mode="$mode" --variant=extract --format=tar --include="$include" \
+      --setup-hook=/usr/share/mmdebstrap/hooks/merged-usr/setup00.sh \
+      --customize-hook="'$recipe/images.sh' _hook customize '$name' '$work' \"\$1\"" \
+      "$suite" "$work/$name.rootfs.tar" \
+      "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+      "deb $security_mirror $suite-security main"
+    return
+  fi
   local opts=(
     --mode="$mode" --variant=essential --format=tar
     # merged /usr as debootstrap does it, not with the usrmerge package (and perl).
