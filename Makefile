@@ -104,6 +104,29 @@ run: install build ## Run bosun in the foreground against the local control plan
 	@echo "bosun: using $(RUN_KUBECONFIG); in another shell: export KUBECONFIG=$(RUN_KUBECONFIG)"
 	KUBECONFIG=$(RUN_KUBECONFIG) $(RUN_ENV) $(BOSUN) run $(ARGS)
 
+# The images: IMG is bosun, RUNNER_IMG the Backup/Restore runner (its default is what
+# bosun's --runner-image defaults to). Built with docker or podman, whichever works.
+IMG ?= localhost/bosun:dev
+RUNNER_IMG ?= localhost/bosun-runner:dev
+
+.PHONY: docker-build
+docker-build: ## Build the bosun image (IMG) and the runner image (RUNNER_IMG) from the Dockerfile; without a registry (DOCKER_BUILD_MODE=local, the default) on bases made from Debian packages.
+	hack/docker-build.sh build $(IMG) $(RUNNER_IMG)
+
+.PHONY: docker-push
+docker-push: ## Push IMG and RUNNER_IMG to their registry.
+	hack/docker-build.sh push $(IMG) $(RUNNER_IMG)
+
+.PHONY: deploy
+deploy: $(RUN_PREREQ) ## Install bosun (config/default, IMG) in the cluster: the local control plane's real node, with the images loaded there, unless USE_EXISTING_CLUSTER=true.
+	KUBECONFIG=$(RUN_KUBECONFIG) IMG=$(IMG) RUNNER_IMG=$(RUNNER_IMG) LOCAL=$(if $(filter true,$(USE_EXISTING_CLUSTER)),false,true) \
+	  hack/deploy.sh deploy
+
+.PHONY: undeploy
+undeploy: ## Remove what make deploy installed; refuses while custom resources exist, unless KEEP_CRDS=true (then the CRDs and they stay).
+	KUBECONFIG=$(RUN_KUBECONFIG) IMG=$(IMG) RUNNER_IMG=$(RUNNER_IMG) LOCAL=$(if $(filter true,$(USE_EXISTING_CLUSTER)),false,true) \
+	  hack/deploy.sh undeploy
+
 ##@ Benchmarks
 
 N ?= 1000

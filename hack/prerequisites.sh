@@ -22,6 +22,10 @@ need gcc gcc
 [ -e /usr/include/stdio.h ] || missing_pkgs+=(libc6-dev)  # static libc for pause
 need ctr containerd
 need flock util-linux
+# make docker-build (hack/docker-build.sh): podman, when no docker engine answers.
+if ! { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }; then
+  need podman podman
+fi
 # The real node (hack/controlplane/node.sh): runtime, CNI plugins, packet filters.
 need containerd containerd
 need runc runc

@@ -52,6 +52,67 @@ const CLUSTER_SCOPED: &[&str] = &[
     "MutatingWebhookConfiguration",
 ];
 
+/// The manager container of a rendered install.
+fn manager(objects: &[Value]) -> &Value {
+    &find(objects, "Deployment", "bosun-controller-manager")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    container["env"].as_array()?.iter().find(|e| e["name"] == name)?["value"].as_str()
+}
+
+/// `hack/deploy.sh render` (what `make deploy` applies) with these variables.
+fn deploy_render(vars: &[(&str, &str)]) -> Vec<Value> {
+    let dir =
+        std::env::temp_dir().join(format!("bosun-deploy-render-{}-{}", std::process::id(), rand::random::<u32>()));
+    let out = std::process::Command::new(bosun_testing::repo_root().join("hack/deploy.sh"))
+        .arg("render")
+        .env("DEPLOY_DIR", &dir)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running hack/deploy.sh render: {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "hack/deploy.sh render {vars:?}: {}", String::from_utf8_lossy(&out.stderr));
+    documents(&out.stdout)
+}
+
+#[test]
+fn make_deploy_sets_the_images_and_the_local_overlay_pins_bosun_to_the_real_node() {
+    // The local cluster: bosun-system's pods to the real node, the local database images.
+    let objects = kustomize("local");
+    let annotations = &find(&objects, "Namespace", "bosun-system")["metadata"]["annotations"];
+    assert_eq!(annotations["scheduler.alpha.kubernetes.io/node-selector"], "bosun.dev/real-node=true");
+    assert!(
+        annotations["scheduler.alpha.kubernetes.io/defaultTolerations"]
+            .as_str()
+            .unwrap()
+            .contains("bosun.dev/real-node")
+    );
+    assert_eq!(env_value(manager(&objects), "BOSUN_POSTGRES_IMAGE"), Some("localhost/postgres:15"));
+    assert_eq!(env_value(manager(&objects), "BOSUN_REDIS_IMAGE"), Some("localhost/redis:7"));
+
+    // Another cluster: config/default as it is, with IMG (a registry with a port, a
+    // tag) and RUNNER_IMG (by digest) in the manager.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let runner = format!("registry.example.com:5000/team/bosun-runner@{digest}");
+    let objects = deploy_render(&[
+        ("LOCAL", "false"),
+        ("IMG", "registry.example.com:5000/team/bosun:v1.2"),
+        ("RUNNER_IMG", &runner),
+    ]);
+    assert_eq!(manager(&objects)["image"], "registry.example.com:5000/team/bosun:v1.2");
+    assert_eq!(env_value(manager(&objects), "BOSUN_RUNNER_IMAGE"), Some(runner.as_str()));
+    assert!(find(&objects, "Namespace", "bosun-system")["metadata"]["annotations"].is_null(), "no real node elsewhere");
+
+    // Defaults: the local images, and the runner image bosun defaults to (no variable).
+    let objects = deploy_render(&[("LOCAL", "true"), ("IMG", "localhost/bosun:dev")]);
+    assert_eq!(manager(&objects)["image"], "localhost/bosun:dev");
+    assert_eq!(env_value(manager(&objects), "BOSUN_RUNNER_IMAGE"), None);
+    let by_digest = format!("localhost/bosun@{digest}");
+    let objects = deploy_render(&[("IMG", &by_digest)]);
+    assert_eq!(manager(&objects)["image"], by_digest.as_str());
+}
+
 #[test]
 fn the_default_install_renders_with_everything_in_bosun_system() {
     let objects = kustomize("default");
