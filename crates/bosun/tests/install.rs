@@ -119,6 +119,22 @@ async fn images() {
         .await;
 }
 
+/// Held for a whole test: the cleanup runs (fields drop in order) before the next test
+/// may start.
+struct Prepared {
+    _cleanup: Cleanup,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// One install at a time, on the real node, from a clean slate, with the images built.
+async fn prepare(env: &Env) -> Prepared {
+    let serial = SERIAL.lock().await;
+    require_real_node(&env.client).await;
+    let cleanup = Cleanup::now();
+    images().await;
+    Prepared { _cleanup: cleanup, _serial: serial }
+}
+
 fn webapp(name: &str, replicas: i32) -> apps_v1::WebApp {
     serde_json::from_value(json!({
         "apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": name},
@@ -263,10 +279,7 @@ async fn until_no_custom_resources(env: &Env) {
 #[tokio::test]
 async fn make_docker_build_and_make_deploy_run_bosun_on_the_real_node_and_make_undeploy_removes_it() {
     e2e("make-deploy", |env| async move {
-        let _serial = SERIAL.lock().await;
-        require_real_node(&env.client).await;
-        let _cleanup = Cleanup::now();
-        images().await;
+        let _prepared = prepare(&env).await;
 
         // The images as the Deployment runs them: non-root, read-only root file system,
         // no capabilities. The bosun image has no shell; the runner has the dump clients.
@@ -356,10 +369,7 @@ async fn make_docker_build_and_make_deploy_run_bosun_on_the_real_node_and_make_u
 #[tokio::test]
 async fn helm_install_runs_bosun_on_the_real_node_and_helm_uninstall_removes_it() {
     e2e("helm-install", |env| async move {
-        let _serial = SERIAL.lock().await;
-        require_real_node(&env.client).await;
-        let _cleanup = Cleanup::now();
-        images().await;
+        let _prepared = prepare(&env).await;
         let helm = helm();
 
         // On the local cluster, the namespace sends its pods to the real node (what
