@@ -17,7 +17,8 @@
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 ARG RUNNER_BASE_IMAGE=docker.io/library/debian:bookworm-slim
-# compile | prebuilt
+# compile | prebuilt. podman/buildah before 1.29 need it given (--build-arg
+# BINARY=compile): they skip a stage named only by an argument's default.
 ARG BINARY=compile
 
 # --- the binary -------------------------------------------------------------------

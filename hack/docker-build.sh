@@ -81,7 +81,10 @@ cmd_build() {
         --build-arg BASE_IMAGE=localhost/bosun-distroless:bookworm
         --build-arg RUNNER_BASE_IMAGE=localhost/bosun-runner-base:bookworm)
       ;;
-    registry) ;;
+    # Spelled out although it is the Dockerfile's default: buildah before 1.29 (Debian
+    # 12's podman 4.3) follows `FROM ${BINARY}` to a stage only when the argument is
+    # given, and otherwise skips the stage and looks for an image of that name.
+    registry) args=(--build-arg BINARY=compile) ;;
     *) die "DOCKER_BUILD_MODE is '$mode'; it must be local or registry" ;;
   esac
   local build=("$t" build)
