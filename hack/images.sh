@@ -74,6 +74,7 @@ jobs=${BOSUN_IMAGES_JOBS:-3}
 mirror=${BOSUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${BOSUN_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 suite=bookworm
+sources=("deb $mirror $suite main" "deb $mirror $suite-updates main" "deb $security_mirror $suite-security main")
 
 log() { echo "images.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -360,9 +361,7 @@ rootfs_debian() { # NAME WORKDIR
     mmdebstrap --mode="$mode" --variant=extract --format=tar --include="$include" \
       --setup-hook=/usr/share/mmdebstrap/hooks/merged-usr/setup00.sh \
       --customize-hook="'$recipe/images.sh' _hook customize '$name' '$work' \"\$1\"" \
-      "$suite" "$work/$name.rootfs.tar" \
-      "deb $mirror $suite main" "deb $mirror $suite-updates main" \
-      "deb $security_mirror $suite-security main"
+      "$suite" "$work/$name.rootfs.tar" "${sources[@]}"
     return
   fi
   local opts=(
@@ -396,9 +395,7 @@ rootfs_debian() { # NAME WORKDIR
     --essential-hook="'$recipe/images.sh' _hook essential '$name' '$work' \"\$1\""
     --customize-hook="'$recipe/images.sh' _hook customize '$name' '$work' \"\$1\""
   )
-  mmdebstrap "${opts[@]}" "$suite" "$work/$name.rootfs.tar" \
-    "deb $mirror $suite main" "deb $mirror $suite-updates main" \
-    "deb $security_mirror $suite-security main"
+  mmdebstrap "${opts[@]}" "$suite" "$work/$name.rootfs.tar" "${sources[@]}"
 }
 
 # Builds one image into the cache. Runs in the background, output in a log.

@@ -14,13 +14,12 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bosun_api::webapp::{WebAppKind, apps_v1};
-use bosun_testing::node::{REAL_NODE, REAL_NODE_LABEL, pod_ready, require_real_node};
-use bosun_testing::{Env, e2e, repo_root};
+use bosun_testing::node::{REAL_NODE, REAL_NODE_LABEL, pod_ready, real_node_annotations, require_real_node};
+use bosun_testing::{Env, built_tool, cluster_dir, e2e, repo_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -41,10 +40,6 @@ const WEBHOOKS: [(&str, &str); 2] = [
     ("validatingwebhookconfiguration", "bosun-validating-webhook-configuration"),
     ("mutatingwebhookconfiguration", "bosun-mutating-webhook-configuration"),
 ];
-
-fn cluster_dir() -> PathBuf {
-    std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"))
-}
 
 /// Runs a command in the repository with the local cluster's kubeconfig: (success,
 /// stdout, stderr).
@@ -67,8 +62,7 @@ fn run_ok(program: &str, args: &[&str]) -> String {
 }
 
 fn helm() -> String {
-    let out = run_ok("hack/backends/build.sh", &["helm"]);
-    format!("{}/helm", out.trim())
+    built_tool("helm").to_string_lossy().into_owned()
 }
 
 /// Removes whatever an install left (also after a failed test): the webhook
@@ -309,8 +303,8 @@ async fn make_docker_build_and_make_deploy_run_bosun_on_the_real_node_and_make_u
         let (_, logs) = env.kubectl(&["logs", "runner-tools"]);
         assert!(logs.contains("pg_dump (PostgreSQL)") && logs.trim_end().ends_with("65532"), "runner tools as 65532: {logs}");
         // The WebApps below run nginx, which only the fake nodes "have".
-        let unpin = json!({"metadata": {"annotations": {
-            "scheduler.alpha.kubernetes.io/node-selector": null, "scheduler.alpha.kubernetes.io/defaultTolerations": null}}});
+        let unpinned: serde_json::Map<_, _> = real_node_annotations().keys().map(|k| (k.clone(), json!(null))).collect();
+        let unpin = json!({"metadata": {"annotations": unpinned}});
         Api::<Namespace>::all(env.client.clone())
             .patch(&env.ns, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&unpin))
             .await
@@ -374,13 +368,9 @@ async fn helm_install_runs_bosun_on_the_real_node_and_helm_uninstall_removes_it(
 
         // On the local cluster, the namespace sends its pods to the real node (what
         // config/local does for make deploy); helm installs into it.
-        let tolerations =
-            json!([{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE, "annotations": {
-            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=true"),
-            "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
-        }}}))
-        .unwrap();
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": NAMESPACE, "annotations": real_node_annotations()}}))
+                .unwrap();
         Api::<Namespace>::all(env.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 
         let started = Instant::now();

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_testing::e2e;
+use bosun_testing::{built_tool, e2e};
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -361,16 +361,6 @@ fn every_alert_fires_when_it_should_and_only_then() {
         let quiet = expectations.iter().any(|e| e["exp_alerts"].as_array().unwrap().is_empty());
         assert!(fires && quiet, "{alert} needs a test where it fires and one where it does not");
     }
-}
-
-/// A tool `hack/backends/build.sh` builds from the Go module proxy into the cache.
-fn built_tool(name: &str) -> PathBuf {
-    let built = std::process::Command::new(bosun_testing::repo_root().join("hack/backends/build.sh"))
-        .arg(name)
-        .output()
-        .unwrap_or_else(|e| panic!("hack/backends/build.sh {name}: {e}"));
-    assert!(built.status.success(), "building {name}: {}", String::from_utf8_lossy(&built.stderr));
-    PathBuf::from(String::from_utf8(built.stdout).unwrap().trim()).join(name)
 }
 
 fn chart() -> PathBuf {

@@ -513,17 +513,14 @@ async fn monitoring<K: StackKind>(
     let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "servicemonitors"));
-    let read = |what: String| move |source| Error::Read { what, source };
+    let read = |source| Error::Read { what: format!("ServiceMonitor {ns}/{}", plan.name), source };
+    let write = |source| Error::Apply { kind: "ServiceMonitor".to_owned(), name: plan.name.clone(), source };
     let Some(monitor) = build::desired_service_monitor(stack, plan) else {
         // Off: the platform's own ServiceMonitor goes (looked up once per start).
         if installed && known != Some(None) {
-            let existing = api.get_opt(&plan.name).await.map_err(read(format!("ServiceMonitor {ns}/{}", plan.name)))?;
+            let existing = api.get_opt(&plan.name).await.map_err(read)?;
             if existing.as_ref().is_some_and(|m| controlled_by(m, stack)) {
-                api.delete(&plan.name, &Default::default()).await.map_err(|source| Error::Apply {
-                    kind: "ServiceMonitor".to_owned(),
-                    name: plan.name.clone(),
-                    source,
-                })?;
+                api.delete(&plan.name, &Default::default()).await.map_err(write)?;
             }
             record(None);
         }
@@ -544,7 +541,7 @@ async fn monitoring<K: StackKind>(
     if known != Some(Some(print)) {
         // Not applied since start: whoever holds the name must be this platform.
         if !matches!(known, Some(Some(_))) {
-            let existing = api.get_opt(&plan.name).await.map_err(read(format!("ServiceMonitor {ns}/{}", plan.name)))?;
+            let existing = api.get_opt(&plan.name).await.map_err(read)?;
             if existing.as_ref().is_some_and(|m| !controlled_by(m, stack)) {
                 return Ok(Some(Desired::new(
                     MONITORING_AVAILABLE,
@@ -559,11 +556,7 @@ async fn monitoring<K: StackKind>(
             }
         }
         let params = PatchParams::apply(&field_manager::<K>()).force();
-        api.patch(&plan.name, &params, &Patch::Apply(&monitor)).await.map_err(|source| Error::Apply {
-            kind: "ServiceMonitor".to_owned(),
-            name: plan.name.clone(),
-            source,
-        })?;
+        api.patch(&plan.name, &params, &Patch::Apply(&monitor)).await.map_err(write)?;
         record(Some(print));
     }
     Ok(Some(Desired::new(

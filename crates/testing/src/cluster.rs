@@ -43,7 +43,7 @@ fn kubeconfig_path() -> PathBuf {
 }
 
 /// The local cluster's state directory (`$BOSUN_CLUSTER_DIR`, default `.cluster`).
-pub(crate) fn cluster_dir() -> PathBuf {
+pub fn cluster_dir() -> PathBuf {
     std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"))
 }
 
@@ -117,4 +117,15 @@ async fn install_crds(client: &Client) {
         .unwrap_or_else(|_| panic!("CRD {name} was not established within 30s"))
         .unwrap_or_else(|e| panic!("waiting for CRD {name}: {e}"));
     }
+}
+
+/// A tool `hack/backends/build.sh` builds from the Go module proxy into the cache
+/// (helm, promtool): its path.
+pub fn built_tool(name: &str) -> PathBuf {
+    let built = std::process::Command::new(repo_root().join("hack/backends/build.sh"))
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("hack/backends/build.sh {name}: {e}"));
+    assert!(built.status.success(), "building {name}: {}", String::from_utf8_lossy(&built.stderr));
+    PathBuf::from(String::from_utf8(built.stdout).expect("UTF-8").trim()).join(name)
 }

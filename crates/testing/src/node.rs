@@ -79,17 +79,24 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// The namespace annotations that send every pod of a namespace to the real node
+/// (what `config/local` gives `bosun-system`).
+pub fn real_node_annotations() -> serde_json::Map<String, serde_json::Value> {
+    let tolerations = json!([{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+    let annotations = json!({
+        "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=true"),
+        "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
+    });
+    let serde_json::Value::Object(map) = annotations else { unreachable!("an object literal") };
+    map
+}
+
 impl Env {
     /// Send every pod of this test's namespace to the real node (and fail, with the
     /// reason, if the cluster has none).
     pub async fn use_real_node(&self) {
         require_real_node(&self.client).await;
-        let tolerations =
-            json!([{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
-        let patch = json!({"metadata": {"annotations": {
-            "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=true"),
-            "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
-        }}});
+        let patch = json!({"metadata": {"annotations": real_node_annotations()}});
         Api::<Namespace>::all(self.client.clone())
             .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await
