@@ -59,8 +59,12 @@ test-unit: ## Only the unit tests (no cluster).
 CLUSTER_DIR ?= $(if $(BOSUN_CLUSTER_DIR),$(BOSUN_CLUSTER_DIR),$(CURDIR)/.cluster)
 export BOSUN_CLUSTER_DIR := $(CLUSTER_DIR)
 
+.PHONY: prerequisites
+prerequisites: ## Install what this machine lacks from Debian's packages (containerd, runc, mmdebstrap, the databases...); quick when nothing is missing.
+	hack/prerequisites.sh
+
 .PHONY: cluster
-cluster: ## Build (first time only) and start the local control plane; wait until healthy.
+cluster: prerequisites ## Install what is missing, build (first time only) and start the local control plane; wait until healthy. On a running cluster without its real node, tries the node again.
 	$(CLUSTER) up
 
 .PHONY: cluster-down

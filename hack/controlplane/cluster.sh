@@ -479,6 +479,42 @@ restart_component() {  # component [outage-seconds]
   start "$c" "${args[@]}"
 }
 
+# kube-apiserver, with the real node's settings when this cluster has one.
+start_apiserver() {
+  local certs=$state/certs node_args=()
+  # With the real node, the `kubernetes` Service's endpoint is the node's
+  # address (see node_network_up for how pods get from there to the loopback
+  # listener), and the apiserver calls kubelet for logs and exec with a
+  # certificate of its own. Without it, --advertise-address is loopback,
+  # which Endpoints validation rejects, so the Service gets no endpoints.
+  if node_enabled; then
+    node_args=(--advertise-address="$node_ip" --endpoint-reconciler-type=lease
+      --kubelet-client-certificate="$certs/kube-apiserver-kubelet-client.crt"
+      --kubelet-client-key="$certs/kube-apiserver-kubelet-client.key"
+      --kubelet-preferred-address-types=InternalIP)
+  else
+    node_args=(--advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  fi
+  # --cert-dir only keeps the apiserver from writing to /var/run/kubernetes.
+  # PodNodeSelector and PodTolerationRestriction let a test send every pod of
+  # a namespace to the real node with two namespace annotations.
+  start kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    "${node_args[@]}" \
+    --cert-dir="$certs" \
+    --tls-cert-file="$certs/apiserver.crt" --tls-private-key-file="$certs/apiserver.key" \
+    --client-ca-file="$certs/ca.crt" \
+    --service-cluster-ip-range="$service_cidr" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$certs/sa.pub" \
+    --service-account-signing-key-file="$certs/sa.key" \
+    --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction,DefaultStorageClass,PodNodeSelector,PodTolerationRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --allow-privileged=true \
+    --profiling=false
+}
+
 start_cluster() {
   mkdir -p "$state"
   touch "$state/bosun-cluster"
@@ -533,38 +569,7 @@ EOF
   write_kwok_config "$(dirname "$bin")/stages"
   write_bootstrap
 
-  local certs=$state/certs node_args=()
-  # With the real node, the `kubernetes` Service's endpoint is the node's
-  # address (see node_network_up for how pods get from there to the loopback
-  # listener), and the apiserver calls kubelet for logs and exec with a
-  # certificate of its own. Without it, --advertise-address is loopback,
-  # which Endpoints validation rejects, so the Service gets no endpoints.
-  if node_enabled; then
-    node_args=(--advertise-address="$node_ip" --endpoint-reconciler-type=lease
-      --kubelet-client-certificate="$certs/kube-apiserver-kubelet-client.crt"
-      --kubelet-client-key="$certs/kube-apiserver-kubelet-client.key"
-      --kubelet-preferred-address-types=InternalIP)
-  else
-    node_args=(--advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
-  fi
-  # --cert-dir only keeps the apiserver from writing to /var/run/kubernetes.
-  # PodNodeSelector and PodTolerationRestriction let a test send every pod of
-  # a namespace to the real node with two namespace annotations.
-  start kube-apiserver \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-    "${node_args[@]}" \
-    --cert-dir="$certs" \
-    --tls-cert-file="$certs/apiserver.crt" --tls-private-key-file="$certs/apiserver.key" \
-    --client-ca-file="$certs/ca.crt" \
-    --service-cluster-ip-range="$service_cidr" \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$certs/sa.pub" \
-    --service-account-signing-key-file="$certs/sa.key" \
-    --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NodeRestriction,DefaultStorageClass,PodNodeSelector,PodTolerationRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
-    --allow-privileged=true \
-    --profiling=false
+  start_apiserver
 
   # The controller-manager and scheduler start right away rather than after
   # the apiserver is ready (saves seconds); they retry until it answers. Their
@@ -741,6 +746,7 @@ cmd_up() {
     fi
     load_ports
     log "already running; checking health"
+    node_enabled || add_node
   else
     if [ "$n" -gt 0 ]; then
       log "found a partial cluster ($n of ${#components[@]} processes alive); restarting it"
@@ -781,6 +787,29 @@ pick_node() {
   node_reason=$(node_unsupported)
   [ -z "$node_reason" ] || return 0
   node_bin=$("$here/build.sh" node) || { node_reason="building kubelet, kube-proxy and CoreDNS failed"; node_bin=''; }
+}
+
+# A running cluster started without the real node gets it once the machine can
+# run it (e.g. after hack/prerequisites.sh installed containerd): the node's
+# network, certificates and daemons start, and kube-apiserver restarts with the
+# node's settings. etcd and everything stored in it stay. When the machine still
+# cannot, the reason is found anew and recorded.
+add_node() {
+  pick_node
+  if [ -z "$node_bin" ]; then
+    echo "$node_reason" >"$state/node-missing"
+    return 0
+  fi
+  log "real node was missing ($(node_missing_reason)); this machine can run it now: adding it"
+  node_network_up
+  echo "$node_bin" >"$state/node-bin-dir"
+  rm -f "$state/node-missing"
+  node_certs
+  write_bootstrap
+  stop_component kube-apiserver
+  start_apiserver
+  components+=("${node_components[@]}")
+  start_node
 }
 
 cmd_down() {

@@ -1,6 +1,8 @@
 //! `make cluster` / `make cluster-down` with the real node: starting twice is
 //! harmless, and `down` leaves nothing of the node on the machine: no process,
-//! mount, nftables table, iptables chain, interface, cgroup or changed sysctl.
+//! mount, nftables table, iptables chain, interface, cgroup or changed sysctl; and a
+//! cluster that started without its node (the machine could not run one yet) gets it
+//! at the next `up`, keeping what it stores.
 //!
 //! Its own test binary, with one test: it stops the cluster the other tests share and
 //! starts it again, so nothing may run beside it (cargo runs test binaries one after
@@ -130,8 +132,17 @@ impl Machine {
 }
 
 fn cluster_sh(command: &str) -> String {
+    cluster_sh_with_path(command, None)
+}
+
+/// `cluster.sh COMMAND`, with `PATH` replaced when one is given.
+fn cluster_sh_with_path(command: &str, path: Option<&str>) -> String {
     let start = Instant::now();
-    let out = Command::new(repo_root().join("hack/controlplane/cluster.sh"))
+    let mut cmd = Command::new(repo_root().join("hack/controlplane/cluster.sh"));
+    if let Some(path) = path {
+        cmd.env("PATH", path);
+    }
+    let out = cmd
         .arg(command)
         .output()
         .unwrap_or_else(|e| panic!("running cluster.sh {command}: {e}"));
@@ -139,6 +150,19 @@ fn cluster_sh(command: &str) -> String {
     assert!(out.status.success(), "cluster.sh {command} failed:\n{text}");
     eprintln!("cluster.sh {command}: {:?}", start.elapsed());
     text
+}
+
+/// kubectl as the cluster's admin; its stdout, or a panic with its stderr.
+fn kubectl(args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(state_dir().join("kubeconfig"))
+        .args(["--namespace", "default"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running kubectl: {e}"));
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]
@@ -160,10 +184,26 @@ async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
     assert!(running.nft_tables.contains("table inet bosun-node"), "{:?}", running.nft_tables);
     assert!(!running.cgroups.is_empty(), "kubelet's cgroups exist while it runs");
 
-    // Down, the machine as it is without a cluster; up, down again: the same machine.
+    // Down, the machine as it is without a cluster.
     cluster_sh("down");
     let without = Machine::now();
-    cluster_sh("up");
+
+    // Up on a machine that cannot run the node yet (runc and nft live in the sbin
+    // directories, left out of PATH here, as on a machine before
+    // hack/prerequisites.sh): the control plane alone, and the reason.
+    let path = std::env::var("PATH").unwrap_or_default();
+    let no_sbin: Vec<&str> = path.split(':').filter(|d| !d.ends_with("sbin")).collect();
+    let missing = cluster_sh_with_path("up", Some(&no_sbin.join(":")));
+    assert!(missing.contains("real node: MISSING — runc is not installed"), "up without runc:\n{missing}");
+    assert!(!Machine::now().interfaces.contains("bosun0"), "no node without runc");
+    kubectl(&["create", "configmap", "kept-across-the-node", "--from-literal=k=v"]);
+
+    // Up again once the machine can run it: the running cluster gets its node and
+    // keeps what it stores.
+    let added = cluster_sh("up");
+    assert!(added.contains("this machine can run it now: adding it"), "up with runc:\n{added}");
+    assert!(added.contains("real node bosun-node: Ready"), "{added}");
+    assert_eq!(kubectl(&["get", "configmap", "kept-across-the-node", "-o", "jsonpath={.data.k}"]), "v");
     let up = Machine::now();
     assert!(up.interfaces.contains("bosun0") && up.owner_file, "the node came back: {up:?}");
     cluster_sh("down");
