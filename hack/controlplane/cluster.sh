@@ -571,6 +571,7 @@ EOF
 
   start_apiserver
 
+  local certs=$state/certs
   # The controller-manager and scheduler start right away rather than after
   # the apiserver is ready (saves seconds); they retry until it answers. Their
   # delegated authentication reads a ConfigMap at startup which RBAC may not

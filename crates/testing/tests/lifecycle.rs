@@ -142,10 +142,7 @@ fn cluster_sh_with_path(command: &str, path: Option<&str>) -> String {
     if let Some(path) = path {
         cmd.env("PATH", path);
     }
-    let out = cmd
-        .arg(command)
-        .output()
-        .unwrap_or_else(|e| panic!("running cluster.sh {command}: {e}"));
+    let out = cmd.arg(command).output().unwrap_or_else(|e| panic!("running cluster.sh {command}: {e}"));
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "cluster.sh {command} failed:\n{text}");
     eprintln!("cluster.sh {command}: {:?}", start.elapsed());
@@ -188,20 +185,23 @@ async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
     cluster_sh("down");
     let without = Machine::now();
 
-    // Up on a machine that cannot run the node yet (runc and nft live in the sbin
-    // directories, left out of PATH here, as on a machine before
+    // Up on a machine that cannot run the node yet (nft, iptables and ip live in the
+    // sbin directories, left out of PATH here, as on a machine before
     // hack/prerequisites.sh): the control plane alone, and the reason.
     let path = std::env::var("PATH").unwrap_or_default();
     let no_sbin: Vec<&str> = path.split(':').filter(|d| !d.ends_with("sbin")).collect();
     let missing = cluster_sh_with_path("up", Some(&no_sbin.join(":")));
-    assert!(missing.contains("real node: MISSING — runc is not installed"), "up without runc:\n{missing}");
-    assert!(!Machine::now().interfaces.contains("bosun0"), "no node without runc");
+    assert!(
+        missing.contains("real node: MISSING — ") && missing.contains(" is not installed"),
+        "up without the sbin tools:\n{missing}"
+    );
+    assert!(!Machine::now().interfaces.contains("bosun0"), "no node without the sbin tools");
     kubectl(&["create", "configmap", "kept-across-the-node", "--from-literal=k=v"]);
 
     // Up again once the machine can run it: the running cluster gets its node and
     // keeps what it stores.
     let added = cluster_sh("up");
-    assert!(added.contains("this machine can run it now: adding it"), "up with runc:\n{added}");
+    assert!(added.contains("this machine can run it now: adding it"), "up with the sbin tools:\n{added}");
     assert!(added.contains("real node bosun-node: Ready"), "{added}");
     assert_eq!(kubectl(&["get", "configmap", "kept-across-the-node", "-o", "jsonpath={.data.k}"]), "v");
     let up = Machine::now();
