@@ -54,6 +54,10 @@ pub mod reasons {
     pub const BACKUP_FAILED: &str = "BackupFailed";
     /// An attempt of the running backup failed and the Job retries it.
     pub const BACKUP_RETRYING: &str = "BackupRetrying";
+    /// A run (a Backup's, a Restore's) cannot start or make progress: an image that
+    /// cannot be pulled, a missing Secret, a pod no node takes, a crash loop. Its Job's
+    /// deadline ends it.
+    pub const RUN_STUCK: &str = "RunStuck";
     /// A Restore's Job is running.
     pub const RUNNING: &str = "Running";
     pub const RESTORED: &str = "Restored";
@@ -87,9 +91,14 @@ pub mod reasons {
     pub const RUNNING_READY: &str = "AllReplicasReady";
     /// A PostgreSQL's instances are starting.
     pub const PROVISIONING: &str = "Provisioning";
+    /// An instance of a PostgreSQL cannot start: an image that cannot be pulled, a
+    /// pod no node takes, a crash loop, a volume that does not mount.
+    pub const INSTANCE_STUCK: &str = "InstanceStuck";
     /// A PostgreSQL's `spec.version` differs from its data's major version.
     pub const VERSION_CHANGE_REFUSED: &str = "VersionChangeRefused";
-    /// A PostgreSQL's credentials Secret is gone (or lacks a key) while its data exists.
+    /// A Secret (or a key of it) that a resource's pods need does not exist: a
+    /// PostgreSQL's credentials while its data exists, a Backup's or Restore's database
+    /// or destination credentials. Looked for again every 30 s.
     pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
     /// Backups are not asked for.
     pub const BACKUP_DISABLED: &str = "BackupDisabled";

@@ -210,11 +210,12 @@ impl Child for Secret {
 }
 
 impl Child for Pod {
-    /// A PostgreSQL labels each instance's pod with its role: only names and labels
-    /// are read.
+    /// A PostgreSQL labels each instance's pod with its role, and names one that cannot
+    /// start: names, labels and what tells whether it starts are read.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
-        (self.spec, self.status) = (None, None);
+        self.spec = None;
+        bosun_resources::pods::slim_status(self);
     }
 }
 

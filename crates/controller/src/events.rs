@@ -6,6 +6,7 @@
 //! error's bounded category (`InvalidSpec`, `Conflict`, `ApiUnavailable`, …).
 //! Publishing an event never fails or delays a reconcile; a failure to publish is logged.
 
+use bosun_api::conditions::Condition;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -126,6 +127,32 @@ impl Events {
         self.warn(owner, reason, message.to_owned());
     }
 
+    /// A Warning when the condition `type_` of `owner` has newly become False with one
+    /// of `reasons` (a run that failed or cannot start): once per new failure, as the
+    /// status is written once per change. `related`: the Job or pod it is about, so
+    /// that a failure of another run or pod is its own event, not a repeat of the first
+    /// (events of one reason about one object are counted as one series, with the
+    /// first note).
+    pub fn condition_failed(
+        &self,
+        owner: &ObjectReference,
+        related: Option<ObjectReference>,
+        type_: &str,
+        reasons: &[&str],
+        previous: &[Condition],
+        next: &[Condition],
+    ) {
+        let Some(now) = next.iter().find(|c| c.type_ == type_ && c.status == "False") else { return };
+        if !reasons.contains(&now.reason.as_str()) {
+            return;
+        }
+        let before = previous.iter().find(|c| c.type_ == type_);
+        if before.is_some_and(|b| b.status == now.status && b.reason == now.reason && b.message == now.message) {
+            return;
+        }
+        self.publish(owner, related, &now.reason, now.message.clone());
+    }
+
     /// A reconcile of `owner` failed.
     pub fn failed(&self, owner: &ObjectReference, err: &Error) {
         self.warn(owner, err.category(), err.user_message());
@@ -133,6 +160,10 @@ impl Events {
 
     /// Publish a Warning in the background: a reconcile never waits for its events.
     fn warn(&self, owner: &ObjectReference, reason: &str, note: String) {
+        self.publish(owner, None, reason, note);
+    }
+
+    fn publish(&self, owner: &ObjectReference, secondary: Option<ObjectReference>, reason: &str, note: String) {
         // events.k8s.io caps the note at 1 KiB.
         let note: String = note.chars().take(1000).collect();
         let event = Event {
@@ -140,7 +171,7 @@ impl Events {
             reason: reason.into(),
             note: Some(note),
             action: "Reconcile".into(),
-            secondary: None,
+            secondary,
         };
         let (recorder, owner, reason) = (self.recorder.clone(), owner.clone(), reason.to_owned());
         tokio::spawn(async move {
@@ -148,6 +179,18 @@ impl Events {
                 debug!(%err, reason, "could not publish event");
             }
         });
+    }
+}
+
+/// A reference to the object `kind` (of `api_version`) `name` in `namespace`, for the
+/// `related` of an event.
+pub fn reference(api_version: &str, kind: &str, namespace: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
     }
 }
 

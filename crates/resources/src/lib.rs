@@ -12,6 +12,7 @@ pub mod claims;
 pub mod conditions;
 pub mod demovolume;
 pub mod meta;
+pub mod pods;
 pub mod postgresql;
 pub mod quantity;
 pub mod render;

@@ -210,6 +210,34 @@ impl Env {
         panic!("timed out after {DEFAULT_TIMEOUT:?} waiting for {} {}/{name} to be deleted", K::kind(&()), self.ns)
     }
 
+    /// The Warning events about the object `name` in this namespace: (reason, note).
+    pub async fn warnings_about(&self, name: &str) -> Vec<(String, String)> {
+        let events = self.api::<k8s_openapi::api::events::v1::Event>();
+        let list = events.list(&Default::default()).await.expect("listing events");
+        list.items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Wait until a Warning event `reason` about `name` has a note containing `text`.
+    pub async fn wait_warning(&self, name: &str, reason: &str, text: &str) {
+        let start = Instant::now();
+        loop {
+            let seen = self.warnings_about(name).await;
+            if seen.iter().any(|(r, note)| r == reason && note.contains(text)) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no Warning {reason} with {text:?} about {name}: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Run kubectl against the cluster in this namespace; returns (success, stdout+stderr).
     pub fn kubectl(&self, args: &[&str]) -> (bool, String) {
         let (ok, stdout, stderr) = self.kubectl_split(args);
