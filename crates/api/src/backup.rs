@@ -219,6 +219,13 @@ pub struct BackupSpec {
     /// Stop scheduling new runs; nothing is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// How long one run may take, in seconds, before it is stopped and counted as
+    /// failed (its Job's `activeDeadlineSeconds`). Default: the shortest interval between
+    /// two runs of the schedule, at most 24 hours, so a run that cannot start or hangs
+    /// never holds back the next one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 604800))]
+    pub active_deadline_seconds: Option<i64>,
 }
 
 /// The newest dump known to be good.

@@ -380,3 +380,261 @@ spec:
     })
     .await;
 }
+
+/// Wait until the Backup `name`'s condition `type_` has `reason` and a message that
+/// `matches`; the Backup as then.
+async fn wait_backup_condition(
+    env: &Env,
+    name: &str,
+    type_: &str,
+    reason: &str,
+    within: Duration,
+    matches: impl Fn(&str) -> bool,
+) -> Backup {
+    let what = format!("{type_} with reason {reason}");
+    env.wait_for_within::<Backup>(name, &what, within, |b| {
+        b.status
+            .as_ref()
+            .and_then(|s| condition(&s.conditions, type_))
+            .is_some_and(|c| c.reason == reason && matches(&c.message))
+    })
+    .await
+}
+
+fn message_of(b: &Backup, type_: &str) -> String {
+    b.status.as_ref().and_then(|s| condition(&s.conditions, type_)).map(|c| c.message.clone()).unwrap_or_default()
+}
+
+/// Issue 30, a missing Secret: told at once on the Backup, and within a minute of its
+/// run's start as a failed run; the run's deadline (the schedule's interval, 60 s here)
+/// ends it and the next scheduled run starts; once the Secret exists a scheduled run
+/// stores a dump.
+#[tokio::test]
+async fn a_run_without_its_secret_says_so_ends_at_its_deadline_and_the_next_run_goes_ahead() {
+    e2e("backup-stuck-secret", |env| async move {
+        env.use_real_node().await;
+        import_runner_image();
+        let s3 = Minio::start(BRIDGE_IP);
+        let bosun = env.start_bosun(&["--controllers=backup"]).await;
+        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        postgres(&env, "test-db", "test-db-credentials").await;
+        psql(&env, "test-db", "CREATE TABLE t (id int); INSERT INTO t VALUES (1);");
+
+        let backup = NIGHTLY.replace("name: nightly}", "name: every}").replace("0 2 * * *", "* * * * *").replace(
+            "destination: {type: s3, bucket: backups}",
+            &format!(
+                "destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}",
+                s3.bucket, s3.endpoint
+            ),
+        );
+        let (ok, out) = env.kubectl_apply(&backup);
+        assert!(ok, "{out}");
+
+        // Told at once, before any run: the field and the Secret.
+        let b = wait_backup_condition(&env, "every", "Ready", "CredentialsMissing", START, |_| true).await;
+        let message = message_of(&b, "Ready");
+        assert!(message.contains("spec.destination.secretRef") && message.contains("s3-credentials"), "{message}");
+        env.wait_warning("every", "CredentialsMissing", "s3-credentials").await;
+        let cj = env.wait_for::<CronJob>("every-cronjob", "the CronJob", |_| true).await;
+        let job_spec = cj.spec.unwrap().job_template.spec.unwrap();
+        assert_eq!(job_spec.active_deadline_seconds, Some(60), "the deadline of a run every minute");
+
+        // The first scheduled run cannot mount the Secret: a failed run, naming it, with
+        // a Warning and the failing gauge.
+        let b =
+            wait_backup_condition(&env, "every", "LastBackupSucceeded", "RunStuck", Duration::from_secs(180), |_| true)
+                .await;
+        let stuck = message_of(&b, "LastBackupSucceeded");
+        assert!(stuck.contains("secret \"s3-credentials\" not found"), "{stuck}");
+        let first = stuck.split_whitespace().nth(1).unwrap().to_owned();
+        assert!(first.starts_with("every-cronjob-"), "{stuck}");
+        env.wait_warning("every", "RunStuck", "s3-credentials").await;
+        let failing = format!("bosun_backup_failing{{backup_namespace=\"{}\",backup=\"every\"}} 1", env.ns);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !bosun.http_get("/metrics").await.1.contains(&failing) {
+            assert!(std::time::Instant::now() < deadline, "{failing} not exported");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+
+        // Its deadline ends it; the failure still says why.
+        let b =
+            wait_backup_condition(&env, "every", "LastBackupSucceeded", "BackupFailed", START, |m| m.contains(&first))
+                .await;
+        let failed = message_of(&b, "LastBackupSucceeded");
+        assert!(failed.contains("DeadlineExceeded") && failed.contains("s3-credentials"), "{failed}");
+
+        // The next scheduled run is not held back by it (it is stuck the same way).
+        let b = wait_backup_condition(&env, "every", "LastBackupSucceeded", "RunStuck", START, |m| !m.contains(&first))
+            .await;
+        let second = message_of(&b, "LastBackupSucceeded");
+        assert!(second.contains("s3-credentials"), "{second}");
+
+        // The Secret appears: Ready again by itself, and a scheduled run stores a dump.
+        let s3_env = s3.env();
+        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+        wait_backup_condition(&env, "every", "Ready", "Scheduled", Duration::from_secs(60), |_| true).await;
+        let b = env
+            .wait_for_within::<Backup>("every", "a successful scheduled backup", Duration::from_secs(240), |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let good = b.status.unwrap().last_successful_backup.unwrap();
+        assert!(good.job.as_deref().is_some_and(|j| j.starts_with("every-cronjob-") && j != first), "{good:?}");
+        assert!(listed(&env, &s3, "every").await.contains(&good.key));
+        // Runs every minute go on: stop them before the namespace goes.
+        env.api::<Backup>().delete("every", &DeleteParams::default()).await.expect("delete");
+    })
+    .await;
+}
+
+/// Issue 30, the other causes one at a time, each named in the status with a Warning:
+/// a runner image that cannot be pulled, a pod that no node can take, a container that
+/// crashes before it writes its result; a Restore whose target's Secret does not exist
+/// waits, creating no Job, and runs once it does. Correcting each makes the next run
+/// succeed, and the dump stored before them all is still there.
+#[tokio::test]
+async fn runs_that_cannot_start_name_the_image_the_scheduler_or_the_crash_and_recover() {
+    e2e("backup-stuck-causes", |env| async move {
+        env.use_real_node().await;
+        import_runner_image();
+        let s3 = Minio::start(BRIDGE_IP);
+        let mut bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        let s3_env = s3.env();
+        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+        postgres(&env, "test-db", "test-db-credentials").await;
+        psql(&env, "test-db", DATASET);
+        let original = psql(&env, "test-db", CHECKSUM);
+        let backup = NIGHTLY.replace(
+            "destination: {type: s3, bucket: backups}",
+            &format!(
+                "destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}",
+                s3.bucket, s3.endpoint
+            ),
+        );
+        let (ok, out) = env.kubectl_apply(&backup);
+        assert!(ok, "{out}");
+        let image_is = |image: &'static str| {
+            move |c: &CronJob| {
+                let pod =
+                    c.spec.as_ref().and_then(|s| s.job_template.spec.as_ref()).and_then(|j| j.template.spec.as_ref());
+                pod.is_some_and(|p| p.containers[0].image.as_deref() == Some(image))
+            }
+        };
+        env.wait_for::<CronJob>("nightly-cronjob", "the CronJob", image_is("localhost/bosun-runner:dev")).await;
+        let run = |job: &str| {
+            let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", job]);
+            assert!(ok, "kubectl create job: {out}");
+        };
+        run("good-1");
+        let b = env
+            .wait_for_within::<Backup>("nightly", "a successful backup", START, |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let kept = b.status.unwrap().last_successful_backup.unwrap();
+
+        // An image the node does not have and cannot pull.
+        drop(bosun);
+        bosun = env.start_bosun(&["--controllers=backup,restore", "--runner-image=localhost/no-such-runner:dev"]).await;
+        env.wait_for::<CronJob>("nightly-cronjob", "the new image", image_is("localhost/no-such-runner:dev")).await;
+        run("pull-1");
+        let b =
+            wait_backup_condition(&env, "nightly", "LastBackupSucceeded", "RunStuck", START, |m| m.contains("pull-1"))
+                .await;
+        let message = message_of(&b, "LastBackupSucceeded");
+        assert!(message.contains("localhost/no-such-runner:dev"), "{message}");
+        env.wait_warning("nightly", "RunStuck", "localhost/no-such-runner:dev").await;
+        env.kubectl(&["delete", "job", "pull-1", "--wait=false"]);
+
+        // A container that exits before it writes its result: the runner base has no bosun.
+        drop(bosun);
+        bosun = env.start_bosun(&["--controllers=backup,restore", &format!("--runner-image={}", images::BASE)]).await;
+        env.wait_for::<CronJob>("nightly-cronjob", "the new image", image_is(images::BASE)).await;
+        run("crash-1");
+        let b = wait_backup_condition(&env, "nightly", "LastBackupSucceeded", "BackupFailed", START, |m| {
+            m.contains("crash-1")
+        })
+        .await;
+        let message = message_of(&b, "LastBackupSucceeded");
+        assert!(message.contains("bosun") && message.contains("not found"), "{message}");
+        env.wait_warning("nightly", "BackupFailed", "crash-1").await;
+
+        // The right image again; then a pod no node takes (the namespace's node selector
+        // names no node): the scheduler's words.
+        drop(bosun);
+        bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+        env.wait_for::<CronJob>("nightly-cronjob", "the runner image", image_is("localhost/bosun-runner:dev")).await;
+        let selector = "scheduler.alpha.kubernetes.io/node-selector";
+        let (ok, out) = env.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "namespace",
+            &env.ns,
+            &format!("{selector}=bosun.dev/real-node=nowhere"),
+        ]);
+        assert!(ok, "{out}");
+        run("unschedulable-1");
+        let b = wait_backup_condition(&env, "nightly", "LastBackupSucceeded", "RunStuck", START, |m| {
+            m.contains("unschedulable-1")
+        })
+        .await;
+        let message = message_of(&b, "LastBackupSucceeded");
+        assert!(message.contains("cannot be scheduled") && message.contains("node"), "{message}");
+        env.kubectl(&["delete", "job", "unschedulable-1", "--wait=false"]);
+        env.use_real_node().await;
+
+        // Corrected: the next run succeeds, and the dump from before is still there.
+        run("good-2");
+        let b = wait_backup_condition(&env, "nightly", "LastBackupSucceeded", "BackupSucceeded", START, |m| {
+            m.contains("good-2")
+        })
+        .await;
+        let newest = b.status.unwrap().last_successful_backup.unwrap();
+        assert_eq!(newest.job.as_deref(), Some("good-2"));
+        let text = listed(&env, &s3, "nightly").await;
+        assert!(text.contains(&kept.key) && text.contains(&newest.key), "{text}");
+
+        // A Restore whose target Secret does not exist: it waits, makes no Job, and
+        // runs once the Secret exists.
+        let restore = r#"apiVersion: backup.example.com/v1
+kind: Restore
+metadata: {name: back}
+spec:
+  backupRef: {name: nightly}
+  overwrite: true
+  target: {type: postgresql, connection: {host: test-db, database: app, secretRef: {name: restore-credentials}}}
+"#;
+        let (ok, out) = env.kubectl_apply(restore);
+        assert!(ok, "{out}");
+        let r = env
+            .wait_for_within::<Restore>("back", "Ready=False CredentialsMissing", START, |r| {
+                r.status
+                    .as_ref()
+                    .and_then(|s| condition(&s.conditions, "Ready"))
+                    .is_some_and(|c| c.reason == "CredentialsMissing")
+            })
+            .await;
+        let rs = r.status.unwrap();
+        let message = &condition(&rs.conditions, "Ready").unwrap().message;
+        assert!(
+            message.contains("spec.target.connection.secretRef") && message.contains("restore-credentials"),
+            "{message}"
+        );
+        assert_eq!(rs.phase, Some(RestorePhase::Pending));
+        assert!(
+            env.kubectl(&["get", "job", "back-restore"]).1.contains("NotFound"),
+            "a Job was made without its Secret"
+        );
+        credentials(&env, "restore-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        let r = env
+            .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
+                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+            })
+            .await;
+        let rs = r.status.unwrap();
+        assert_eq!(rs.phase, Some(RestorePhase::Succeeded), "{:?}\n{}", rs.conditions, bosun.log_tail(20));
+        assert_eq!(psql(&env, "test-db", CHECKSUM), original);
+    })
+    .await;
+}

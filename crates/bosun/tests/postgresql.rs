@@ -409,3 +409,37 @@ async fn bad_input_is_refused_naming_the_field() {
     })
     .await;
 }
+
+/// Issue 30: an instance that cannot start is named in the PostgreSQL's status (the
+/// image it cannot get), with a Warning; the right image brings it up.
+#[tokio::test]
+async fn an_instance_that_cannot_start_is_named_in_the_status() {
+    e2e("postgresql-stuck", |env| async move {
+        env.use_real_node().await;
+        let bad = ["--controllers=postgresql", "--postgres-image=localhost/no-such-postgres:{version}"];
+        let bosun = env.start_bosun(&[bad.as_slice(), &REAL_NODE[2..]].concat()).await;
+        let (ok, out) = env.kubectl_apply(TEST_DB);
+        assert!(ok, "{out}");
+        let db = env
+            .wait_for_within::<PostgreSQL>("test-db", "Ready=False InstanceStuck", Duration::from_secs(90), |db| {
+                condition(db, "Ready").is_some_and(|c| c.status == "False" && c.reason == "InstanceStuck")
+            })
+            .await;
+        let message = &condition(&db, "Ready").unwrap().message;
+        assert!(message.contains("test-db-0") && message.contains("localhost/no-such-postgres:14"), "{message}");
+        env.wait_warning("test-db", "InstanceStuck", "localhost/no-such-postgres:14").await;
+
+        drop(bosun);
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        // The StatefulSet rolls the stuck pod only once it is deleted (OrderedReady
+        // never replaces a pod that was never Ready), as a user would after fixing it.
+        env.wait_for::<StatefulSet>("test-db", "the new image", |s| {
+            let pod = s.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+            pod.is_some_and(|p| p.containers.iter().any(|c| c.image.as_deref() == Some("localhost/postgres:15")))
+        })
+        .await;
+        env.kubectl(&["delete", "pod", "test-db-0", "--wait=false"]);
+        wait_ready(&env, "test-db", Duration::from_secs(180)).await;
+    })
+    .await;
+}

@@ -1,8 +1,15 @@
 //! The Backup controller.
 //!
-//! Pipeline: validate (pure) → build and apply the CronJob → the newest finished Job
-//! of this Backup, from the cache → its pod's result, read only when the status does
-//! not tell of that run yet → compute status → write it only if it changed.
+//! Pipeline: validate (pure) → build and apply the CronJob → the Secrets its runs read
+//! exist, with their keys → the newest finished Job of this Backup, from the cache →
+//! its pod's result, read only when the status does not tell of that run yet; or the
+//! running Job's pod, when it cannot start or make progress → compute status → write
+//! it only if it changed, with a Warning for a run that newly failed.
+//!
+//! A run that cannot start (a missing Secret, an image that cannot be pulled, a pod no
+//! node takes, a crash loop) is told as a failed run within about a minute
+//! ([`bosun_resources::pods`]); its Job's deadline (the schedule's shortest interval by
+//! default) ends it before the next run is due, so it never holds back the schedule.
 //!
 //! The CronJob is a child (controller ownerReference); the Jobs it starts are its
 //! children, watched on their own and mapped back to the Backup through the CronJob's
@@ -17,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::backup::Backup;
-use bosun_api::conditions::backup_types;
-use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
+use bosun_api::conditions::{backup_types, reasons};
+use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult, SecretNeed};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -27,6 +34,7 @@ use crate::apply::{apply_child, claim_child};
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
+use crate::events;
 use crate::guard::Guarded;
 use crate::metrics::BackupLabels;
 use crate::rbac::{self, Permission};
@@ -38,7 +46,9 @@ use crate::status::update_status;
 const CONTROLLER: &str = "backup";
 
 /// What this controller does with the API: Backups, their CronJobs, the Jobs those
-/// start (watched only) and the pods of finished Jobs (listed, for their results).
+/// start (watched only), the pods of their Jobs (listed, for results and progress),
+/// the Warning events of a pod that does not start, and the Secrets the runs read (for
+/// their keys).
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("backup.example.com", "backups");
     [
@@ -48,6 +58,8 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("batch", "cronjobs", rbac::OWN),
         Permission::new("batch", "jobs", rbac::RECONCILED),
         Permission::new("", "pods", &["list"]),
+        Permission::new("", "events", &["list"]),
+        Permission::new("", "secrets", &["get"]),
     ]
 };
 
@@ -137,51 +149,111 @@ async fn reconcile(
             },
         },
     };
-    let last_run = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
+    // The runs' Secrets, told before a run meets them (the CronJob is in place anyway).
+    let refusal = match (refusal, &cronjob) {
+        (None, Some(_)) => {
+            let needs = build::secrets_needed(
+                &backup.spec.source,
+                "spec.source.connection.secretRef",
+                &backup.spec.destination,
+                "spec.destination.secretRef",
+            );
+            credentials_missing(&ctx, &ns, &needs).await?.map(Refusal::CredentialsMissing)
+        }
+        (refusal, _) => refusal,
+    };
+    let (last_run, running) = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
     let observed = Observed { cronjob: cronjob.as_ref(), refusal: refusal.as_ref(), last_run: last_run.as_ref() };
     let status = build::backup_status(backup, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
-    Ok(Outcome::of(refusal.map(|r| (r.reason(), r.message())), announce))
+    if announce {
+        let previous = backup.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let run = last_run.as_ref().map(|r| events::reference("batch/v1", "Job", &ns, &r.job));
+        ctx.events.condition_failed(
+            &backup.object_ref(&()),
+            run,
+            backup_types::LAST_BACKUP_SUCCEEDED,
+            &[reasons::BACKUP_FAILED, reasons::BACKUP_RETRYING, reasons::RUN_STUCK],
+            previous,
+            &status.conditions,
+        );
+    }
+    Ok(match refusal {
+        Some(r) if !running => Outcome::of(Some((r.reason(), r.message())), announce),
+        // A run in progress is looked at more often than a refusal is rechecked.
+        Some(r) => {
+            if announce {
+                ctx.events.refused(&backup.object_ref(&()), r.reason(), &r.message());
+            }
+            Outcome::Requeue(read::POD_RECHECK)
+        }
+        None if running => Outcome::Requeue(read::POD_RECHECK),
+        None => Outcome::Applied,
+    })
+}
+
+/// The first Secret of `needs` in `namespace` that does not exist or lacks a key, as
+/// a message naming the field, the Secret and the key.
+pub async fn credentials_missing(
+    ctx: &Context,
+    namespace: &str,
+    needs: &[SecretNeed],
+) -> Result<Option<String>, Error> {
+    let mut found = Vec::with_capacity(needs.len());
+    for need in needs {
+        found.push((need.name.as_str(), read::secret_keys(&ctx.client, namespace, &need.name).await?));
+    }
+    Ok(build::missing_credentials(needs, namespace, |name| {
+        found.iter().find(|(n, _)| *n == name).and_then(|(_, keys)| keys.clone())
+    }))
 }
 
 /// The newest finished run of `backup`'s `cronjob` with its result, unless the status
-/// already tells of it (or of a newer good one): then `None`, and no pod is read.
+/// already tells of it (or of a newer good one): then `None`, and no pod is read. Or,
+/// while a newer run is in progress, an attempt of it that failed or its cause when it
+/// cannot start. The flag: whether a run is in progress.
 async fn last_run(
     ctx: &Context,
     backup: &Backup,
     cronjob: Option<&CronJob>,
     jobs: &Owned<Job>,
-) -> Result<Option<LastRun>, Error> {
-    let Some(cronjob) = cronjob else { return Ok(None) };
+) -> Result<(Option<LastRun>, bool), Error> {
+    let Some(cronjob) = cronjob else { return Ok((None, false)) };
     let ns = backup.namespace().unwrap_or_default();
     let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
     let finished = build::newest_finished(mine.iter().map(|j| j.as_ref()));
-    // A run still going after the newest finished one: tell now of an attempt that failed.
-    let after = finished.as_ref().and_then(|(_, f)| f.time());
-    if let Some(running) = build::newest_running(mine.iter().map(|j| j.as_ref()), after) {
+    // A run still going after the newest finished one: tell now of an attempt that
+    // failed, or of what keeps it from starting.
+    let running = build::newest_running(mine.iter().map(|j| j.as_ref()), finished.as_ref().map(|(j, _)| *j));
+    if let Some(running) = running {
         let name = running.name_any();
-        let result = run_result(ctx, &ns, &name, build::BACKUP_CONTAINER).await?;
-        return Ok(result.filter(|r| r.error.is_some()).map(|r| LastRun {
-            job: name,
-            finish: Finish::Retrying,
-            result: Some(r),
-        }));
+        let pods = read::job_pods(&ctx.client, &ns, &name).await?;
+        if let Some(result) = pods.iter().find_map(|p| build::run_result(p, build::BACKUP_CONTAINER))
+            && result.error.is_some()
+        {
+            return Ok((Some(LastRun { job: name, finish: Finish::Retrying, result: Some(result) }), true));
+        }
+        if let Some(cause) = read::pod_stuck(&ctx.client, ctx.now(), &ns, pods.first()).await? {
+            return Ok((Some(LastRun { job: name, finish: Finish::Stuck(cause), result: None }), true));
+        }
+        // Nothing to tell of it yet: tell of the finished run before it, if not yet told.
     }
-    let Some((job, finish)) = finished else { return Ok(None) };
+    let running = running.is_some();
+    let Some((job, finish)) = finished else { return Ok((None, running)) };
     let job_name = job.name_any();
     let status = backup.status.as_ref();
     let older_than_known_good = status
         .and_then(|s| s.last_successful_backup.as_ref())
         .is_some_and(|good| finish.time().is_some_and(|t| t.0 <= good.time.0));
     if build::reported(status, &job_name) || older_than_known_good {
-        return Ok(None);
+        return Ok((None, running));
     }
     let result = run_result(ctx, &ns, &job_name, build::BACKUP_CONTAINER).await?;
-    Ok(Some(LastRun { job: job_name, finish, result }))
+    Ok((Some(LastRun { job: job_name, finish, result }), running))
 }
 
 /// What the `container` of the Job `job` reported, from its newest pod that did.
-pub async fn run_result(ctx: &Context, ns: &str, job: &str, container: &str) -> Result<Option<RunResult>, Error> {
+async fn run_result(ctx: &Context, ns: &str, job: &str, container: &str) -> Result<Option<RunResult>, Error> {
     let pods = read::job_pods(&ctx.client, ns, job).await?;
     Ok(pods.iter().find_map(|p| build::run_result(p, container)))
 }

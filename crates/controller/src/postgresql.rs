@@ -22,9 +22,10 @@ use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
 use bosun_resources::postgresql::{self as build, Observed, Refusal};
 use futures::channel::mpsc::UnboundedReceiver;
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
@@ -61,6 +62,8 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
         // The role label of each instance, which the `-ro` Service selects.
         Permission::new("", "pods", &["list", "watch", "patch"]),
+        // Why an instance that does not start waits (a volume that does not mount).
+        Permission::new("", "events", &["list"]),
     ]
 };
 
@@ -129,17 +132,37 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Err(err) => return Err(err),
         },
     };
+    let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
     let observed = Observed {
         statefulset: sts.as_ref(),
         refusal: refusal.as_ref(),
         backup: backup.as_ref(),
         backup_conflict: backup_conflict.as_deref(),
+        stuck: stuck.as_ref().map(|(_, cause)| cause.as_str()),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
+    if announce {
+        let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let pod = stuck.map(|(pod, _)| crate::events::reference("v1", "Pod", &ns, &pod));
+        ctx.events.condition_failed(
+            &db.object_ref(&()),
+            pod,
+            bosun_api::conditions::types::READY,
+            &[bosun_api::conditions::reasons::INSTANCE_STUCK],
+            previous,
+            &status.conditions,
+        );
+    }
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
         (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
+        // Not all instances ready: looked at again soon, for one that cannot start.
+        (None, None)
+            if !bosun_resources::conditions::is_true(&status.conditions, bosun_api::conditions::types::READY) =>
+        {
+            Outcome::Requeue(crate::read::POD_RECHECK)
+        }
         (None, None) => Outcome::Requeue(RECHECK),
     })
 }
@@ -229,6 +252,29 @@ async fn credentials(
 /// generator, a ChaCha reseeded from it): for credentials made once, never again.
 pub fn new_password() -> String {
     build::password((0..4 * build::PASSWORD_LENGTH).map(|_| rand::random::<u8>()))
+}
+
+/// The pod of an instance of `db` that cannot start and why, if one cannot (the first,
+/// by name): its pods come from the watch, the events about one only when it has
+/// waited long.
+async fn stuck_instance(
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &Owned<Pod>,
+    now: Timestamp,
+) -> Result<Option<(String, String)>, Error> {
+    let instance = db.name_any();
+    let ns = db.namespace().unwrap_or_default();
+    let mut mine = pods.matching(|p| {
+        p.namespace() == db.namespace() && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
+    });
+    mine.sort_by_key(|p| p.name_any());
+    for pod in mine {
+        if let Some(cause) = crate::read::pod_stuck(&ctx.client, now, &ns, Some(pod.as_ref())).await? {
+            return Ok(Some((pod.name_any(), cause)));
+        }
+    }
+    Ok(None)
 }
 
 /// Label each instance's pod with its role, so `<name>-ro` selects the standbys. The

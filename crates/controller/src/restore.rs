@@ -1,8 +1,11 @@
 //! The Restore controller.
 //!
 //! Pipeline: finished already? stop → the Job as cached, else which dump (the
-//! Backup's destination and newest good key, or the spec's) → build and create the
-//! Job → its result once it finished → compute status → write it only if it changed.
+//! Backup's destination and newest good key, or the spec's) → the Secrets the run
+//! reads exist, with their keys (else wait, looking again every 30 s) → build and
+//! create the Job → its result once it finished, or what keeps its pod from starting
+//! → compute status → write it only if it changed, with a Warning for a run that is
+//! stuck or failed.
 //!
 //! A Restore runs once. Its Job is created once and never re-applied (a Job's pod
 //! template cannot change, and a second run would meet the tables the first one
@@ -13,15 +16,16 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bosun_api::backup::{Backup, Restore};
-use bosun_api::conditions::reasons;
+use bosun_api::conditions::{reasons, types};
 use bosun_resources::backup::{self as build, Dump, RestoreObserved};
 use k8s_openapi::api::batch::v1::Job;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
+use crate::events;
 use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
@@ -31,7 +35,8 @@ use crate::status::update_status;
 const CONTROLLER: &str = "restore";
 
 /// What this controller does with the API: Restores, their Jobs, the Backups they
-/// name (read) and the pods of finished Jobs (listed, for their results).
+/// name (read), the pods of their Jobs (listed, for results and progress), the Warning
+/// events of a pod that does not start, and the Secrets the run reads (for their keys).
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = rbac::reconciled("backup.example.com", "restores");
     [
@@ -41,6 +46,8 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("backup.example.com", "backups", &["get"]),
         Permission::new("batch", "jobs", rbac::OWN),
         Permission::new("", "pods", &["list"]),
+        Permission::new("", "events", &["list"]),
+        Permission::new("", "secrets", &["get"]),
     ]
 };
 
@@ -88,36 +95,75 @@ async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -
                 }
                 Ok(dump) => {
                     requested_key = dump.key.clone();
-                    let desired = build::desired_job(restore, &dump, &ctx.settings.runner_image);
-                    match apply_child(&ctx, restore, &jobs, desired).await {
-                        Ok(applied) => Some(applied),
-                        Err(Error::NameConflict(message)) => {
-                            refusal = Some((reasons::NAME_CONFLICT, message));
-                            None
+                    let destination_field = if restore.spec.source.is_some() {
+                        "spec.source.destination.secretRef"
+                    } else {
+                        "spec.backupRef"
+                    };
+                    let needs = build::secrets_needed(
+                        &restore.spec.target,
+                        "spec.target.connection.secretRef",
+                        dump.destination,
+                        destination_field,
+                    );
+                    // A Job runs once: it is made only when what it reads is there.
+                    if let Some(message) = crate::backup::credentials_missing(&ctx, &ns, &needs).await? {
+                        refusal = Some((reasons::CREDENTIALS_MISSING, message));
+                        None
+                    } else {
+                        let desired = build::desired_job(restore, &dump, &ctx.settings.runner_image);
+                        match apply_child(&ctx, restore, &jobs, desired).await {
+                            Ok(applied) => Some(applied),
+                            Err(Error::NameConflict(message)) => {
+                                refusal = Some((reasons::NAME_CONFLICT, message));
+                                None
+                            }
+                            Err(err) if err.is_invalid_spec() => {
+                                refusal = Some((reasons::INVALID_SPEC, err.user_message()));
+                                None
+                            }
+                            Err(err) => return Err(err),
                         }
-                        Err(err) if err.is_invalid_spec() => {
-                            refusal = Some((reasons::INVALID_SPEC, err.user_message()));
-                            None
-                        }
-                        Err(err) => return Err(err),
                     }
                 }
             }
         }
     };
-    let result = match job.as_ref().filter(|j| build::finish(j).is_some()) {
-        Some(j) => crate::backup::run_result(&ctx, &ns, &j.name_any(), build::RESTORE_CONTAINER).await?,
-        None => None,
-    };
+    let (mut result, mut stuck, mut running) = (None, None, false);
+    if let Some(j) = &job {
+        let pods = read::job_pods(&ctx.client, &ns, &j.name_any()).await?;
+        if build::finish(j).is_some() {
+            result = pods.iter().find_map(|p| build::run_result(p, build::RESTORE_CONTAINER));
+        } else {
+            running = true;
+            stuck = read::pod_stuck(&ctx.client, ctx.now(), &ns, pods.first()).await?;
+        }
+    }
     let observed = RestoreObserved {
         job: job.as_ref(),
         requested_key: requested_key.as_deref(),
         result: result.as_ref(),
         refusal: refusal.as_ref().map(|(reason, message)| (*reason, message.as_str())),
+        stuck: stuck.as_deref(),
     };
     let status = build::restore_status(restore, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, restore, &status).await?;
-    Ok(Outcome::of(refusal, announce))
+    if announce {
+        ctx.events.condition_failed(
+            &restore.object_ref(&()),
+            Some(events::reference("batch/v1", "Job", &ns, &job_name)),
+            types::READY,
+            &[reasons::RUN_STUCK, reasons::RESTORE_FAILED],
+            &previous.conditions,
+            &status.conditions,
+        );
+    }
+    Ok(match refusal {
+        Some(refused) => Outcome::of(Some(refused), announce),
+        // Nothing else triggers a look at a pod that does not start.
+        None if running => Outcome::Requeue(crate::read::POD_RECHECK),
+        None => Outcome::Applied,
+    })
 }
 
 /// Which dump `restore` loads: the spec's key, or the newest good dump of the Backup

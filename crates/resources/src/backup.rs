@@ -60,6 +60,10 @@ pub const HISTORY: i32 = 3;
 pub const STARTING_DEADLINE_SECONDS: i64 = 3600;
 /// Attempts of one backup run: the pod restarts in place (`OnFailure`) up to this many times.
 pub const BACKUP_BACKOFF_LIMIT: i32 = 2;
+/// The longest a backup run may take by default, however rare its schedule.
+pub const MAX_RUN_DEADLINE_SECONDS: i64 = 24 * 3600;
+/// How long a Restore's run may take before its Job is stopped and the Restore fails.
+pub const RESTORE_DEADLINE_SECONDS: i64 = 24 * 3600;
 
 /// The runner image `hack/images.sh runner` builds for the local cluster; `bosun run
 /// --runner-image` sets another.
@@ -75,13 +79,17 @@ pub fn restore_job_name(restore: &str) -> String {
     format!("{restore}-restore")
 }
 
-/// Why a Backup's CronJob is not (or could not be) applied.
+/// Why a Backup is not Ready: its CronJob is not (or could not be) applied, or its
+/// runs cannot start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// The spec is not valid; the message names the field.
     InvalidSpec(String),
     /// The child's name is held by an object this resource does not control.
     NameConflict(String),
+    /// A Secret (or a key of it) the runs need does not exist; the CronJob is in place,
+    /// and this is looked at again until it does.
+    CredentialsMissing(String),
 }
 
 impl Refusal {
@@ -89,14 +97,104 @@ impl Refusal {
         match self {
             Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
             Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
+            Refusal::CredentialsMissing(_) => reasons::CREDENTIALS_MISSING,
         }
     }
 
     pub fn message(&self) -> String {
         match self {
-            Refusal::InvalidSpec(m) | Refusal::NameConflict(m) => m.clone(),
+            Refusal::InvalidSpec(m) | Refusal::NameConflict(m) | Refusal::CredentialsMissing(m) => m.clone(),
         }
     }
+}
+
+/// A Secret a run reads, and the keys it must have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretNeed {
+    /// The field that names it, e.g. `spec.source.connection.secretRef`.
+    pub field: &'static str,
+    pub name: String,
+    /// Keys it must hold (none: any, as for a destination's provider variables).
+    pub keys: &'static [&'static str],
+}
+
+/// The Secrets a run with `source` (under `source_field`) and `destination` (under
+/// `destination_field`) reads: the database's `username` and `password`, and the
+/// destination's credentials when it names a Secret.
+pub fn secrets_needed(
+    source: &Source,
+    source_field: &'static str,
+    destination: &Destination,
+    destination_field: &'static str,
+) -> Vec<SecretNeed> {
+    let mut needs = vec![SecretNeed {
+        field: source_field,
+        name: source.connection.secret_ref.name.clone(),
+        keys: &["username", "password"],
+    }];
+    needs.extend(destination.secret_ref.as_ref().map(|s| SecretNeed {
+        field: destination_field,
+        name: s.name.clone(),
+        keys: &[],
+    }));
+    needs
+}
+
+/// The first need that `keys_of` (a Secret's name → its keys, `None`: no such Secret)
+/// does not meet, as a message naming the field, the Secret and the key.
+pub fn missing_credentials(
+    needs: &[SecretNeed],
+    namespace: &str,
+    keys_of: impl Fn(&str) -> Option<Vec<String>>,
+) -> Option<String> {
+    needs.iter().find_map(|need| {
+        let SecretNeed { field, name, keys } = need;
+        let Some(present) = keys_of(name) else {
+            return Some(format!(
+                "{field}: Secret {name} does not exist in namespace {namespace}; runs cannot start until it does"
+            ));
+        };
+        let missing: Vec<&str> = keys.iter().copied().filter(|k| !present.iter().any(|p| p == k)).collect();
+        (!missing.is_empty()).then(|| {
+            format!("{field}: Secret {name} has no key {}; runs cannot start until it does", missing.join(" or "))
+        })
+    })
+}
+
+/// How long one run of `backup` may take before its Job stops it and counts it as
+/// failed: `spec.activeDeadlineSeconds`, else the shortest interval between two runs
+/// of the schedule (at most [`MAX_RUN_DEADLINE_SECONDS`]). A stuck run is then over
+/// before the next one is due, which starts once it is (the CronJob's starting deadline
+/// lets a run that `Forbid` held back start late).
+pub fn run_deadline_seconds(backup: &Backup) -> i64 {
+    backup.spec.active_deadline_seconds.unwrap_or_else(|| shortest_interval(&backup.spec.schedule))
+}
+
+/// The shortest time between two consecutive runs of `schedule` (UTC), in seconds, at
+/// most [`MAX_RUN_DEADLINE_SECONDS`]; that maximum for a schedule that does not parse.
+fn shortest_interval(schedule: &str) -> i64 {
+    let parser = croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Disallowed)
+        .year(croner::parser::Year::Disallowed)
+        .build();
+    let Ok(cron) = parser.parse(schedule) else { return MAX_RUN_DEADLINE_SECONDS };
+    // A fixed start, so the answer is the same on every reconcile: the gaps of 512 runs
+    // from 2001-01-01 (a Monday of a year before a leap year) show every pattern's
+    // shortest one that is below a day.
+    let start = Timestamp::from_second(978_307_200).unwrap_or(Timestamp::UNIX_EPOCH).to_zoned(jiff::tz::TimeZone::UTC);
+    let mut shortest = MAX_RUN_DEADLINE_SECONDS;
+    let mut previous: Option<Timestamp> = None;
+    for next in cron.iter_after(start).take(512) {
+        let next = next.timestamp();
+        if let Some(previous) = previous {
+            shortest = shortest.min(next.as_second() - previous.as_second());
+        }
+        if shortest <= 60 {
+            break;
+        }
+        previous = Some(next);
+    }
+    shortest
 }
 
 /// What the schema cannot check: cron values (a range whose start is after its end,
@@ -352,6 +450,7 @@ pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
                 metadata: template_meta.clone(),
                 spec: Some(JobSpec {
                     backoff_limit: Some(BACKUP_BACKOFF_LIMIT),
+                    active_deadline_seconds: Some(run_deadline_seconds(backup)),
                     template: PodTemplateSpec { metadata: template_meta, spec: Some(pod) },
                     ..JobSpec::default()
                 }),
@@ -391,6 +490,7 @@ pub fn desired_job(restore: &bosun_api::backup::Restore, dump: &Dump<'_>, runner
         metadata: child_meta(restore, restore_job_name(&name), labels),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
+            active_deadline_seconds: Some(RESTORE_DEADLINE_SECONDS),
             template: PodTemplateSpec { metadata: template_meta, spec: Some(pod) },
             ..JobSpec::default()
         }),
@@ -435,13 +535,16 @@ pub enum Finish {
     /// Not over: an attempt failed and the pod restarts (restartPolicy OnFailure). Told
     /// at once, because when the Job gives up it deletes the pod and its error with it.
     Retrying,
+    /// Not over: the run cannot start or make progress (the cause, from
+    /// [`crate::pods`]); its deadline ends it.
+    Stuck(String),
 }
 
 impl Finish {
     pub fn time(&self) -> Option<&Time> {
         match self {
             Finish::Succeeded(t) | Finish::Failed(t, _) => Some(t),
-            Finish::Retrying => None,
+            Finish::Retrying | Finish::Stuck(_) => None,
         }
     }
 }
@@ -477,12 +580,14 @@ pub fn newest_finished<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Option<(&
     })
 }
 
-/// The newest Job among `jobs` that is still running and started after `after`.
-pub fn newest_running<'a>(jobs: impl IntoIterator<Item = &'a Job>, after: Option<&Time>) -> Option<&'a Job> {
+/// The newest Job among `jobs` that is still running and started after `finished` did
+/// (a run the deadline of the one before overlapped is still the newer run).
+pub fn newest_running<'a>(jobs: impl IntoIterator<Item = &'a Job>, finished: Option<&Job>) -> Option<&'a Job> {
     let started = |j: &Job| j.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
+    let after = finished.and_then(started);
     jobs.into_iter()
         .filter(|j| finish(j).is_none())
-        .filter(|j| after.is_none_or(|after| started(j).is_some_and(|s| s > after.0)))
+        .filter(|j| after.is_none_or(|after| started(j).is_some_and(|s| s > after)))
         .max_by_key(|j| (started(j), j.name_any()))
 }
 
@@ -573,16 +678,26 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
 
 /// The reasons `LastBackupSucceeded` may carry, to carry one over from the stored status.
 fn static_reason(reason: &str) -> &'static str {
-    [reasons::BACKUP_SUCCEEDED, reasons::BACKUP_FAILED, reasons::BACKUP_RETRYING, reasons::NO_RUN_YET]
-        .into_iter()
-        .find(|r| *r == reason)
-        .unwrap_or(reasons::NO_RUN_YET)
+    [
+        reasons::BACKUP_SUCCEEDED,
+        reasons::BACKUP_FAILED,
+        reasons::BACKUP_RETRYING,
+        reasons::RUN_STUCK,
+        reasons::NO_RUN_YET,
+    ]
+    .into_iter()
+    .find(|r| *r == reason)
+    .unwrap_or(reasons::NO_RUN_YET)
 }
 
 /// What a retrying run's condition message says before the error.
 const ATTEMPT_FAILED: &str = "an attempt failed: ";
 /// What it says after it.
 const RETRYING: &str = "; retrying";
+/// What a stuck run's condition message says before the cause.
+const CANNOT_RUN: &str = "cannot run: ";
+/// What it says after it.
+const UNTIL_DEADLINE: &str = "; it is stopped at its deadline";
 
 /// `LastBackupSucceeded` for `run`, and the good dump it made. `previous` is the
 /// condition's last message: when a failed run's pod is gone, the error an earlier
@@ -592,8 +707,11 @@ fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<Succe
     let result = run.result.clone().unwrap_or_default();
     let attempt_error = || {
         let rest = previous?.strip_prefix(&prefix)?;
-        let error = rest.split_once(ATTEMPT_FAILED)?.1;
-        Some(error.rsplit_once(RETRYING).map_or(error, |(e, _)| e).to_owned())
+        if let Some((_, error)) = rest.split_once(ATTEMPT_FAILED) {
+            return Some(error.rsplit_once(RETRYING).map_or(error, |(e, _)| e).to_owned());
+        }
+        let cause = rest.split_once(CANNOT_RUN)?.1;
+        Some(cause.rsplit_once(UNTIL_DEADLINE).map_or(cause, |(c, _)| c).to_owned())
     };
     match &run.finish {
         Finish::Succeeded(at) => match (&result.key, result.size) {
@@ -627,6 +745,17 @@ fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<Succe
             ),
             None,
         ),
+        Finish::Stuck(cause) => (
+            Desired::new(
+                backup_types::LAST_BACKUP_SUCCEEDED,
+                false,
+                reasons::RUN_STUCK,
+                format!(
+                    "{prefix}{CANNOT_RUN}{cause}{UNTIL_DEADLINE} and the next scheduled run goes ahead; nothing was deleted"
+                ),
+            ),
+            None,
+        ),
         Finish::Failed(_, why) => {
             let detail = result.error.or_else(attempt_error).map_or_else(|| why.clone(), |e| format!("{e} ({why})"));
             (
@@ -653,6 +782,8 @@ pub struct RestoreObserved<'a> {
     pub result: Option<&'a RunResult>,
     /// Why the Job was not created (e.g. the Backup does not exist).
     pub refusal: Option<(&'static str, &'a str)>,
+    /// Why the running Job cannot start or make progress ([`crate::pods`]).
+    pub stuck: Option<&'a str>,
 }
 
 /// The status a Restore should have. Once Succeeded or Failed it never changes again:
@@ -686,18 +817,27 @@ pub fn restore_status(
             RestorePhase::Pending,
             Desired::new(types::READY, false, reasons::PENDING, "the Job has not been created yet"),
         ),
-        (None, Some(j), None | Some(Finish::Retrying)) => {
+        (None, Some(j), None | Some(Finish::Retrying | Finish::Stuck(_))) => {
             let started = job_status.and_then(|s| s.start_time.as_ref()).is_some();
             let phase = if started { RestorePhase::Running } else { RestorePhase::Pending };
-            (
-                phase,
-                Desired::new(
+            let ready = match observed.stuck {
+                Some(cause) => Desired::new(
+                    types::READY,
+                    false,
+                    reasons::RUN_STUCK,
+                    format!(
+                        "Job {} {CANNOT_RUN}{cause}{UNTIL_DEADLINE} ({RESTORE_DEADLINE_SECONDS}s after it started) and the Restore fails",
+                        j.name_any()
+                    ),
+                ),
+                None => Desired::new(
                     types::READY,
                     false,
                     reasons::RUNNING,
                     format!("Job {} is loading the dump", j.name_any()),
                 ),
-            )
+            };
+            (phase, ready)
         }
         (None, Some(j), Some(Finish::Succeeded(_))) => (
             RestorePhase::Succeeded,
@@ -718,7 +858,14 @@ pub fn restore_status(
                 types::READY,
                 false,
                 reasons::RESTORE_FAILED,
-                format!("Job {} failed: {}", j.name_any(), result.error.clone().unwrap_or_else(|| why.clone())),
+                format!(
+                    "Job {} failed: {}",
+                    j.name_any(),
+                    // A run that never started: what kept it from starting, as told while it waited.
+                    result.error.clone().unwrap_or_else(|| {
+                        previous_cause(&previous.conditions).map_or_else(|| why.clone(), |c| format!("{c} ({why})"))
+                    })
+                ),
             ),
         ),
     };
@@ -731,6 +878,13 @@ pub fn restore_status(
         completion_time: finished.as_ref().and_then(|f| f.time().cloned()).or(previous.completion_time),
         conditions: conditions::merge(&previous.conditions, vec![ready], generation, now),
     }
+}
+
+/// The cause a stuck run's Ready condition told, to carry it into the failure.
+fn previous_cause(conditions: &[bosun_api::conditions::Condition]) -> Option<String> {
+    let c = conditions.iter().find(|c| c.type_ == types::READY && c.reason == reasons::RUN_STUCK)?;
+    let cause = c.message.split_once(CANNOT_RUN)?.1;
+    Some(cause.rsplit_once(UNTIL_DEADLINE).map_or(cause, |(c, _)| c).to_owned())
 }
 
 #[cfg(test)]
@@ -1028,6 +1182,22 @@ mod tests {
     }
 
     #[test]
+    fn a_run_started_while_the_one_before_was_ending_is_the_running_one() {
+        let started = |mut j: Job, t: i64| {
+            j.status.as_mut().unwrap().start_time = Some(at(t));
+            j
+        };
+        // The one before ends at its deadline (60) the moment the next starts (60).
+        let before = started(job("before", Some((false, 61))), 0);
+        let jobs = [before.clone(), started(job("next", None), 60), started(job("older", None), 0)];
+        let finished = newest_finished(&jobs).map(|(j, _)| j);
+        assert_eq!(newest_running(&jobs, finished).map(|j| j.name_any()).as_deref(), Some("next"));
+        // A run left over from before the newest finished one is not "in progress".
+        assert!(newest_running(&jobs[2..], Some(&before)).is_none());
+        assert_eq!(newest_running(&jobs[2..], None).map(|j| j.name_any()).as_deref(), Some("older"));
+    }
+
+    #[test]
     fn a_runs_result_is_read_from_its_termination_message() {
         let pod = |message: &str, current: bool| {
             let terminated = Some(ContainerState {
@@ -1102,7 +1272,11 @@ mod tests {
         }));
         let now = Timestamp::from_second(1000).unwrap();
         let seen = |r: &Restore, job: Option<&Job>, result: Option<&RunResult>| {
-            restore_status(r, RestoreObserved { job, requested_key: Some("k1"), result, refusal: None }, now)
+            restore_status(
+                r,
+                RestoreObserved { job, requested_key: Some("k1"), result, refusal: None, stuck: None },
+                now,
+            )
         };
         assert_eq!(seen(&r, None, None).phase, Some(RestorePhase::Pending));
         let running = job("back-restore", None);
@@ -1130,5 +1304,122 @@ mod tests {
         let s = seen(&r, None, None);
         assert_eq!(s.phase, Some(RestorePhase::Failed));
         assert!(s.conditions[0].message.contains("deleted before it finished"));
+    }
+
+    #[test]
+    fn a_runs_deadline_is_the_schedules_shortest_interval_or_the_field() {
+        let with = |schedule: &str, deadline: Option<i64>| {
+            let mut b = nightly();
+            b.spec.schedule = schedule.to_owned();
+            b.spec.active_deadline_seconds = deadline;
+            run_deadline_seconds(&b)
+        };
+        assert_eq!(with("* * * * *", None), 60);
+        assert_eq!(with("*/15 * * * *", None), 900);
+        assert_eq!(with("@hourly", None), 3600);
+        assert_eq!(with("0 9-17 * * MON-FRI", None), 3600, "the shortest gap, not the weekend's");
+        assert_eq!(with("0 2,3 * * *", None), 3600);
+        assert_eq!(with("0 2 * * *", None), MAX_RUN_DEADLINE_SECONDS);
+        assert_eq!(with("0 2 * * 0", None), MAX_RUN_DEADLINE_SECONDS, "weekly: at most a day");
+        assert_eq!(with("0 2 * * *", Some(7200)), 7200);
+        let cj = desired_cronjob(&nightly(), DEFAULT_RUNNER_IMAGE);
+        let job = cj.spec.expect("spec").job_template.spec.expect("job spec");
+        assert_eq!(job.active_deadline_seconds, Some(MAX_RUN_DEADLINE_SECONDS));
+    }
+
+    #[test]
+    fn missing_credentials_name_the_field_the_secret_and_the_key() {
+        let b = nightly();
+        let mut destination = b.spec.destination.clone();
+        destination.secret_ref = Some(bosun_api::backup::SecretRef { name: "s3-credentials".into() });
+        let needs = secrets_needed(
+            &b.spec.source,
+            "spec.source.connection.secretRef",
+            &destination,
+            "spec.destination.secretRef",
+        );
+        let keys = |pairs: &[(&str, &[&str])]| {
+            let pairs: Vec<(String, Vec<String>)> =
+                pairs.iter().map(|(n, ks)| ((*n).to_owned(), ks.iter().map(|k| (*k).to_owned()).collect())).collect();
+            move |name: &str| pairs.iter().find(|(n, _)| n == name).map(|(_, ks)| ks.clone())
+        };
+        let all =
+            keys(&[("test-db-credentials", &["username", "password"]), ("s3-credentials", &["AWS_ACCESS_KEY_ID"])]);
+        assert_eq!(missing_credentials(&needs, "shop", all), None);
+        let no_s3 = keys(&[("test-db-credentials", &["username", "password"])]);
+        assert_eq!(
+            missing_credentials(&needs, "shop", no_s3).as_deref(),
+            Some(
+                "spec.destination.secretRef: Secret s3-credentials does not exist in namespace shop; runs cannot start until it does"
+            )
+        );
+        let no_password = keys(&[("test-db-credentials", &["username"]), ("s3-credentials", &[])]);
+        let message = missing_credentials(&needs, "shop", no_password).expect("missing");
+        assert!(
+            message.starts_with("spec.source.connection.secretRef: Secret test-db-credentials has no key password"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_stuck_run_fails_the_last_backup_and_its_cause_outlives_the_deadline() {
+        let mut b = nightly();
+        let cj = desired_cronjob(&b, DEFAULT_RUNNER_IMAGE);
+        let now = Timestamp::from_second(1000).unwrap();
+        let cause = "pod nightly-cronjob-7-x has not started after 61s: FailedMount: secret \"s3\" not found";
+        let stuck = LastRun { job: "nightly-cronjob-7".into(), finish: Finish::Stuck(cause.into()), result: None };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&stuck), ..Observed::default() }, now);
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "RunStuck"));
+        assert!(c.message.starts_with("Job nightly-cronjob-7 cannot run: pod nightly-cronjob-7-x"), "{}", c.message);
+        assert!(c.message.contains("next scheduled run goes ahead"), "{}", c.message);
+        b.status = Some(s);
+        // The deadline ends it; the failure still names what kept it from starting.
+        let over = LastRun {
+            job: "nightly-cronjob-7".into(),
+            finish: Finish::Failed(at(900), "DeadlineExceeded: Job was active longer than specified deadline".into()),
+            result: None,
+        };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&over), ..Observed::default() }, now);
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "BackupFailed"));
+        assert!(c.message.contains(cause) && c.message.contains("DeadlineExceeded"), "{}", c.message);
+    }
+
+    #[test]
+    fn a_stuck_restore_says_why_and_its_failure_keeps_the_cause() {
+        let mut r = restore(json!({
+            "source": {"destination": {"type": "s3", "bucket": "b"}, "key": "k1"},
+            "target": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "s"}}},
+        }));
+        let now = Timestamp::from_second(1000).unwrap();
+        let running = job("back-restore", None);
+        let cause = "pod back-restore-x: container restore cannot get its image i (ErrImageNeverPull)";
+        let observed = RestoreObserved {
+            job: Some(&running),
+            requested_key: Some("k1"),
+            stuck: Some(cause),
+            ..RestoreObserved::default()
+        };
+        let s = restore_status(&r, observed, now);
+        assert_eq!(s.conditions[0].reason, "RunStuck");
+        assert!(s.conditions[0].message.contains(cause), "{}", s.conditions[0].message);
+        r.status = Some(s);
+        let mut failed = job("back-restore", None);
+        failed.status = Some(JobStatus {
+            start_time: Some(at(10)),
+            conditions: Some(vec![JobCondition {
+                type_: "Failed".into(),
+                status: "True".into(),
+                reason: Some("DeadlineExceeded".into()),
+                last_transition_time: Some(at(900)),
+                ..JobCondition::default()
+            }]),
+            ..JobStatus::default()
+        });
+        let observed = RestoreObserved { job: Some(&failed), requested_key: Some("k1"), ..RestoreObserved::default() };
+        let s = restore_status(&r, observed, now);
+        assert_eq!(s.phase, Some(RestorePhase::Failed));
+        assert!(s.conditions[0].message.contains(cause), "{}", s.conditions[0].message);
     }
 }

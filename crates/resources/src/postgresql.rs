@@ -508,6 +508,7 @@ pub fn desired_backup(db: &PostgreSQL) -> Option<Backup> {
         retention: Some(settings.retention.clone().unwrap_or_else(|| DEFAULT_BACKUP_RETENTION.to_owned())),
         keep_last: None,
         suspend: None,
+        active_deadline_seconds: None,
     };
     let mut backup = Backup::new(&backup_name(db), spec);
     backup.metadata = child_meta(db, backup_name(db), labels(db));
@@ -661,6 +662,8 @@ pub struct Observed<'a> {
     pub backup: Option<&'a Backup>,
     /// Why the Backup could not be created: its name is someone else's.
     pub backup_conflict: Option<&'a str>,
+    /// Why an instance cannot start ([`crate::pods`]), when one cannot.
+    pub stuck: Option<&'a str>,
 }
 
 /// The status a PostgreSQL should have.
@@ -687,12 +690,20 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         None if sts.is_none() => {
             Desired::new(types::READY, false, reasons::PENDING, "the StatefulSet is not created yet")
         }
-        None => Desired::new(
-            types::READY,
-            false,
-            reasons::PROVISIONING,
-            format!("{} of {wanted} instances ready", ready_replicas.unwrap_or(0)),
-        ),
+        None => match observed.stuck {
+            Some(cause) => Desired::new(
+                types::READY,
+                false,
+                reasons::INSTANCE_STUCK,
+                format!("{} of {wanted} instances ready; {cause}", ready_replicas.unwrap_or(0)),
+            ),
+            None => Desired::new(
+                types::READY,
+                false,
+                reasons::PROVISIONING,
+                format!("{} of {wanted} instances ready", ready_replicas.unwrap_or(0)),
+            ),
+        },
     };
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     PostgreSQLStatus {
@@ -1082,6 +1093,12 @@ mod tests {
         let s = status(&db, Observed { statefulset: Some(&starting), ..Default::default() }, now);
         assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Provisioning), Some(0)));
         assert_eq!(cond(&s, "Ready").status, "False");
+        // An instance that cannot start is named, with its cause.
+        let cause = "pod test-db-0: container postgres cannot get its image localhost/postgres:17 (ErrImageNeverPull)";
+        let s = status(&db, Observed { statefulset: Some(&starting), stuck: Some(cause), ..Default::default() }, now);
+        assert_eq!(s.phase, Some(Phase::Provisioning));
+        assert_eq!(cond(&s, "Ready").reason, "InstanceStuck");
+        assert_eq!(cond(&s, "Ready").message, format!("0 of 1 instances ready; {cause}"));
         let running = sts(1, 1);
         let s = status(&db, Observed { statefulset: Some(&running), ..Default::default() }, now);
         assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Running), Some(1)));

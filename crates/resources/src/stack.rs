@@ -449,6 +449,7 @@ pub fn desired_mysql_backup<K: Resource<DynamicType = ()>>(
         retention: plan.database.backup.retention.clone(),
         keep_last: None,
         suspend: None,
+        active_deadline_seconds: None,
     };
     let name = format!("{}-backup", plan.database_name());
     let mut backup = Backup::new(&name, spec);
