@@ -464,6 +464,27 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
             assert!(std::time::Instant::now() < deadline, "the backend never connected: {logs}");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+
+        // Issue 30: a frontend image that the node cannot get is named in the stack's
+        // status (the old pod serves on); the right image again makes it Ready.
+        let image = |image: &str| json!({"spec": {"frontend": {"image": image}}});
+        let stacks = env.api::<AppStack>();
+        stacks.patch("shop", &PatchParams::default(), &Patch::Merge(image("localhost/no-such-web:1"))).await.unwrap();
+        let stuck = env
+            .wait_for_within::<AppStack>("shop", "the image named", Duration::from_secs(90), |s| {
+                s.status.as_ref().is_some_and(|st| {
+                    condition(&st.conditions, "Ready")
+                        .is_some_and(|c| c.status == "False" && c.message.contains("localhost/no-such-web:1"))
+                })
+            })
+            .await;
+        let message = &condition(&stuck.status.as_ref().unwrap().conditions, "Ready").unwrap().message;
+        assert!(message.contains("container frontend cannot pull its image"), "{message}");
+        stacks.patch("shop", &PatchParams::default(), &Patch::Merge(image(images::TOOLBOX))).await.unwrap();
+        env.wait_for_within::<AppStack>("shop", "Ready=True again", Duration::from_secs(120), |s| {
+            s.status.as_ref().is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"))
+        })
+        .await;
     })
     .await;
 }

@@ -11,7 +11,7 @@
 //! controllers and maps each change back by that label — the MySQL credentials have no
 //! owner (a password outlives the stack, as its data does).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +29,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::object::HasStatus;
 use kube::core::{ApiResource, GroupVersionKind};
@@ -80,6 +81,10 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("backup.example.com", "backups", rbac::OWN),
         Permission::new("backup.example.com", "backups", &["delete"]),
         Permission::new("", "persistentvolumeclaims", &["create", "get"]),
+        // The pods of a workload that is not ready, and the Warning events of one that
+        // waits: to name why it cannot start.
+        Permission::new("", "pods", &["list"]),
+        Permission::new("", "events", &["list"]),
         // MySQL credentials: created once, never updated.
         Permission::new("", "secrets", &["create", "get", "list", "watch"]),
         // Whether the Prometheus operator's CRD is installed, and its ServiceMonitors.
@@ -347,9 +352,10 @@ where
     }
     let monitoring = monitoring(stack, &ctx, &children, &plan).await?;
 
+    let status_ready = pass.phase() == bosun_api::stack::Phase::Running;
     let ready = Desired::new(
         types::READY,
-        pass.phase() == bosun_api::stack::Phase::Running,
+        status_ready,
         match (&pass.refused, pass.phase()) {
             (Some((reason, _)), _) => reason,
             (None, bosun_api::stack::Phase::Running) => reasons::ALL_COMPONENTS_READY,
@@ -363,6 +369,8 @@ where
     let announce = update_status(&ctx, K::CONTROLLER, stack, &status).await?;
     Ok(match pass.refused {
         Some((reason, message)) => Outcome::of(Some((reason, message)), announce),
+        // Not all ready: looked at again soon, for a pod that cannot start.
+        None if !status_ready => Outcome::Requeue(crate::read::POD_RECHECK),
         None => Outcome::Requeue(RECHECK),
     })
 }
@@ -407,8 +415,9 @@ fn components<'a, K: StackKind>(
 
 async fn database<K: StackKind>(stack: &K, ctx: &Context, children: &Children, plan: &Plan) -> Result<Health, Error> {
     if let Some(pg) = build::desired_postgresql(stack, plan) {
+        // The PostgreSQL's own status names an instance that cannot start.
         let applied = apply_child(ctx, stack, &children.postgresqls, pg).await?;
-        return Ok(health(build::postgresql_ready(&applied)));
+        return Ok(build::postgresql_ready(&applied).map_or_else(Health::not_ready, |()| Health::ready()));
     }
     let ns = stack.namespace().unwrap_or_default();
     let secret_name = plan.credentials_name();
@@ -421,13 +430,14 @@ async fn database<K: StackKind>(stack: &K, ctx: &Context, children: &Children, p
     let Some(sts) = build::desired_mysql_statefulset(stack, plan, &ctx.settings.stack) else {
         return Ok(Health::not_ready("no database"));
     };
+    let labels = pod_labels(sts.spec.as_ref().and_then(|s| s.template.metadata.as_ref()));
     let sts = apply_child(ctx, stack, &children.statefulsets, sts).await?;
     if let Some(service) = build::desired_mysql_service(stack, plan) {
         apply_child(ctx, stack, &children.services, service).await?;
     }
     let ready = build::statefulset_ready(&sts, 1);
     mysql_backup(stack, ctx, children, plan, ready.is_ok()).await?;
-    Ok(health(ready))
+    health(ctx, &ns, &sts.name_any(), &labels, ready).await
 }
 
 /// A MySQL database's Backup, made once the database is Ready (with its claim of
@@ -458,11 +468,13 @@ async fn cache<K: StackKind>(stack: &K, ctx: &Context, children: &Children, plan
     let Some((deployment, service)) = build::desired_cache(stack, plan, &ctx.settings.stack) else {
         return Ok(Health::ready());
     };
+    let labels = pod_labels(deployment.spec.as_ref().and_then(|s| s.template.metadata.as_ref()));
     let (deployment, _) = futures::try_join!(
         apply_child(ctx, stack, &children.deployments, deployment),
         apply_child(ctx, stack, &children.services, service),
     )?;
-    Ok(health(build::deployment_ready(&deployment, 1)))
+    let ns = stack.namespace().unwrap_or_default();
+    health(ctx, &ns, &deployment.name_any(), &labels, build::deployment_ready(&deployment, 1)).await
 }
 
 async fn tier<K: StackKind>(
@@ -473,6 +485,7 @@ async fn tier<K: StackKind>(
     component: &'static str,
 ) -> Result<Health, Error> {
     let (deployment, service) = build::desired_tier(stack, plan, component);
+    let labels = pod_labels(deployment.spec.as_ref().and_then(|s| s.template.metadata.as_ref()));
     let want = if component == build::BACKEND_COMPONENT { plan.backend.replicas } else { plan.frontend.replicas };
     let (deployment, _) = futures::try_join!(
         apply_child(ctx, stack, &children.deployments, deployment),
@@ -483,13 +496,30 @@ async fn tier<K: StackKind>(
     {
         apply_child(ctx, stack, &children.ingresses, ingress).await?;
     }
-    Ok(health(build::deployment_ready(&deployment, want)))
+    let ns = stack.namespace().unwrap_or_default();
+    health(ctx, &ns, &deployment.name_any(), &labels, build::deployment_ready(&deployment, want)).await
 }
 
-fn health(ready: Result<(), String>) -> Health {
+/// The labels of a workload's pod template.
+fn pod_labels(template: Option<&ObjectMeta>) -> BTreeMap<String, String> {
+    template.and_then(|m| m.labels.clone()).unwrap_or_default()
+}
+
+/// A workload's health; when it is not ready, with why a pod of it (by its pod
+/// `labels`) cannot start, if one cannot.
+async fn health(
+    ctx: &Context,
+    ns: &str,
+    workload: &str,
+    labels: &BTreeMap<String, String>,
+    ready: Result<(), String>,
+) -> Result<Health, Error> {
     match ready {
-        Ok(()) => Health::ready(),
-        Err(message) => Health::not_ready(message),
+        Ok(()) => Ok(Health::ready()),
+        Err(message) => match crate::read::workload_stuck(&ctx.client, ctx.now(), ns, workload, labels).await? {
+            Some(cause) => Ok(Health::not_ready(format!("{message}; {cause}"))),
+            None => Ok(Health::not_ready(message)),
+        },
     }
 }
 

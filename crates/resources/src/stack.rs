@@ -629,17 +629,21 @@ pub fn desired_service_monitor<K: Resource<DynamicType = ()>>(owner: &K, plan: &
     }))
 }
 
-/// Whether a Deployment has `want` replicas updated and available (the cache keeps
-/// no spec: the count comes from the plan).
+/// Whether a Deployment has `want` replicas updated and available, and no others left
+/// (a rollout whose new pods cannot start keeps the old ones: not done), as kstatus
+/// judges one (the cache keeps no spec: the count comes from the plan).
 pub fn deployment_ready(d: &Deployment, want: i32) -> Result<(), String> {
     let Some(status) = d.status.as_ref() else { return Err("starting".to_owned()) };
     let current = status.observed_generation >= d.metadata.generation;
     let available = status.available_replicas.unwrap_or(0);
     let updated = status.updated_replicas.unwrap_or(0);
-    if current && available >= want && updated >= want {
-        Ok(())
-    } else {
+    let all = status.replicas.unwrap_or(0);
+    if !current || available < want {
         Err(format!("{available}/{want} replicas available"))
+    } else if updated < want || all > want {
+        Err(format!("rolling out: {updated}/{want} replicas updated, {} old ones left", (all - updated).max(0)))
+    } else {
+        Ok(())
     }
 }
 
@@ -820,6 +824,30 @@ mod tests {
             "{:?}",
             plan.endpoints()
         );
+    }
+
+    #[test]
+    fn a_deployment_is_ready_once_its_rollout_is_done() {
+        let d = |generation: i64, observed: i64, (all, updated, available): (i32, i32, i32)| Deployment {
+            metadata: ObjectMeta { generation: Some(generation), ..Default::default() },
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                observed_generation: Some(observed),
+                replicas: Some(all),
+                updated_replicas: Some(updated),
+                available_replicas: Some(available),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(deployment_ready(&d(2, 2, (2, 2, 2)), 2), Ok(()));
+        assert_eq!(deployment_ready(&d(2, 2, (2, 2, 1)), 2), Err("1/2 replicas available".to_owned()));
+        assert_eq!(deployment_ready(&d(2, 1, (2, 2, 2)), 2), Err("2/2 replicas available".to_owned()), "not seen yet");
+        // A new pod that cannot start: the old one still serves, the rollout is not done.
+        assert_eq!(
+            deployment_ready(&d(2, 2, (2, 1, 1)), 1),
+            Err("rolling out: 1/1 replicas updated, 1 old ones left".to_owned())
+        );
+        assert!(deployment_ready(&d(2, 2, (1, 0, 1)), 1).is_err());
     }
 
     #[test]
