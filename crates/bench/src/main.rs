@@ -7,7 +7,9 @@
 //!   present and create → Ready (p50/p99);
 //! * API requests bosun sent per WebApp (its own client counter);
 //! * writes bosun sent during an idle minute after convergence (goal: zero);
-//! * bosun's peak RSS (VmHWM) and settled RSS.
+//! * bosun's peak RSS (VmHWM) and settled RSS; the peak's anonymous part (heap,
+//!   stacks) and file-backed part (the binary's pages); RSS per 1,000 WebApps over
+//!   bosun at rest, and the binary's size — the guard against memory creeping back.
 //!
 //! Prints a table and writes JSON to `target/bench/webapp-<N>.json`.
 
@@ -170,9 +172,13 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         .await?;
     let created_in = create_start.elapsed();
 
-    let mut peak_rss = 0;
+    let (mut peak_rss, mut peak_split) = (0, (0, 0));
     loop {
-        peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmRSS:"));
+        let rss = rss_kib(bosun.pid(), "VmRSS:");
+        if rss > peak_rss {
+            // What the peak is made of: heap and stacks, or the binary's pages.
+            (peak_rss, peak_split) = (rss, (rss_kib(bosun.pid(), "RssAnon:"), rss_kib(bosun.pid(), "RssFile:")));
+        }
         let ready = seen.lock().map(|s| s.ready.len()).unwrap_or(0);
         if ready >= args.count {
             break;
@@ -224,6 +230,12 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "idle_requests": idle_requests,
         "idle_writes": idle_writes,
         "peak_rss_mib": peak_rss as f64 / 1024.0,
+        "peak_rss_anon_mib": peak_split.0 as f64 / 1024.0,
+        "peak_rss_file_mib": peak_split.1 as f64 / 1024.0,
+        // The guard against creep: what 1,000 objects cost over bosun at rest, and the
+        // binary that is loaded.
+        "rss_per_1000_webapps_mib": (peak_rss.saturating_sub(rss_rest)) as f64 / 1024.0 * 1000.0 / args.count as f64,
+        "binary_mb": std::fs::metadata(&args.bosun).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0),
         "settled_rss_mib": settled_rss as f64 / 1024.0,
     });
     for (key, value) in report.as_object().into_iter().flatten() {
