@@ -139,6 +139,10 @@ bench: cluster ## Converge N WebApps (default 1000) with a release build; prints
 	$(CARGO) build --release -p bosun
 	$(CARGO) run --release -p bosun-bench -- --count $(N)
 
+.PHONY: hot-symbols
+hot-symbols: cluster ## Rewrite crates/bosun/hot-symbols.txt, the functions bosun run executes (callgrind during a bench of 100 WebApps), laid out together in the release binary.
+	hack/hot-symbols.sh
+
 CONSUMERS ?= 50
 .PHONY: bench-appconfig
 bench-appconfig: cluster ## Change an AppConfig with CONSUMERS (default 50) consuming Deployments: time to the last rollout, bosun's requests; writes target/bench/appconfig-N.json.
