@@ -25,16 +25,15 @@ use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::conditions::{backup_types, reasons};
-use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult, SecretNeed};
+use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::apply::{apply_child, claim_child};
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::events;
 use crate::guard::Guarded;
 use crate::metrics::BackupLabels;
 use crate::rbac::{self, Permission};
@@ -158,7 +157,7 @@ async fn reconcile(
                 &backup.spec.destination,
                 "spec.destination.secretRef",
             );
-            credentials_missing(&ctx, &ns, &needs).await?.map(Refusal::CredentialsMissing)
+            read::credentials_missing(&ctx.client, &ns, &needs).await?.map(Refusal::CredentialsMissing)
         }
         (refusal, _) => refusal,
     };
@@ -168,7 +167,7 @@ async fn reconcile(
     let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
     if announce {
         let previous = backup.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let run = last_run.as_ref().map(|r| events::reference("batch/v1", "Job", &ns, &r.job));
+        let run = last_run.as_ref().map(|r| ObjectRef::<Job>::new(&r.job).within(&ns).into());
         ctx.events.condition_failed(
             &backup.object_ref(&()),
             run,
@@ -190,22 +189,6 @@ async fn reconcile(
         None if running => Outcome::Requeue(read::POD_RECHECK),
         None => Outcome::Applied,
     })
-}
-
-/// The first Secret of `needs` in `namespace` that does not exist or lacks a key, as
-/// a message naming the field, the Secret and the key.
-pub async fn credentials_missing(
-    ctx: &Context,
-    namespace: &str,
-    needs: &[SecretNeed],
-) -> Result<Option<String>, Error> {
-    let mut found = Vec::with_capacity(needs.len());
-    for need in needs {
-        found.push((need.name.as_str(), read::secret_keys(&ctx.client, namespace, &need.name).await?));
-    }
-    Ok(build::missing_credentials(needs, namespace, |name| {
-        found.iter().find(|(n, _)| *n == name).and_then(|(_, keys)| keys.clone())
-    }))
 }
 
 /// The newest finished run of `backup`'s `cronjob` with its result, unless the status

@@ -182,17 +182,5 @@ impl Events {
     }
 }
 
-/// A reference to the object `kind` (of `api_version`) `name` in `namespace`, for the
-/// `related` of an event.
-pub fn reference(api_version: &str, kind: &str, namespace: &str, name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(api_version.into()),
-        kind: Some(kind.into()),
-        namespace: Some(namespace.into()),
-        name: Some(name.into()),
-        ..ObjectReference::default()
-    }
-}
-
 /// The `reportingController` of bosun's events.
 const REPORTER: &str = "bosun";

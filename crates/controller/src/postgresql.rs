@@ -25,6 +25,7 @@ use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -144,7 +145,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
     if announce {
         let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let pod = stuck.map(|(pod, _)| crate::events::reference("v1", "Pod", &ns, &pod));
+        let pod = stuck.map(|(pod, _)| ObjectRef::<Pod>::new(&pod).within(&ns).into());
         ctx.events.condition_failed(
             &db.object_ref(&()),
             pod,

@@ -152,3 +152,19 @@ pub async fn pod_stuck(
         }
     }
 }
+
+/// The first Secret of `needs` in `namespace` that does not exist or lacks a key, as
+/// a message naming the field, the Secret and the key.
+pub async fn credentials_missing(
+    client: &Client,
+    namespace: &str,
+    needs: &[bosun_resources::backup::SecretNeed],
+) -> Result<Option<String>, Error> {
+    let mut found = Vec::with_capacity(needs.len());
+    for need in needs {
+        found.push((need.name.as_str(), secret_keys(client, namespace, &need.name).await?));
+    }
+    Ok(bosun_resources::backup::missing_credentials(needs, namespace, |name| {
+        found.iter().find(|(n, _)| *n == name).and_then(|(_, keys)| keys.clone())
+    }))
+}

@@ -19,13 +19,13 @@ use bosun_api::backup::{Backup, Restore};
 use bosun_api::conditions::{reasons, types};
 use bosun_resources::backup::{self as build, Dump, RestoreObserved};
 use k8s_openapi::api::batch::v1::Job;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::events;
 use crate::rbac::{self, Permission};
 use crate::read;
 use crate::runner::{self, Outcome};
@@ -107,7 +107,7 @@ async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -
                         destination_field,
                     );
                     // A Job runs once: it is made only when what it reads is there.
-                    if let Some(message) = crate::backup::credentials_missing(&ctx, &ns, &needs).await? {
+                    if let Some(message) = read::credentials_missing(&ctx.client, &ns, &needs).await? {
                         refusal = Some((reasons::CREDENTIALS_MISSING, message));
                         None
                     } else {
@@ -151,7 +151,7 @@ async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -
     if announce {
         ctx.events.condition_failed(
             &restore.object_ref(&()),
-            Some(events::reference("batch/v1", "Job", &ns, &job_name)),
+            Some(ObjectRef::<Job>::new(&job_name).within(&ns).into()),
             types::READY,
             &[reasons::RUN_STUCK, reasons::RESTORE_FAILED],
             &previous.conditions,
