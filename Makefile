@@ -41,9 +41,11 @@ fmt: ## Format the code.
 	$(CARGO) fmt --all
 
 .PHONY: lint
-lint: ## Check formatting and run clippy with warnings as errors.
+lint: ## Check formatting, run clippy with warnings as errors, and shellcheck every shell program (hack/, CI, and the scripts bosun puts into pods).
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	shellcheck -x -S warning .ci/run $$(git ls-files 'hack/*.sh')
+	shellcheck -s bash -S style crates/resources/src/scripts/*.sh
 
 .PHONY: test
 test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed).

@@ -316,6 +316,7 @@ start_backends() {
     echo "$mongo_reason" >"$state/mongo-missing"
   fi
   set_components
+  # shellcheck disable=SC2154 # bin_* are set with printf -v above
   printf '%s\n' "$bin_minio" "$bin_fake_gcs_server" "$bin_azurite" "${bin_ferretdb:-}" "${bin_mongo_tools:-}" >"$state/bin-dirs"
 
   read -r PG_PORT MYSQL_PORT MINIO_PORT GCS_PORT AZURITE_PORT MONGO_PORT FERRETDB_DEBUG_PORT <<<"$(free_ports 7)"

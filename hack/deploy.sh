@@ -106,8 +106,7 @@ cmd_deploy() {
   # Ready pods are not yet a routed Service: until the webhooks answer, every WebApp
   # would be refused (failurePolicy Fail). A server-side dry run goes through them
   # and stores nothing.
-  local i
-  for i in $(seq 60); do
+  for _ in $(seq 60); do
     if kubectl create --dry-run=server -n default -o name -f - >/dev/null 2>&1 <<EOF; then
 apiVersion: apps.example.com/v1
 kind: WebApp

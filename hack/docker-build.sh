@@ -102,7 +102,7 @@ cmd_build() {
 # Saves each image from the tool and imports it into a containerd's CRI
 # namespace (the real node's: it pulls from no registry).
 cmd_load() {
-  local address= imgs=() t tmp i
+  local address='' imgs=() t tmp i
   while (($#)); do
     case $1 in
       --address) address=${2:?--address needs a value}; shift 2 ;;

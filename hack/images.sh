@@ -574,7 +574,7 @@ cmd_import() {
 # containerd does not have it at that digest.
 runner_ref=localhost/bosun-runner:dev
 cmd_runner() {
-  local address= binary=
+  local address='' binary=''
   while (($#)); do
     case $1 in
       --address) address=${2:?--address needs a value}; shift 2 ;;

@@ -40,6 +40,8 @@ need pg_dump postgresql-client-15
 [ -x /usr/sbin/mariadbd ] || missing_pkgs+=(mariadb-server)
 need mysqldump mariadb-client
 need npm npm
+# make lint: the shell programs in hack/ and the ones bosun puts into pods.
+need shellcheck shellcheck
 
 if ((${#missing_pkgs[@]})); then
   echo "prerequisites: installing ${missing_pkgs[*]}" >&2

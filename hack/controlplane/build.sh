@@ -20,7 +20,6 @@ cache_root=${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}
 set_=${1:-controlplane}
 case $set_ in
   controlplane)
-    mods=(etcd kube kwok)
     key=$(cd "$here" && cat versions.env etcd/go.mod kube/go.mod kwok/go.mod etcd/go.sum kube/go.sum kwok/go.sum | sha256sum | cut -c1-12)
     dest="$cache_root/controlplane/k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_${key}"
     bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)

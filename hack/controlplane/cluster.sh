@@ -261,6 +261,7 @@ make_certs() {
   client="keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
   local pids=()
+  # shellcheck disable=SC2154 # node_ip: node.sh
   issue_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:$first_service_ip,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
@@ -774,6 +775,7 @@ cmd_up() {
   fi
   [ "$rc" = 0 ] || die "cluster failed to start ('$0 down' cleans up)"
   if node_enabled; then
+    # shellcheck disable=SC2154 # node_name, node_label: node.sh
     log "real node $node_name: Ready (pods with node selector $node_label=true and its toleration run there)"
   else
     log "real node: MISSING — $(node_missing_reason); tests that need it will fail"

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2034 # sourced by cluster.sh, which sets (and reads) the shared variables
 # The real node of the local cluster, sourced by cluster.sh: containerd + runc
 # (Debian), a kubelet and kube-proxy of the control plane's release and CoreDNS
 # (built by `build.sh node`), the CNI bridge plugin, and the images of
@@ -72,7 +72,8 @@ node_missing_reason() { cat "$state/node-missing" 2>/dev/null || true; }
 # --- start ---------------------------------------------------------------------
 
 save_sysctls() {
-  local f=$(node_dir)/sysctl.saved k
+  local f k
+  f=$(node_dir)/sysctl.saved
   [ -e "$f" ] && return 0
   # The nftables tables that exist before the node: iptables-nft tables that
   # kubelet and kube-proxy create are removed again by teardown.
@@ -84,7 +85,8 @@ save_sysctls() {
 }
 
 restore_sysctls() {
-  local f=$(node_dir)/sysctl.saved k v
+  local f k v
+  f=$(node_dir)/sysctl.saved
   [ -r "$f" ] || return 0
   while IFS='=' read -r k v; do
     echo "$v" >"/proc/sys/${k//.//}" 2>/dev/null || log "could not restore $k=$v"
@@ -470,7 +472,8 @@ node_teardown() {
 # The iptables-nft tables (filter, nat, mangle) that were not there before the
 # node started and hold nothing but their built-in chains now.
 remove_new_iptables_tables() {
-  local saved=$(node_dir)/nft-tables.saved family table cmd
+  local saved family table cmd
+  saved=$(node_dir)/nft-tables.saved
   [ -r "$saved" ] || return 0
   nft list tables 2>/dev/null | while read -r _ family table; do
     grep -qx "table $family $table" "$saved" && continue

@@ -765,33 +765,7 @@ fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<
 /// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT`, `REPLICATION_USER`,
 /// `REPLICATION_PASSWORD`; the ordinal is `BOSUN_ORDINAL` or the end of `HOSTNAME`.
 pub fn bootstrap_script() -> String {
-    r#"set -euo pipefail
-log() { echo "bosun-bootstrap: $*" >&2; }
-ordinal=${BOSUN_ORDINAL:-${HOSTNAME##*-}}
-if [ "$ordinal" != 0 ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
-  if [ -z "${REPLICATION_PASSWORD:-}" ]; then
-    log "REPLICATION_PASSWORD is empty: the credentials Secret has no replication-password key"
-    exit 1
-  fi
-  if [ -e "$PGDATA" ] && ! rmdir "$PGDATA" 2>/dev/null; then
-    log "$PGDATA is not empty but holds no cluster (no PG_VERSION): left as it is; empty or delete the claim to clone the primary again"
-    exit 1
-  fi
-  until pg_isready -q -h "$PRIMARY_HOST" -p "$PRIMARY_PORT"; do
-    log "waiting for the primary $PRIMARY_HOST:$PRIMARY_PORT"
-    sleep 2
-  done
-  partial="$PGDATA.partial"
-  rm -rf "$partial"
-  log "cloning the primary $PRIMARY_HOST:$PRIMARY_PORT into $PGDATA"
-  PGPASSWORD=$REPLICATION_PASSWORD pg_basebackup --no-password -h "$PRIMARY_HOST" -p "$PRIMARY_PORT" \
-    -U "$REPLICATION_USER" -D "$partial" -R -X stream -c fast
-  mv "$partial" "$PGDATA"
-  log "cloned; starting as a hot standby"
-fi
-exec "$@"
-"#
-    .to_owned()
+    include_str!("scripts/postgres-bootstrap.sh").to_owned()
 }
 
 /// The primary's setup (its `postStart` hook): once the server accepts connections
@@ -807,43 +781,7 @@ exec "$@"
 /// directory, `/var/run/postgresql`), `BOSUN_SETUP_LOG` (where messages go: the
 /// server's stderr, `/proc/1/fd/2`, so `kubectl logs` shows them).
 pub fn primary_setup_script() -> String {
-    r#"set -uo pipefail
-out=${BOSUN_SETUP_LOG:-/proc/1/fd/2}
-log() { echo "bosun-setup: $*" >>"$out" 2>/dev/null || echo "bosun-setup: $*" >&2; }
-ordinal=${BOSUN_ORDINAL:-${HOSTNAME##*-}}
-[ "$ordinal" = 0 ] || exit 0
-export PGHOST=${PGHOST:-/var/run/postgresql} PGPORT=${PGPORT:-5432}
-q() { psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
-setup() {
-  pg_isready -q || return 1
-  [ "$(q -tAc 'SELECT pg_is_in_recovery()')" = f ] || return 1
-  q -v user="$POSTGRES_USER" -v password="$POSTGRES_PASSWORD" <<'SQL' || return 1
-ALTER ROLE :"user" WITH PASSWORD :'password';
-SQL
-  [ -n "${REPLICATION_PASSWORD:-}" ] || return 0
-  q -v ruser="$REPLICATION_USER" -v rpassword="$REPLICATION_PASSWORD" <<'SQL' || return 1
-SELECT format('CREATE ROLE %I', :'ruser') WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'ruser') \gexec
-ALTER ROLE :"ruser" WITH REPLICATION LOGIN PASSWORD :'rpassword';
-SQL
-  local hba line
-  hba=$(q -tAc 'SHOW hba_file') || return 1
-  line="host replication $REPLICATION_USER all md5"
-  if ! grep -qxF "$line" "$hba"; then
-    echo "$line" >>"$hba" || return 1
-    q -tAc 'SELECT pg_reload_conf()' >/dev/null || return 1
-  fi
-}
-deadline=$((SECONDS + ${BOSUN_SETUP_TIMEOUT:-600}))
-until setup; do
-  if [ "$SECONDS" -ge "$deadline" ]; then
-    log "the server did not accept the setup in time: passwords and replication role not updated"
-    exit 0
-  fi
-  sleep 1
-done
-log "passwords and the replication role are set"
-"#
-    .to_owned()
+    include_str!("scripts/postgres-primary-setup.sh").to_owned()
 }
 
 #[cfg(test)]
