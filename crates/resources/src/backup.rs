@@ -22,7 +22,7 @@ use bosun_api::backup::{
     SuccessfulBackup, schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
-use bosun_runner::location::Engine;
+use bosun_backup_model::engine::Engine;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
@@ -203,8 +203,7 @@ fn shortest_interval(schedule: &str) -> i64 {
 pub fn validate(backup: &Backup) -> Result<(), Refusal> {
     validate_schedule(&backup.spec.schedule)?;
     if let Some(retention) = &backup.spec.retention {
-        bosun_runner::retention::parse_retention("spec.retention", retention)
-            .map_err(|e| Refusal::InvalidSpec(e.to_string()))?;
+        bosun_backup_model::retention::parse_retention("spec.retention", retention).map_err(Refusal::InvalidSpec)?;
     }
     Ok(())
 }

@@ -134,7 +134,8 @@ impl FolderArgs {
 /// `bosun backup run`.
 pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, Error> {
     let source = Database::parse("--source", &args.source)?;
-    let retention = args.retention.as_deref().map(|r| parse_retention("--retention", r)).transpose()?;
+    let retention =
+        args.retention.as_deref().map(|r| parse_retention("--retention", r).map_err(Error::Usage)).transpose()?;
     let backup = Backup {
         password: Password::resolve(source.engine, args.password_file.as_ref())?,
         store: args.destination.open()?,

@@ -16,7 +16,7 @@ pub mod cli;
 pub mod location;
 pub mod manifest;
 pub mod restore;
-pub mod retention;
+pub use bosun_backup_model::retention;
 pub mod store;
 pub mod tool;
 

@@ -10,8 +10,6 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::Error;
-
 /// A stored dump as the catalogue sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stored {
@@ -23,13 +21,9 @@ pub struct Stored {
 }
 
 /// Parse a retention like `30d`, `12h`, `2w`, `90m` or `1d12h`; `flag` names the
-/// option or field in errors.
-pub fn parse_retention(flag: &str, text: &str) -> Result<SignedDuration, Error> {
-    let bad = || {
-        Error::Usage(format!(
-            "{flag} {text:?}: not a duration; use a number and a unit m, h, d or w, e.g. 30d, 12h, 1d12h"
-        ))
-    };
+/// option or field in the error.
+pub fn parse_retention(flag: &str, text: &str) -> Result<SignedDuration, String> {
+    let bad = || format!("{flag} {text:?}: not a duration; use a number and a unit m, h, d or w, e.g. 30d, 12h, 1d12h");
     let mut total: i64 = 0;
     let mut digits = String::new();
     for ch in text.trim().chars() {
