@@ -32,19 +32,23 @@ pub fn sample_name(crd: &CustomResourceDefinition) -> String {
 /// Every CRD's page as it should be: the page in `docs_dir` with its blocks
 /// regenerated (or, for a kind without a page yet, a new page of blocks only, for
 /// prose to be written around), with the sample from `samples_dir`.
-pub fn pages(docs_dir: &Path, samples_dir: &Path) -> Result<Vec<(PathBuf, String)>, String> {
+pub fn pages(
+    crds: &[CustomResourceDefinition],
+    docs_dir: &Path,
+    samples_dir: &Path,
+) -> Result<Vec<(PathBuf, String)>, String> {
     let mut pages = Vec::new();
-    for crd in crate::crds() {
-        let sample_path = samples_dir.join(sample_name(&crd));
+    for crd in crds {
+        let sample_path = samples_dir.join(sample_name(crd));
         let sample = std::fs::read_to_string(&sample_path)
             .map_err(|e| format!("{}: the sample of {}: {e}", sample_path.display(), crd.spec.names.kind))?;
-        let path = docs_dir.join(page_name(&crd));
+        let path = docs_dir.join(page_name(crd));
         let page = match std::fs::read_to_string(&path) {
             Ok(page) => page,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => new_page(&crd),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => new_page(crd),
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
-        let page = update_page(&page, &blocks(&crd, &sample)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let page = update_page(&page, &blocks(crd, &sample)).map_err(|e| format!("{}: {e}", path.display()))?;
         pages.push((path, page));
     }
     Ok(pages)

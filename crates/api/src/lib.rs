@@ -9,6 +9,7 @@ pub mod backup;
 pub mod conditions;
 pub mod demovolume;
 pub mod docs;
+pub mod monitoring;
 pub mod postgresql;
 pub mod schema;
 pub mod stack;
@@ -17,29 +18,12 @@ pub mod webapp;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
-/// Every CRD bosun serves, in a stable order, with the schema tightening of
-/// [`schema::crd`] (integer bounds, quantity patterns) applied.
-pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        schema::crd::<webapp::apps_v1::WebApp>(),
-        schema::crd::<webapp::example_v1::WebApp>(),
-        schema::crd::<voteconfig::VoteConfig>(),
-        schema::crd::<demovolume::DemoVolume>(),
-        schema::crd::<appconfig::AppConfig>(),
-        schema::crd::<backup::Backup>(),
-        schema::crd::<backup::Restore>(),
-        schema::crd::<postgresql::PostgreSQL>(),
-        schema::crd::<stack::AppStack>(),
-        schema::crd::<stack::EcommercePlatform>(),
-    ]
-}
-
 /// The CRDs as one multi-document YAML stream.
-pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
+pub fn crds_yaml(crds: &[CustomResourceDefinition]) -> Result<String, serde_yaml_ng::Error> {
     let mut out = String::new();
-    for crd in crds() {
+    for crd in crds {
         out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(&crd)?);
+        out.push_str(&serde_yaml_ng::to_string(crd)?);
     }
     Ok(out)
 }
@@ -47,16 +31,16 @@ pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
 /// The files of `config/crd/` in the kustomize layout kubebuilder users know:
 /// `bases/<group>_<plural>.yaml`, one CRD each, and a `kustomization.yaml` listing them.
 /// Paths are relative to `config/crd/`.
-pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
+pub fn crd_files(crds: &[CustomResourceDefinition]) -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
     const HEADER: &str =
         "# Generated from the Rust types by `make manifests` (bosun crd --out-dir config/crd). Do not edit.\n";
     let mut files = Vec::new();
     let mut kustomization =
         format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n");
-    for crd in crds() {
+    for crd in crds {
         let path = format!("bases/{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
         kustomization.push_str(&format!("- {path}\n"));
-        files.push((path, format!("{HEADER}{}", serde_yaml_ng::to_string(&crd)?)));
+        files.push((path, format!("{HEADER}{}", serde_yaml_ng::to_string(crd)?)));
     }
     files.push(("kustomization.yaml".to_owned(), kustomization));
     Ok(files)

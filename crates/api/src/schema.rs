@@ -210,7 +210,20 @@ mod tests {
     /// Every CRD's schema, by `<kind>.<group>`.
     fn schemas() -> BTreeMap<String, JSONSchemaProps> {
         let mut all = BTreeMap::new();
-        for crd in crate::crds() {
+        // The types of this crate (bosun-controller's registry serves them; it sits above).
+        let crds = [
+            crd::<crate::webapp::apps_v1::WebApp>(),
+            crd::<crate::webapp::example_v1::WebApp>(),
+            crd::<crate::voteconfig::VoteConfig>(),
+            crd::<crate::demovolume::DemoVolume>(),
+            crd::<crate::appconfig::AppConfig>(),
+            crd::<crate::backup::Backup>(),
+            crd::<crate::backup::Restore>(),
+            crd::<crate::postgresql::PostgreSQL>(),
+            crd::<crate::stack::AppStack>(),
+            crd::<crate::stack::EcommercePlatform>(),
+        ];
+        for crd in crds {
             for version in crd.spec.versions {
                 let schema = version.schema.and_then(|s| s.open_api_v3_schema).expect("a schema");
                 all.insert(format!("{}.{}/{}", crd.spec.names.kind, crd.spec.group, version.name), schema);

@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand};
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd { out_dir: None } => print!("{}", bosun_api::crds_yaml()?),
+        Command::Crd { out_dir: None } => print!("{}", bosun_controller::kinds::crds_yaml()?),
         Command::Crd { out_dir: Some(dir) } => write_crds(&dir)?,
         Command::Manifests { config_dir, docs_dir } => {
             write_crds(&config_dir.join("crd"))?;
@@ -70,7 +70,8 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             write_files(&config_dir.join("webhook"), bosun_runtime::webhook::files()?)?;
             std::fs::create_dir_all(&docs_dir).with_context(|| format!("creating {}", docs_dir.display()))?;
             for (path, page) in
-                bosun_api::docs::pages(&docs_dir, &config_dir.join("samples")).map_err(anyhow::Error::msg)?
+                bosun_api::docs::pages(&bosun_controller::kinds::crds(), &docs_dir, &config_dir.join("samples"))
+                    .map_err(anyhow::Error::msg)?
             {
                 std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
             }
@@ -131,7 +132,7 @@ fn write_crds(dir: &std::path::Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&bases).with_context(|| format!("clearing {}", bases.display()))?;
     }
     std::fs::create_dir_all(&bases).with_context(|| format!("creating {}", bases.display()))?;
-    write_files(dir, bosun_api::crd_files()?)
+    write_files(dir, bosun_controller::kinds::crd_files()?)
 }
 
 fn write_files(dir: &std::path::Path, files: Vec<(String, String)>) -> anyhow::Result<()> {
@@ -156,7 +157,7 @@ fn render(file: &PathBuf) -> anyhow::Result<String> {
             .with_context(|| format!("{}: document {i} is not valid YAML", file.display()))?;
         documents.push(value);
     }
-    let children = bosun_resources::render::render(&documents)?;
+    let children = bosun_controller::kinds::render(&documents)?;
     let mut out = String::new();
     for child in children {
         out.push_str("---\n");

@@ -244,7 +244,7 @@ async fn crds_present(env: &Env) -> Vec<bool> {
     let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(env.client.clone());
     let mut present = Vec::new();
-    for crd in bosun_api::crds() {
+    for crd in bosun_controller::kinds::crds() {
         present.push(!gone(&api, &crd.name_any()).await);
     }
     present

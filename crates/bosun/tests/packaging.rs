@@ -126,7 +126,7 @@ fn the_default_install_renders_with_everything_in_bosun_system() {
         }
     }
     let crds = objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count();
-    assert_eq!(crds, bosun_api::crds().len(), "every CRD is installed");
+    assert_eq!(crds, bosun_controller::kinds::crds().len(), "every CRD is installed");
 
     // The manager as the spec describes it.
     let deployment = find(&objects, "Deployment", "bosun-controller-manager");
@@ -444,7 +444,10 @@ fn helm_lints_and_renders_the_chart_for_each_mode() {
     ] {
         assert!(a.contains(&want.to_owned()), "{want} in {a:?}");
     }
-    assert_eq!(objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count(), bosun_api::crds().len());
+    assert_eq!(
+        objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").count(),
+        bosun_controller::kinds::crds().len()
+    );
     let binding = find(&objects, "ClusterRoleBinding", "bosun-manager-rolebinding");
     assert_eq!(binding["subjects"][0]["namespace"], "ops");
     for o in objects.iter().filter(|o| !CLUSTER_SCOPED.contains(&o["kind"].as_str().unwrap())) {

@@ -220,6 +220,26 @@ async fn the_production_store_converges_in_order_and_monitoring_follows_its_crd(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
 
+        // A hand edit of the platform's ServiceMonitor is put back (it is watched once
+        // its CRD is there, like every other child).
+        let edit = json!({"spec": {"endpoints": [{"port": "backend", "path": "/edited"}]}});
+        monitors.patch("production-store", &PatchParams::default(), &Patch::Merge(&edit)).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = monitors.get("production-store").await.unwrap();
+            let paths: Vec<_> = m.data["spec"]["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| e["path"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            if paths == ["/metrics", "/metrics"] {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the edited ServiceMonitor was not put back: {paths:?}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+
         // Monitoring off: the platform's own ServiceMonitor goes.
         let monitoring = |enabled: bool| json!({"spec": {"monitoring": {"enabled": enabled}}});
         platforms.patch("production-store", &PatchParams::default(), &Patch::Merge(&monitoring(false))).await.unwrap();

@@ -30,21 +30,20 @@ use futures::channel::mpsc;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec};
-use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Resource, ResourceExt};
 use tracing::debug;
 
-use crate::apply::apply_child;
+use crate::apply::{apply_child, apply_fields};
 use crate::children::Owned;
 use crate::context::{Context, api};
 use crate::error::Error;
 use crate::guard::Guarded;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "appconfig";
@@ -52,13 +51,13 @@ const CONTROLLER: &str = "appconfig";
 /// What this controller does with the API: AppConfigs, their ConfigMaps, and the
 /// workloads that may consume them — watched, and patched (one annotation) to roll.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("config.example.com", "appconfigs");
+    let [a, b, c] = permissions::reconciled("config.example.com", "appconfigs");
     const WORKLOADS: &[&str] = &["list", "patch", "watch"];
     [
         a,
         b,
         c,
-        Permission::new("", "configmaps", rbac::OWN),
+        Permission::new("", "configmaps", permissions::OWN),
         Permission::new("apps", "deployments", WORKLOADS),
         Permission::new("apps", "statefulsets", WORKLOADS),
         Permission::new("apps", "daemonsets", WORKLOADS),
@@ -145,7 +144,7 @@ impl Consumers {
 }
 
 /// A workload kind whose pod template may read ConfigMaps.
-trait Workload: runner::Reconciled {
+trait Workload: wiring::Reconciled {
     const KIND: &'static str;
     fn template(&self) -> Option<&PodTemplateSpec>;
 }
@@ -195,7 +194,7 @@ fn watch_workloads<W: Workload>(
     index: Arc<Consumers>,
     changed: mpsc::UnboundedSender<(String, String)>,
 ) {
-    let watch = runner::watched(ctx, watcher(api::<W>(&ctx.client, namespace), watcher::Config::default()));
+    let watch = wiring::watched(ctx, watcher(api::<W>(&ctx.client, namespace), watcher::Config::default()));
     tokio::spawn(async move {
         tokio::pin!(watch);
         // Objects of a re-list, to drop the ones that went away meanwhile.
@@ -258,6 +257,14 @@ fn rendering_into(
         .collect()
 }
 
+/// The appconfig controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<AppConfig>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
+};
+
 /// Run the AppConfig controller in `namespace` (or cluster-wide).
 pub async fn run(
     ctx: Arc<Context>,
@@ -267,14 +274,14 @@ pub async fn run(
 ) {
     let ns = namespace.as_deref();
     let (config_maps, mut cm_changes) =
-        runner::watch_children::<ConfigMap>(&ctx, ns, &[(&AppConfig::kind(&()), &AppConfig::api_version(&()))]);
+        wiring::watch_children::<ConfigMap>(&ctx, ns, &[(&AppConfig::kind(&()), &AppConfig::api_version(&()))]);
     let Some(cm_changes) = cm_changes.pop() else { return };
-    let ctrl = runner::controller_for::<AppConfig>(CONTROLLER, &ctx, ns);
+    let ctrl = wiring::controller_for::<AppConfig>(CONTROLLER, &ctx, ns);
     let store = ctrl.store();
     // A ConfigMap's change or deletion concerns every AppConfig rendering into it: a
     // refused second one takes over when the first one's ConfigMap goes.
     let by_name = store.clone();
-    let ctrl = runner::triggered_by::<AppConfig, ConfigMap>(CONTROLLER, ctrl, &ctx, cm_changes, move |cm| {
+    let ctrl = wiring::triggered_by::<AppConfig, ConfigMap>(CONTROLLER, ctrl, &ctx, cm_changes, move |cm| {
         rendering_into(&by_name, &cm.namespace().unwrap_or_default(), &cm.name_any())
             .into_iter()
             .map(|r| r.name)
@@ -294,7 +301,7 @@ pub async fn run(
         futures::stream::iter(refs)
     });
     let ctrl = ctrl.reconcile_on(triggers);
-    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |app, ctx| {
+    wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |app, ctx| {
         reconcile(app, ctx, config_maps.clone(), index.clone())
     })
     .await;
@@ -377,42 +384,19 @@ async fn roll(
     hash: &str,
 ) -> Result<Option<String>, Error> {
     let ns = app.namespace().unwrap_or_default();
-    let ns = ns.as_str();
-    let body = serde_json::json!({
-        "apiVersion": "apps/v1",
-        "kind": consumer.kind,
-        "metadata": {"name": consumer.name, "namespace": ns, "uid": consumer.uid},
+    let fields = serde_json::json!({
         "spec": {"template": {"metadata": {"annotations": {build::annotation_key(cm): hash}}}},
     });
-    let params = PatchParams::apply(&build::rollout_manager(cm)).force();
-    let result = match consumer.kind {
-        "Deployment" => patch::<Deployment>(ctx, ns, &consumer.name, &params, &body).await,
-        "StatefulSet" => patch::<StatefulSet>(ctx, ns, &consumer.name, &params, &body).await,
-        _ => patch::<DaemonSet>(ctx, ns, &consumer.name, &params, &body).await,
+    let manager = build::rollout_manager(cm);
+    let target = (ns.as_str(), consumer.name.as_str(), consumer.uid.as_str());
+    let rolled = match consumer.kind {
+        "Deployment" => apply_fields::<Deployment>(ctx, &manager, target, fields).await?,
+        "StatefulSet" => apply_fields::<StatefulSet>(ctx, &manager, target, fields).await?,
+        _ => apply_fields::<DaemonSet>(ctx, &manager, target, fields).await?,
     };
-    match result {
+    if !rolled {
         // Deleted or replaced since the index saw it: nothing to roll.
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-            debug!(kind = consumer.kind, name = %consumer.name, "consumer gone before its rollout");
-            Ok(None)
-        }
-        Err(source) => Err(Error::Apply { kind: consumer.kind.to_owned(), name: consumer.name.clone(), source }),
-        Ok(()) => Ok(Some(consumer.id())),
+        debug!(kind = consumer.kind, name = %consumer.name, "consumer gone before its rollout");
     }
-}
-
-async fn patch<W>(
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    params: &PatchParams,
-    body: &serde_json::Value,
-) -> Result<(), kube::Error>
-where
-    W: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<W>::namespaced(ctx.client.clone(), ns).patch(name, params, &Patch::Apply(body)).await.map(|_| ())
+    Ok(rolled.then(|| consumer.id()))
 }

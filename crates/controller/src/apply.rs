@@ -232,7 +232,7 @@ where
 pub async fn merge_into<K, C>(ctx: &Context, target: &C, patch: serde_json::Value) -> Result<C, Error>
 where
     K: Resource<DynamicType = ()>,
-    C: crate::runner::Reconciled,
+    C: crate::guard::Reconciled,
 {
     let (ns, name) = (target.namespace().unwrap_or_default(), target.name_any());
     let mut patch = patch;
@@ -242,6 +242,34 @@ where
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::Apply { kind: C::kind(&()).into_owned(), name, source })
+}
+
+/// Apply `fields` (a partial object: apiVersion, kind, and the fields alone) to the
+/// object `namespace/name` of kind `C` whose uid is `uid`, as `manager`: for fields
+/// bosun keeps on objects that are not its own (a ConfigMap's hash in a consumer's pod
+/// template, under a field manager of that ConfigMap's). Only that very object: the
+/// uid is a precondition. `Ok(false)` when it is gone or replaced: nothing to write.
+pub async fn apply_fields<C>(
+    ctx: &Context,
+    manager: &str,
+    (namespace, name, uid): (&str, &str, &str),
+    fields: serde_json::Value,
+) -> Result<bool, Error>
+where
+    C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
+{
+    let mut fields = fields;
+    fields["apiVersion"] = serde_json::json!(C::api_version(&()));
+    fields["kind"] = serde_json::json!(C::kind(&()));
+    fields["metadata"] = serde_json::json!({"name": name, "namespace": namespace, "uid": uid});
+    match Api::<C>::namespaced(ctx.client.clone(), namespace)
+        .patch(name, &params(manager), &Patch::Apply(&fields))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(source) => Err(Error::Apply { kind: C::kind(&()).into_owned(), name: name.to_owned(), source }),
+    }
 }
 
 /// A resourceVersion no stored object has (etcd revisions are positive int64 and

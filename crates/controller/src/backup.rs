@@ -35,11 +35,12 @@ use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::guard::Guarded;
+use crate::kinds::{Served, Type};
 use crate::metrics::BackupLabels;
-use crate::rbac::{self, Permission};
+use crate::permissions::{self, Permission};
 use crate::read;
-use crate::runner::{self, Outcome};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "backup";
@@ -49,17 +50,25 @@ const CONTROLLER: &str = "backup";
 /// the Warning events of a pod that does not start, and the Secrets the runs read (for
 /// their keys).
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("backup.example.com", "backups");
+    let [a, b, c] = permissions::reconciled("backup.example.com", "backups");
     [
         a,
         b,
         c,
-        Permission::new("batch", "cronjobs", rbac::OWN),
-        Permission::new("batch", "jobs", rbac::RECONCILED),
+        Permission::new("batch", "cronjobs", permissions::OWN),
+        Permission::new("batch", "jobs", permissions::RECONCILED),
         Permission::new("", "pods", &["list"]),
         Permission::new("", "events", &["list"]),
         Permission::new("", "secrets", &["get"]),
     ]
+};
+
+/// The backup controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<Backup>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
 
 /// Run the Backup controller in `namespace` (or cluster-wide).
@@ -71,16 +80,16 @@ pub async fn run(
 ) {
     let ns = namespace.as_deref();
     let (cronjobs, mut cronjob_changes) =
-        runner::watch_children::<CronJob>(&ctx, ns, &[(&Backup::kind(&()), &Backup::api_version(&()))]);
-    let (jobs, mut job_changes) = runner::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
+        wiring::watch_children::<CronJob>(&ctx, ns, &[(&Backup::kind(&()), &Backup::api_version(&()))]);
+    let (jobs, mut job_changes) = wiring::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
     let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
-    let ctrl = runner::controller_for::<Backup>(CONTROLLER, &ctx, ns);
+    let ctrl = wiring::controller_for::<Backup>(CONTROLLER, &ctx, ns);
     tokio::spawn(export_gauges(ctx.clone(), ctrl.store()));
-    let ctrl = runner::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
-    let ctrl = runner::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
+    let ctrl = wiring::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
+    let ctrl = wiring::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
         backup_of(job).into_iter().collect()
     });
-    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |backup, ctx| {
+    wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |backup, ctx| {
         reconcile(backup, ctx, cronjobs.clone(), jobs.clone())
     })
     .await;

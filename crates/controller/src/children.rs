@@ -124,7 +124,7 @@ fn created_by(meta: &ObjectMeta) -> Option<String> {
 }
 
 /// A kind bosun creates as a child: what its cache keeps of each object.
-pub trait Child: crate::runner::Reconciled + serde::Serialize {
+pub trait Child: crate::guard::Reconciled + serde::Serialize {
     /// Drop what neither the ownership rule, change detection nor a status reads, so
     /// the cache stays small and a change to what was dropped triggers nothing.
     fn slim(&mut self);
@@ -231,6 +231,14 @@ impl Child for k8s_openapi::api::networking::v1::Ingress {
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
         (self.spec, self.status) = (None, None);
+    }
+}
+
+impl Child for bosun_api::monitoring::ServiceMonitor {
+    /// A platform's ServiceMonitor: its spec is known from bosun's own record.
+    fn slim(&mut self) {
+        slim_meta(&mut self.metadata);
+        self.spec = Default::default();
     }
 }
 

@@ -21,17 +21,26 @@ use crate::apply::{apply_child, claim_child};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "demovolume";
 
 /// What this controller does with the API: DemoVolumes and their claims.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("demo.example.com", "demovolumes");
-    [a, b, c, Permission::new("", "persistentvolumeclaims", rbac::OWN)]
+    let [a, b, c] = permissions::reconciled("demo.example.com", "demovolumes");
+    [a, b, c, Permission::new("", "persistentvolumeclaims", permissions::OWN)]
+};
+
+/// The demovolume controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<DemoVolume>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
 
 /// Run the DemoVolume controller in `namespace` (or cluster-wide).
@@ -41,7 +50,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    runner::run_owning::<DemoVolume, PersistentVolumeClaim, _, _>(
+    wiring::run_owning::<DemoVolume, PersistentVolumeClaim, _, _>(
         CONTROLLER,
         ctx,
         namespace,

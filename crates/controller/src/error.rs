@@ -35,7 +35,7 @@ impl Error {
         "InvalidSpec",
         "NameConflict",
         "NamespaceTerminating",
-        crate::runner::UNREADABLE,
+        crate::guard::UNREADABLE,
         "Conflict",
         "Forbidden",
         "NotFound",

@@ -9,9 +9,31 @@
 use std::borrow::Cow;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+
+/// Bounds of a resource kind bosun reconciles or owns.
+pub trait Reconciled:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<K> Reconciled for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The event reason and error label of an object bosun cannot read.
+pub const UNREADABLE: &str = "InvalidObject";
 
 /// A `K`, or why this stored object cannot be read as one.
 #[derive(Clone, Debug)]

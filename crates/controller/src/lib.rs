@@ -11,7 +11,7 @@
 //! field manager ([`apply`]), the error taxonomy that decides between "retry with
 //! backoff" and "wait for a spec change" ([`error`]), per-object exponential backoff
 //! ([`backoff`]) and the wiring of watches into a kube-runtime `Controller`
-//! ([`runner`]). A new controller is mostly its builders and its status.
+//! ([`wiring`]). A new controller is mostly its builders and its status.
 
 pub mod appconfig;
 pub mod apply;
@@ -21,20 +21,27 @@ pub mod changes;
 pub mod children;
 pub mod context;
 pub mod demovolume;
+pub mod dependencies;
 pub mod error;
 pub mod events;
+pub mod gate;
 pub mod guard;
+pub mod health;
+pub mod kinds;
 pub mod metrics;
+pub mod permissions;
 pub mod postgresql;
+pub mod queue;
 pub mod rbac;
 pub mod read;
 pub mod restore;
-pub mod runner;
-pub mod stack;
+pub mod settings;
 pub mod stacks;
 pub mod status;
 pub mod voteconfig;
 pub mod webapp;
+pub mod wiring;
+pub mod written;
 
 pub use context::{Context, Scope, Settings};
 pub use error::Error;

@@ -33,9 +33,10 @@ use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
 use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "postgresql";
@@ -46,14 +47,14 @@ pub const RECHECK: Duration = Duration::from_secs(300);
 
 /// What this controller does with the API.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("database.example.com", "postgresqls");
+    let [a, b, c] = permissions::reconciled("database.example.com", "postgresqls");
     [
         a,
         b,
         c,
-        Permission::new("apps", "statefulsets", rbac::OWN),
-        Permission::new("", "services", rbac::OWN),
-        Permission::new("backup.example.com", "backups", rbac::OWN),
+        Permission::new("apps", "statefulsets", permissions::OWN),
+        Permission::new("", "services", permissions::OWN),
+        Permission::new("backup.example.com", "backups", permissions::OWN),
         // A Backup when backups are turned off; the `-ro` Service when one instance is left.
         Permission::new("backup.example.com", "backups", &["delete"]),
         Permission::new("", "services", &["delete"]),
@@ -79,6 +80,14 @@ struct Children {
     pods: Owned<Pod>,
 }
 
+/// The postgresql controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<PostgreSQL>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
+};
+
 /// Run the PostgreSQL controller in `namespace` (or cluster-wide).
 pub async fn run(
     ctx: Arc<Context>,
@@ -87,7 +96,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
-    let ctrl = runner::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
+    let ctrl = wiring::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
     let (statefulsets, ctrl) = watched(&ctx, ns, ctrl);
     let (services, ctrl) = watched(&ctx, ns, ctrl);
     let (secrets, ctrl) = watched(&ctx, ns, ctrl);
@@ -95,7 +104,7 @@ pub async fn run(
     let (backups, ctrl) = watched(&ctx, ns, ctrl);
     let (pods, ctrl) = watched(&ctx, ns, ctrl);
     let children = Children { statefulsets, services, secrets, claims, backups, pods };
-    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
+    wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;
 }
 
@@ -103,8 +112,8 @@ type Controller = kube::runtime::Controller<crate::guard::Guarded<PostgreSQL>>;
 
 /// Watch the `C` children of PostgreSQLs and trigger the one each names.
 fn watched<C: Child>(ctx: &Context, ns: Option<&str>, ctrl: Controller) -> (Owned<C>, Controller) {
-    let (owned, changes): (Owned<C>, UnboundedReceiver<C>) = runner::watch_app(ctx, ns, build::APP_NAME);
-    let ctrl = runner::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, |child| {
+    let (owned, changes): (Owned<C>, UnboundedReceiver<C>) = wiring::watch_app(ctx, ns, build::APP_NAME);
+    let ctrl = wiring::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, |child| {
         child.labels().get("app.kubernetes.io/instance").cloned().into_iter().collect()
     });
     (owned, ctrl)

@@ -1,131 +1,11 @@
-//! The permissions bosun uses, declared next to the code that uses them, and the
-//! least-privilege RBAC generated from them (`make manifests` → `config/rbac/`).
-//!
-//! Each controller module exports `PERMISSIONS`; the manager adds what it needs itself:
-//! events, in every namespace it serves ([`MANAGER`], in the ClusterRole), and the
-//! leader Lease, only in its own namespace ([`LEADER_ELECTION`], in a Role there, as
-//! kubebuilder lays it out). The e2e tests run bosun with exactly the generated roles,
-//! so a permission missing here fails them.
+//! The least-privilege RBAC generated from the permissions the code declares
+//! ([`crate::permissions`], every controller's from [`crate::kinds`]): `make manifests`
+//! → `config/rbac/`. The e2e tests run bosun with exactly the generated roles, so a
+//! permission missing there fails them.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
-
-/// Verbs on one resource (or one of its subresources) of one API group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Permission {
-    pub group: &'static str,
-    pub resource: &'static str,
-    pub subresource: Option<&'static str>,
-    pub verbs: &'static [&'static str],
-}
-
-impl Permission {
-    pub const fn new(group: &'static str, resource: &'static str, verbs: &'static [&'static str]) -> Self {
-        Self { group, resource, subresource: None, verbs }
-    }
-
-    pub const fn sub(
-        group: &'static str,
-        resource: &'static str,
-        sub: &'static str,
-        verbs: &'static [&'static str],
-    ) -> Self {
-        Self { group, resource, subresource: Some(sub), verbs }
-    }
-
-    /// `resource` or `resource/subresource`, as RBAC spells it.
-    pub fn name(&self) -> String {
-        match self.subresource {
-            Some(sub) => format!("{}/{sub}", self.resource),
-            None => self.resource.to_owned(),
-        }
-    }
-}
-
-/// A kind bosun reconciles: watched (a reconcile reads it from the cache).
-pub const RECONCILED: &[&str] = &["list", "watch"];
-/// Watching and server-side applying a child (`create` for an apply that creates it;
-/// `get` for its metadata when an apply finds the name taken by an object the watch,
-/// filtered on bosun's label, does not see).
-pub const OWN: &[&str] = &["create", "get", "list", "patch", "watch"];
-/// Status written with server-side apply.
-pub const STATUS: &[&str] = &["patch"];
-/// Owner references with `blockOwnerDeletion` need `update` on the owner's finalizers
-/// where the OwnerReferencesPermissionEnforcement admission plugin is on.
-pub const FINALIZERS: &[&str] = &["update"];
-
-/// The permissions of a reconciled kind: watch it, write its status, own children.
-pub const fn reconciled(group: &'static str, plural: &'static str) -> [Permission; 3] {
-    [
-        Permission::new(group, plural, RECONCILED),
-        Permission::sub(group, plural, "status", STATUS),
-        Permission::sub(group, plural, "finalizers", FINALIZERS),
-    ]
-}
-
-/// What the manager itself needs in every namespace it serves: events on the
-/// resources (written in the namespace of the object they are about).
-pub const MANAGER: &[Permission] = &[Permission::new("events.k8s.io", "events", &["create", "patch"])];
-
-/// What leader election needs, granted only in bosun's own namespace by a Role: the
-/// leader Lease. kube-lease-manager 0.13 reads it (`get`), creates it when missing and
-/// renews, takes over and releases it with patches (no list, watch, update or delete).
-pub const LEADER_ELECTION: &[Permission] =
-    &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
-
-/// What the admission webhooks need cluster-wide: the two configurations (created with
-/// `--webhook-url`, their CA bundle kept right either way, watched to put it back) and
-/// namespaces' labels (`productionNamespaceSelector`).
-pub const WEBHOOKS: &[Permission] = &[
-    Permission::new(
-        "admissionregistration.k8s.io",
-        "validatingwebhookconfigurations",
-        &["create", "get", "list", "patch", "watch"],
-    ),
-    Permission::new(
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        &["create", "get", "list", "patch", "watch"],
-    ),
-    Permission::new("", "namespaces", &["list", "watch"]),
-];
-
-/// The verbs the webhooks use on the Secret of the self-managed CA and certificate in
-/// bosun's own namespace: watched, created when missing, replaced only with the
-/// resourceVersion read.
-pub const WEBHOOK_SECRET_VERBS: &[&str] = &["create", "get", "list", "update", "watch"];
-
-/// What the webhooks need in bosun's own namespace beyond what the ClusterRole already
-/// grants on Secrets everywhere (PostgreSQL's credentials: create, get, list, watch):
-/// `update`, to replace the certificate Secret. A test checks that the two together
-/// cover [`WEBHOOK_SECRET_VERBS`].
-pub const WEBHOOK_CERTIFICATES: &[Permission] = &[Permission::new("", "secrets", &["update"])];
-
-/// The rules of the ClusterRole: permissions merged per (group, verbs), resources and
-/// verbs sorted, so the generated YAML is stable.
-pub fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
-    let mut by_group_resource: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
-    for p in permissions {
-        let verbs = by_group_resource.entry((p.group, p.name())).or_default();
-        verbs.extend_from_slice(p.verbs);
-        verbs.sort_unstable();
-        verbs.dedup();
-    }
-    let mut by_group_verbs: BTreeMap<(&str, Vec<&str>), Vec<String>> = BTreeMap::new();
-    for ((group, resource), verbs) in by_group_resource {
-        by_group_verbs.entry((group, verbs)).or_default().push(resource);
-    }
-    by_group_verbs
-        .into_iter()
-        .map(|((group, verbs), resources)| PolicyRule {
-            api_groups: Some(vec![group.to_owned()]),
-            resources: Some(resources),
-            verbs: verbs.into_iter().map(str::to_owned).collect(),
-            ..PolicyRule::default()
-        })
-        .collect()
-}
+use crate::permissions::{LEADER_ELECTION, MANAGER, Permission, WEBHOOK_CERTIFICATES, WEBHOOKS, rules};
 
 /// Where bosun runs when deployed from `config/` (kubebuilder's `<project>-system`).
 pub const NAMESPACE: &str = "bosun-system";
@@ -139,19 +19,7 @@ pub const LEADER_ELECTION_ROLE_BINDING: &str = "bosun-leader-election-rolebindin
 /// The permissions of the ClusterRole: the manager's and every controller's, in every
 /// namespace bosun serves.
 pub fn cluster_permissions() -> Vec<Permission> {
-    [
-        MANAGER,
-        crate::webapp::PERMISSIONS,
-        crate::voteconfig::PERMISSIONS,
-        crate::demovolume::PERMISSIONS,
-        crate::appconfig::PERMISSIONS,
-        crate::backup::PERMISSIONS,
-        crate::restore::PERMISSIONS,
-        crate::postgresql::PERMISSIONS,
-        crate::stacks::PERMISSIONS,
-        WEBHOOKS,
-    ]
-    .concat()
+    [MANAGER, &crate::kinds::permissions(), WEBHOOKS].concat()
 }
 
 /// The permissions of the leader-election Role, in bosun's own namespace only.
@@ -228,32 +96,7 @@ pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merges_and_sorts_without_wildcards() {
-        let perms = [
-            Permission::new("apps", "deployments", &["watch", "list"]),
-            Permission::new("apps", "deployments", &["create", "get", "patch"]),
-            Permission::new("", "services", OWN),
-            Permission::new("apps", "statefulsets", OWN),
-        ];
-        let rules = rules(&perms);
-        assert_eq!(rules.len(), 2, "{rules:?}");
-        assert_eq!(rules[0].api_groups, Some(vec!["".to_owned()]));
-        assert_eq!(rules[1].resources, Some(vec!["deployments".to_owned(), "statefulsets".to_owned()]));
-        assert_eq!(rules[1].verbs, vec!["create", "get", "list", "patch", "watch"]);
-        assert!(rules.iter().all(|r| !r.verbs.contains(&"*".to_owned())));
-    }
-
-    #[test]
-    fn reconciled_kinds_get_status_and_finalizers_separately() {
-        let [watch, status, finalizers] = reconciled("example.com", "webapps");
-        assert_eq!(
-            (watch.name(), status.name(), finalizers.name()),
-            ("webapps".into(), "webapps/status".into(), "webapps/finalizers".into())
-        );
-        assert_eq!(status.verbs, STATUS);
-    }
+    use crate::permissions::{WEBHOOK_SECRET_VERBS, rules};
 
     #[test]
     fn the_cluster_role_grants_no_leases_and_keeps_events() {

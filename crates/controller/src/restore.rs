@@ -26,10 +26,11 @@ use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::rbac::{self, Permission};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::read;
-use crate::runner::{self, Outcome};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "restore";
@@ -38,17 +39,25 @@ const CONTROLLER: &str = "restore";
 /// name (read), the pods of their Jobs (listed, for results and progress), the Warning
 /// events of a pod that does not start, and the Secrets the run reads (for their keys).
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("backup.example.com", "restores");
+    let [a, b, c] = permissions::reconciled("backup.example.com", "restores");
     [
         a,
         b,
         c,
         Permission::new("backup.example.com", "backups", &["get"]),
-        Permission::new("batch", "jobs", rbac::OWN),
+        Permission::new("batch", "jobs", permissions::OWN),
         Permission::new("", "pods", &["list"]),
         Permission::new("", "events", &["list"]),
         Permission::new("", "secrets", &["get"]),
     ]
+};
+
+/// The restore controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::unrendered::<Restore>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
 
 /// Run the Restore controller in `namespace` (or cluster-wide).
@@ -58,7 +67,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    runner::run_owning::<Restore, Job, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile).await;
+    wiring::run_owning::<Restore, Job, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile).await;
 }
 
 async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -> Result<Outcome, Error> {

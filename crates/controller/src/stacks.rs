@@ -1,5 +1,5 @@
 //! The AppStack and EcommercePlatform controllers: two thin layers on the dependency
-//! engine ([`crate::stack`]).
+//! engine ([`crate::dependencies`]).
 //!
 //! Pipeline: the values in effect (pure: [`build::app_stack`], [`build::platform`]) →
 //! refuse a database type change → the components in order (database; cache and
@@ -11,18 +11,19 @@
 //! controllers and maps each change back by that label — the MySQL credentials have no
 //! owner (a password outlives the stack, as its data does).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::conditions::{Condition, Conditioned};
 use bosun_api::conditions::{reasons, types};
+use bosun_api::monitoring::ServiceMonitor;
 use bosun_api::postgresql::PostgreSQL;
 use bosun_api::stack::{AppStack, EcommercePlatform, StackStatus};
 use bosun_resources::conditions::{self as conds, Desired};
-use bosun_resources::stack::{self as build, Plan};
+use bosun_resources::stacks::{self as build, Plan};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -30,22 +31,21 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::object::HasStatus;
-use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
-use crate::apply::{apply_child, create_if_absent, delete_child, field_manager};
+use crate::apply::{apply_child, create_if_absent, delete_child};
 use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
+use crate::dependencies::{Component, Health, Pass, converge};
 use crate::error::Error;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
-use crate::stack::{Component, Health, Pass, converge};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of these controllers in metrics and logs.
 const APPSTACK: &str = "appstack";
@@ -59,8 +59,8 @@ pub const MONITORING_AVAILABLE: &str = "MonitoringAvailable";
 
 /// What these controllers do with the API.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a0, a1, a2] = rbac::reconciled("app.example.com", "appstacks");
-    let [e0, e1, e2] = rbac::reconciled("platform.example.com", "ecommerceplatforms");
+    let [a0, a1, a2] = permissions::reconciled("app.example.com", "appstacks");
+    let [e0, e1, e2] = permissions::reconciled("platform.example.com", "ecommerceplatforms");
     [
         a0,
         a1,
@@ -68,17 +68,17 @@ pub const PERMISSIONS: &[Permission] = &{
         e0,
         e1,
         e2,
-        Permission::new("database.example.com", "postgresqls", rbac::OWN),
-        Permission::new("apps", "statefulsets", rbac::OWN),
-        Permission::new("apps", "deployments", rbac::OWN),
-        Permission::new("", "services", rbac::OWN),
-        Permission::new("networking.k8s.io", "ingresses", rbac::OWN),
+        Permission::new("database.example.com", "postgresqls", permissions::OWN),
+        Permission::new("apps", "statefulsets", permissions::OWN),
+        Permission::new("apps", "deployments", permissions::OWN),
+        Permission::new("", "services", permissions::OWN),
+        Permission::new("networking.k8s.io", "ingresses", permissions::OWN),
         // The cache when it is turned off.
         Permission::new("apps", "deployments", &["delete"]),
         Permission::new("", "services", &["delete"]),
         // A MySQL database's Backup, deleted when backups are off; its claim of dumps,
         // created once.
-        Permission::new("backup.example.com", "backups", rbac::OWN),
+        Permission::new("backup.example.com", "backups", permissions::OWN),
         Permission::new("backup.example.com", "backups", &["delete"]),
         Permission::new("", "persistentvolumeclaims", &["create", "get"]),
         // The pods of a workload that is not ready, and the Warning events of one that
@@ -89,7 +89,8 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "secrets", &["create", "get", "list", "watch"]),
         // Whether the Prometheus operator's CRD is installed, and its ServiceMonitors.
         Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["list", "watch"]),
-        Permission::new("monitoring.coreos.com", "servicemonitors", &["create", "delete", "get", "patch"]),
+        Permission::new("monitoring.coreos.com", "servicemonitors", permissions::OWN),
+        Permission::new("monitoring.coreos.com", "servicemonitors", &["delete"]),
     ]
 };
 
@@ -106,19 +107,14 @@ struct Children {
     secrets: Owned<Secret>,
     ingresses: Owned<Ingress>,
     backups: Owned<Backup>,
+    /// The platforms' ServiceMonitors, watched once their CRD is installed.
+    monitors: Owned<ServiceMonitor>,
     /// The ServiceMonitor CRD, when installed.
-    monitors: Store<CustomResourceDefinition>,
-    /// What bosun last applied to each ServiceMonitor (a kind it has no cache of):
-    /// `Some(None)` once a platform without monitoring was found to have none of its own.
-    monitors_applied: Arc<Mutex<HashMap<(String, String), MonitorRecord>>>,
+    monitor_crd: Store<CustomResourceDefinition>,
 }
 
-/// What bosun knows of one ServiceMonitor: `Some(fingerprint)` applied; `None`
-/// looked up and found not to be the platform's (or absent).
-type MonitorRecord = Option<u64>;
-
 /// A stack kind: how it reduces to a [`Plan`], and the label naming it on its children.
-trait StackKind: runner::Reconciled + HasStatus<Status = StackStatus> {
+trait StackKind: wiring::Reconciled + HasStatus<Status = StackStatus> {
     const CONTROLLER: &'static str;
     const LABEL: &'static str;
     /// Whether it fills in defaults, which `status.effective` then shows.
@@ -164,12 +160,24 @@ type Changes<C> = UnboundedReceiver<C>;
 /// One watch of `C` for both kinds, routed by which stack label a child carries.
 fn shared<C: Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
     let (owned, changes) =
-        runner::watch_app_routed::<C>(ctx, ns, build::APP_NAME, &[build::STACK_LABEL, build::PLATFORM_LABEL]);
+        wiring::watch_app_routed::<C>(ctx, ns, build::APP_NAME, &[build::STACK_LABEL, build::PLATFORM_LABEL]);
     match changes.try_into() {
         Ok(pair) => (owned, pair),
         Err(_) => unreachable!("watch_app_routed returns one stream per label"),
     }
 }
+
+/// The AppStack and EcommercePlatform controllers, for the registry of kinds: one run
+/// serves those of them enabled.
+pub const SERVED: Served = Served {
+    controllers: &[APPSTACK, PLATFORM],
+    types: &[Type::of::<AppStack>(), Type::of::<EcommercePlatform>()],
+    permissions: PERMISSIONS,
+    start: |start| {
+        let kinds = Kinds { app_stack: start.enables(APPSTACK), platform: start.enables(PLATFORM) };
+        Box::pin(run(start.ctx, start.targets, start.concurrency, start.shutdown, kinds))
+    },
+};
 
 /// Which of the two kinds to serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,9 +197,9 @@ pub async fn run(
     kinds: Kinds,
 ) {
     let shutdown = futures::FutureExt::shared(shutdown);
-    let (monitors, crd_changes) = watch_monitor_crd(&ctx, namespaces.len());
+    let (monitor_crd, crd_changes) = watch_monitor_crd(&ctx, namespaces.len());
     let runs = namespaces.iter().zip(crd_changes).map(|(ns, crd_changes)| {
-        run_in(ctx.clone(), ns.as_deref(), concurrency, shutdown.clone(), kinds, monitors.clone(), crd_changes)
+        run_in(ctx.clone(), ns.as_deref(), concurrency, shutdown.clone(), kinds, monitor_crd.clone(), crd_changes)
     });
     futures::future::join_all(runs).await;
 }
@@ -202,7 +210,7 @@ async fn run_in(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
     kinds: Kinds,
-    monitors: Store<CustomResourceDefinition>,
+    monitor_crd: Store<CustomResourceDefinition>,
     crd_changes: UnboundedReceiver<()>,
 ) {
     let (postgresqls, [pg_a, pg_p]) = shared::<PostgreSQL>(&ctx, ns);
@@ -212,6 +220,7 @@ async fn run_in(
     let (secrets, [se_a, se_p]) = shared::<Secret>(&ctx, ns);
     let (ingresses, [i_a, i_p]) = shared::<Ingress>(&ctx, ns);
     let (backups, [b_a, b_p]) = shared::<Backup>(&ctx, ns);
+    let (monitors, monitor_changes) = platform_monitors(&ctx, ns, monitor_crd.clone());
     let children = Children {
         postgresqls,
         statefulsets,
@@ -221,7 +230,7 @@ async fn run_in(
         ingresses,
         backups,
         monitors,
-        monitors_applied: Arc::default(),
+        monitor_crd,
     };
     let app_stacks = async {
         if kinds.app_stack {
@@ -239,7 +248,7 @@ async fn run_in(
                 shutdown.clone(),
                 children.clone(),
                 changes,
-                Some(crd_changes),
+                Some((crd_changes, monitor_changes)),
             )
             .await;
         }
@@ -255,7 +264,7 @@ fn watch_monitor_crd(ctx: &Context, runs: usize) -> (Store<CustomResourceDefinit
     let (mut senders, receivers): (Vec<_>, Vec<_>) = (0..runs).map(|_| futures::channel::mpsc::unbounded()).unzip();
     let api = Api::<CustomResourceDefinition>::all(ctx.client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={SERVICE_MONITOR_CRD}"));
-    let stream = runner::watched(ctx, watcher(api, config)).modify(|crd: &mut CustomResourceDefinition| {
+    let stream = wiring::watched(ctx, watcher(api, config)).modify(|crd: &mut CustomResourceDefinition| {
         crate::children::slim_meta(&mut crd.metadata);
         crd.spec.versions.iter_mut().for_each(|v| v.schema = None);
     });
@@ -272,6 +281,26 @@ fn watch_monitor_crd(ctx: &Context, runs: usize) -> (Store<CustomResourceDefinit
         }
     });
     (reader, receivers)
+}
+
+/// The platforms' ServiceMonitors in `ns`, watched once `crd` holds their CRD, and
+/// their relevant changes (only platforms make them).
+fn platform_monitors(
+    ctx: &Context,
+    ns: Option<&str>,
+    crd: Store<CustomResourceDefinition>,
+) -> (Owned<ServiceMonitor>, Changes<ServiceMonitor>) {
+    let installed = async move {
+        while crd.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    let (owned, mut changes) =
+        wiring::watch_app_routed_when(ctx, ns, build::APP_NAME, &[build::PLATFORM_LABEL], Box::pin(installed));
+    match changes.pop() {
+        Some(changes) => (owned, changes),
+        None => unreachable!("watch_app_routed_when returns one stream per label"),
+    }
 }
 
 type AllChanges = (
@@ -291,11 +320,11 @@ async fn run_kind<K>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     children: Children,
     changes: AllChanges,
-    crd_changes: Option<UnboundedReceiver<()>>,
+    monitoring: Option<(UnboundedReceiver<()>, Changes<ServiceMonitor>)>,
 ) where
     K: StackKind,
 {
-    let ctrl = runner::controller_for::<K>(K::CONTROLLER, &ctx, ns);
+    let ctrl = wiring::controller_for::<K>(K::CONTROLLER, &ctx, ns);
     let (pg, st, d, s, se, i, b) = changes;
     let ctrl = by_stack_label::<K, _>(ctrl, &ctx, pg);
     let ctrl = by_stack_label::<K, _>(ctrl, &ctx, st);
@@ -304,11 +333,11 @@ async fn run_kind<K>(
     let ctrl = by_stack_label::<K, _>(ctrl, &ctx, se);
     let ctrl = by_stack_label::<K, _>(ctrl, &ctx, i);
     let ctrl = by_stack_label::<K, _>(ctrl, &ctx, b);
-    let ctrl = match crd_changes {
-        Some(crd_changes) => ctrl.reconcile_all_on(crd_changes),
+    let ctrl = match monitoring {
+        Some((crd_changes, monitors)) => by_stack_label::<K, _>(ctrl.reconcile_all_on(crd_changes), &ctx, monitors),
         None => ctrl,
     };
-    runner::drive(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, move |stack, ctx| {
+    wiring::drive(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, move |stack, ctx| {
         reconcile(stack, ctx, children.clone())
     })
     .await;
@@ -319,7 +348,7 @@ fn by_stack_label<K: StackKind, C: Child>(
     ctx: &Context,
     changes: Changes<C>,
 ) -> kube::runtime::Controller<crate::guard::Guarded<K>> {
-    runner::triggered_by::<K, C>(K::CONTROLLER, ctrl, ctx, changes, |child| {
+    wiring::triggered_by::<K, C>(K::CONTROLLER, ctrl, ctx, changes, |child| {
         child.labels().get(K::LABEL).cloned().into_iter().collect()
     })
 }
@@ -533,26 +562,11 @@ async fn monitoring<K: StackKind>(
     children: &Children,
     plan: &Plan,
 ) -> Result<Option<Desired>, Error> {
-    let installed = !children.monitors.state().is_empty();
+    let installed = !children.monitor_crd.state().is_empty();
     let ns = stack.namespace().unwrap_or_default();
-    let key = (ns.clone(), plan.name.clone());
-    let record = |print: Option<u64>| {
-        children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), print)
-    };
-    let known = children.monitors_applied.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
-    let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &ApiResource::from_gvk_with_plural(&gvk, "servicemonitors"));
-    let read = |source| Error::Read { what: format!("ServiceMonitor {ns}/{}", plan.name), source };
-    let write = |source| Error::Apply { kind: "ServiceMonitor".to_owned(), name: plan.name.clone(), source };
     let Some(monitor) = build::desired_service_monitor(stack, plan) else {
-        // Off: the platform's own ServiceMonitor goes (looked up once per start).
-        if installed && known != Some(None) {
-            let existing = api.get_opt(&plan.name).await.map_err(read)?;
-            if existing.as_ref().is_some_and(|m| controlled_by(m, stack)) {
-                api.delete(&plan.name, &Default::default()).await.map_err(write)?;
-            }
-            record(None);
+        if installed {
+            delete_child(ctx, stack, &children.monitors, &ns, &plan.name).await?;
         }
         return Ok(None);
     };
@@ -567,34 +581,25 @@ async fn monitoring<K: StackKind>(
             ),
         )));
     }
-    let print = crate::changes::fingerprint(&monitor);
-    if known != Some(Some(print)) {
-        // Not applied since start: whoever holds the name must be this platform.
-        if !matches!(known, Some(Some(_))) {
-            let existing = api.get_opt(&plan.name).await.map_err(read)?;
-            if existing.as_ref().is_some_and(|m| !controlled_by(m, stack)) {
-                return Ok(Some(Desired::new(
-                    MONITORING_AVAILABLE,
-                    false,
-                    reasons::NAME_CONFLICT,
-                    format!(
-                        "ServiceMonitor {} exists and is not this platform's: bosun leaves it alone; \
-                         rename or delete it to have bosun make its own",
-                        plan.name
-                    ),
-                )));
-            }
-        }
-        let params = PatchParams::apply(&field_manager::<K>()).force();
-        api.patch(&plan.name, &params, &Patch::Apply(&monitor)).await.map_err(write)?;
-        record(Some(print));
-    }
-    Ok(Some(Desired::new(
-        MONITORING_AVAILABLE,
-        true,
-        reasons::SERVICE_MONITOR_CREATED,
-        format!("ServiceMonitor {} scrapes the backend and the frontend", plan.name),
-    )))
+    Ok(Some(match apply_child(ctx, stack, &children.monitors, monitor).await {
+        Err(Error::NameConflict(_)) => Desired::new(
+            MONITORING_AVAILABLE,
+            false,
+            reasons::NAME_CONFLICT,
+            format!(
+                "ServiceMonitor {} exists and is not this platform's: bosun leaves it alone; \
+                 rename or delete it to have bosun make its own",
+                plan.name
+            ),
+        ),
+        Err(err) => return Err(err),
+        Ok(_) => Desired::new(
+            MONITORING_AVAILABLE,
+            true,
+            reasons::SERVICE_MONITOR_CREATED,
+            format!("ServiceMonitor {} scrapes the backend and the frontend", plan.name),
+        ),
+    }))
 }
 
 /// The cache when it is turned off: its Deployment and Service go.

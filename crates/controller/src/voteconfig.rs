@@ -20,17 +20,26 @@ use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "voteconfig";
 
 /// What this controller does with the API: VoteConfigs and their ConfigMaps.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a, b, c] = rbac::reconciled("voting.schoolofdevops.com", "voteconfigs");
-    [a, b, c, Permission::new("", "configmaps", rbac::OWN)]
+    let [a, b, c] = permissions::reconciled("voting.schoolofdevops.com", "voteconfigs");
+    [a, b, c, Permission::new("", "configmaps", permissions::OWN)]
+};
+
+/// The voteconfig controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<VoteConfig>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
 
 /// Run the VoteConfig controller in `namespace` (or cluster-wide).
@@ -40,7 +49,7 @@ pub async fn run(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    runner::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile)
+    wiring::run_owning::<VoteConfig, ConfigMap, _, _>(CONTROLLER, ctx, namespace, concurrency, shutdown, reconcile)
         .await;
 }
 

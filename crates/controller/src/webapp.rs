@@ -20,9 +20,10 @@ use crate::apply::apply_child;
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::rbac::{self, Permission};
-use crate::runner::{self, Outcome};
+use crate::kinds::{Served, Type};
+use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::wiring::{self, Outcome};
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "webapp";
@@ -30,8 +31,8 @@ const CONTROLLER: &str = "webapp";
 /// What this controller does with the API: both WebApp groups, their Deployments
 /// and Services.
 pub const PERMISSIONS: &[Permission] = &{
-    let [a0, a1, a2] = rbac::reconciled("apps.example.com", "webapps");
-    let [e0, e1, e2] = rbac::reconciled("example.com", "webapps");
+    let [a0, a1, a2] = permissions::reconciled("apps.example.com", "webapps");
+    let [e0, e1, e2] = permissions::reconciled("example.com", "webapps");
     [
         a0,
         a1,
@@ -39,9 +40,17 @@ pub const PERMISSIONS: &[Permission] = &{
         e0,
         e1,
         e2,
-        Permission::new("apps", "deployments", rbac::OWN),
-        Permission::new("", "services", rbac::OWN),
+        Permission::new("apps", "deployments", permissions::OWN),
+        Permission::new("", "services", permissions::OWN),
     ]
+};
+
+/// The webapp controller, for the registry of kinds.
+pub const SERVED: Served = Served {
+    controllers: &[CONTROLLER],
+    types: &[Type::of::<apps_v1::WebApp>(), Type::of::<example_v1::WebApp>()],
+    permissions: PERMISSIONS,
+    start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
 
 /// Run the WebApp controllers of both groups in `namespace` (or cluster-wide). They
@@ -69,7 +78,7 @@ fn shared<C: crate::children::Child>(ctx: &Context, ns: Option<&str>) -> (Owned<
         (&*apps_v1::WebApp::kind(&()), &*apps_v1::WebApp::api_version(&())),
         (&*example_v1::WebApp::kind(&()), &*example_v1::WebApp::api_version(&())),
     ];
-    let (owned, changes) = runner::watch_children::<C>(ctx, ns, &owners);
+    let (owned, changes) = wiring::watch_children::<C>(ctx, ns, &owners);
     let [apps, example]: [Changes<C>; 2] = match changes.try_into() {
         Ok(pair) => pair,
         Err(_) => unreachable!("watch_children returns one stream per consumer"),
@@ -88,10 +97,10 @@ async fn run_group<K: WebAppKind>(
     deployments: Changes<Deployment>,
     services: Changes<Service>,
 ) {
-    let ctrl = runner::controller_for::<K>(CONTROLLER, &ctx, ns);
-    let ctrl = runner::owns::<K, Deployment>(CONTROLLER, ctrl, &ctx, deployments);
-    let ctrl = runner::owns::<K, Service>(CONTROLLER, ctrl, &ctx, services);
-    runner::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |webapp, ctx| {
+    let ctrl = wiring::controller_for::<K>(CONTROLLER, &ctx, ns);
+    let ctrl = wiring::owns::<K, Deployment>(CONTROLLER, ctrl, &ctx, deployments);
+    let ctrl = wiring::owns::<K, Service>(CONTROLLER, ctrl, &ctx, services);
+    wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |webapp, ctx| {
         reconcile(webapp, ctx, children.clone())
     })
     .await;

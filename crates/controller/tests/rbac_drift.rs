@@ -24,7 +24,7 @@ fn committed_rbac_matches_the_declared_permissions() {
 
 #[test]
 fn no_role_has_wildcards() {
-    let role = bosun_controller::rbac::rules(&bosun_controller::rbac::all_permissions());
+    let role = bosun_controller::permissions::rules(&bosun_controller::rbac::all_permissions());
     for rule in role {
         let everything =
             rule.verbs.iter().chain(rule.resources.iter().flatten()).chain(rule.api_groups.iter().flatten());
@@ -36,12 +36,12 @@ fn no_role_has_wildcards() {
 
 #[test]
 fn leases_are_granted_only_in_bosuns_namespace() {
-    let cluster = bosun_controller::rbac::rules(&bosun_controller::rbac::cluster_permissions());
+    let cluster = bosun_controller::permissions::rules(&bosun_controller::rbac::cluster_permissions());
     assert!(
         cluster.iter().all(|r| r.api_groups.iter().flatten().all(|g| g != "coordination.k8s.io")),
         "the ClusterRole grants leases: {cluster:?}"
     );
-    let namespaced = bosun_controller::rbac::rules(&bosun_controller::rbac::namespaced_permissions());
+    let namespaced = bosun_controller::permissions::rules(&bosun_controller::rbac::namespaced_permissions());
     assert!(
         namespaced.iter().any(|r| r.resources.iter().flatten().any(|res| res == "leases")),
         "the leader-election Role does not grant leases: {namespaced:?}"

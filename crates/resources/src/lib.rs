@@ -16,6 +16,6 @@ pub mod pods;
 pub mod postgresql;
 pub mod quantity;
 pub mod render;
-pub mod stack;
+pub mod stacks;
 pub mod voteconfig;
 pub mod webapp;

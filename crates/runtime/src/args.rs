@@ -3,60 +3,13 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The controllers `bosun run` can serve.
+/// A controller `bosun run` can serve: one of [`bosun_controller::kinds::controllers`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ControllerName {
-    /// WebApp in `apps.example.com/v1` and `example.com/v1`.
-    WebApp,
-    /// VoteConfig in `voting.schoolofdevops.com/v1alpha1`.
-    VoteConfig,
-    /// DemoVolume in `demo.example.com/v1`.
-    DemoVolume,
-    /// AppConfig in `config.example.com/v1`.
-    AppConfig,
-    /// Backup in `backup.example.com/v1`.
-    Backup,
-    /// Restore in `backup.example.com/v1`.
-    Restore,
-    /// PostgreSQL in `database.example.com/v1`.
-    PostgreSQL,
-    /// AppStack in `app.example.com/v1`.
-    AppStack,
-    /// EcommercePlatform in `platform.example.com/v1`.
-    EcommercePlatform,
-}
-
-impl ControllerName {
-    pub const ALL: &'static [ControllerName] = &[
-        ControllerName::WebApp,
-        ControllerName::VoteConfig,
-        ControllerName::DemoVolume,
-        ControllerName::AppConfig,
-        ControllerName::Backup,
-        ControllerName::Restore,
-        ControllerName::PostgreSQL,
-        ControllerName::AppStack,
-        ControllerName::EcommercePlatform,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ControllerName::WebApp => "webapp",
-            ControllerName::VoteConfig => "voteconfig",
-            ControllerName::DemoVolume => "demovolume",
-            ControllerName::AppConfig => "appconfig",
-            ControllerName::Backup => "backup",
-            ControllerName::Restore => "restore",
-            ControllerName::PostgreSQL => "postgresql",
-            ControllerName::AppStack => "appstack",
-            ControllerName::EcommercePlatform => "ecommerceplatform",
-        }
-    }
-}
+pub struct ControllerName(pub &'static str);
 
 impl fmt::Display for ControllerName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.0)
     }
 }
 
@@ -64,9 +17,9 @@ impl FromStr for ControllerName {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.iter().copied().find(|c| c.as_str() == s.trim()).ok_or_else(|| {
-            let known: Vec<_> = Self::ALL.iter().map(|c| c.as_str()).collect();
-            format!("unknown controller {s:?}; known controllers: {}", known.join(", "))
+        let known = || bosun_controller::kinds::controllers();
+        known().find(|c| *c == s.trim()).map(ControllerName).ok_or_else(|| {
+            format!("unknown controller {s:?}; known controllers: {}", known().collect::<Vec<_>>().join(", "))
         })
     }
 }
@@ -118,12 +71,12 @@ pub struct RunArgs {
     pub metrics_bind_address: std::net::SocketAddr,
 
     /// The image whose `bosun` runs backups and restores (CronJobs and Jobs of Backup and Restore).
-    #[arg(long, env = "BOSUN_RUNNER_IMAGE", default_value = bosun_controller::context::DEFAULT_RUNNER_IMAGE)]
+    #[arg(long, env = "BOSUN_RUNNER_IMAGE", default_value = bosun_controller::settings::DEFAULT_RUNNER_IMAGE)]
     pub runner_image: String,
 
     /// The image of PostgreSQL instances; `{version}` in it stands for the major version
     /// (`spec.version`), and an image without it is used for every version.
-    #[arg(long, env = "BOSUN_POSTGRES_IMAGE", default_value = bosun_controller::context::DEFAULT_POSTGRES_IMAGE)]
+    #[arg(long, env = "BOSUN_POSTGRES_IMAGE", default_value = bosun_controller::settings::DEFAULT_POSTGRES_IMAGE)]
     pub postgres_image: String,
 
     /// Give each PostgreSQL data volume to the postgres user (uid 999) in an init
@@ -216,8 +169,13 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    pub fn enabled_controllers(&self) -> Vec<ControllerName> {
-        if self.controllers.is_empty() { ControllerName::ALL.to_vec() } else { self.controllers.clone() }
+    /// The names of the controllers to run: those of `--controllers`, else all.
+    pub fn enabled_controllers(&self) -> Vec<&'static str> {
+        if self.controllers.is_empty() {
+            bosun_controller::kinds::controllers().collect()
+        } else {
+            self.controllers.iter().map(|c| c.0).collect()
+        }
     }
 }
 
@@ -265,9 +223,9 @@ mod tests {
 
     #[test]
     fn controller_names() {
-        assert_eq!("webapp".parse::<ControllerName>(), Ok(ControllerName::WebApp));
-        assert_eq!("voteconfig".parse::<ControllerName>(), Ok(ControllerName::VoteConfig));
-        assert_eq!(" demovolume".parse::<ControllerName>(), Ok(ControllerName::DemoVolume));
+        assert_eq!("webapp".parse::<ControllerName>(), Ok(ControllerName("webapp")));
+        assert_eq!("voteconfig".parse::<ControllerName>(), Ok(ControllerName("voteconfig")));
+        assert_eq!(" demovolume".parse::<ControllerName>(), Ok(ControllerName("demovolume")));
         assert!(
             "webapps"
                 .parse::<ControllerName>()

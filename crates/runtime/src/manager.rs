@@ -8,22 +8,19 @@
 //!  Lease lost or not renewable ─▶ exit 1 at once (never run leaderless)
 //! ```
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bosun_controller::kinds::{self, Task};
 use bosun_controller::metrics::Metrics;
-use bosun_controller::{
-    Context, Scope, appconfig, backup, demovolume, postgresql, restore, stacks, voteconfig, webapp,
-};
+use bosun_controller::{Context, Scope};
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::args::{ControllerName, RunArgs};
+use crate::args::RunArgs;
 use crate::http::{self, Health};
 use crate::leader::{self, Leadership, LeaseConfig, LeaseError};
 
@@ -48,8 +45,6 @@ pub enum Error {
     #[error(transparent)]
     Lease(#[from] LeaseError),
 }
-
-type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Run the controller manager until SIGTERM or SIGINT.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
@@ -81,7 +76,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     ctx.settings.postgres.image = args.postgres_image.clone();
     ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
     ctx.settings.stack =
-        bosun_resources::stack::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
+        bosun_resources::stacks::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
     ctx.settings.rollout_pace.settle = args.appconfig_settle;
     ctx.settings.rollout_pace.min_interval = args.appconfig_min_interval;
     let ctx = Arc::new(ctx);
@@ -192,42 +187,24 @@ pub async fn run_controllers(ctx: Arc<Context>, args: &RunArgs, shutdown: Cancel
     let concurrency = args.concurrency;
     let controllers = args.enabled_controllers();
     for name in &controllers {
-        ctx.metrics.init(name.as_str());
+        ctx.metrics.init(name);
     }
-    info!(controllers = ?controllers.iter().map(|c| c.as_str()).collect::<Vec<_>>(), namespaces = ?scope.namespaces, "starting controllers");
+    info!(?controllers, namespaces = ?scope.namespaces, "starting controllers");
 
-    let mut tasks: Vec<Task> = Vec::new();
-    // One run serves both stack kinds in every namespace (they share their children's
-    // watches, and the ServiceMonitor CRD's watch is cluster-wide).
-    let kinds = stacks::Kinds {
-        app_stack: controllers.contains(&ControllerName::AppStack),
-        platform: controllers.contains(&ControllerName::EcommercePlatform),
-    };
-    if kinds.app_stack || kinds.platform {
-        let stop = shutdown.clone().cancelled_owned();
-        tasks.push(Box::pin(stacks::run(ctx.clone(), scope.targets(), concurrency, stop, kinds)));
-    }
-    for &name in &controllers {
-        for ns in scope.targets() {
-            let stop = || shutdown.clone().cancelled_owned();
-            match name {
-                ControllerName::WebApp => tasks.push(Box::pin(webapp::run(ctx.clone(), ns, concurrency, stop()))),
-                ControllerName::VoteConfig => {
-                    tasks.push(Box::pin(voteconfig::run(ctx.clone(), ns, concurrency, stop())))
-                }
-                ControllerName::DemoVolume => {
-                    tasks.push(Box::pin(demovolume::run(ctx.clone(), ns, concurrency, stop())))
-                }
-                ControllerName::AppConfig => tasks.push(Box::pin(appconfig::run(ctx.clone(), ns, concurrency, stop()))),
-                ControllerName::Backup => tasks.push(Box::pin(backup::run(ctx.clone(), ns, concurrency, stop()))),
-                ControllerName::Restore => tasks.push(Box::pin(restore::run(ctx.clone(), ns, concurrency, stop()))),
-                ControllerName::PostgreSQL => {
-                    tasks.push(Box::pin(postgresql::run(ctx.clone(), ns, concurrency, stop())))
-                }
-                ControllerName::AppStack | ControllerName::EcommercePlatform => {} // started above
-            }
-        }
-    }
+    let stop = futures::FutureExt::shared(futures::FutureExt::boxed(shutdown.clone().cancelled_owned()));
+    let tasks: Vec<Task> = kinds::ALL
+        .iter()
+        .filter(|served| served.controllers.iter().any(|c| controllers.contains(c)))
+        .map(|served| {
+            (served.start)(kinds::Start {
+                ctx: ctx.clone(),
+                targets: scope.targets(),
+                concurrency,
+                shutdown: stop.clone(),
+                enabled: controllers.clone(),
+            })
+        })
+        .collect();
     let all = futures::future::join_all(tasks);
     tokio::pin!(all);
     tokio::select! {

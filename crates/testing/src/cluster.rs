@@ -104,7 +104,7 @@ async fn remove_left_webhooks(client: &Client) {
 /// Apply bosun's CRDs (from the Rust types) and wait until they are established.
 async fn install_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in bosun_api::crds() {
+    for crd in bosun_controller::kinds::crds() {
         let name = crd.name_any();
         api.patch(&name, &PatchParams::apply("bosun-e2e").force(), &Patch::Apply(&crd))
             .await

@@ -9,7 +9,10 @@ fn every_kind_has_a_page_whose_reference_matches_the_crd() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let index = std::fs::read_to_string(root.join("docs/README.md")).expect("docs/README.md, the index of the pages");
-    for (path, expected) in bosun_api::docs::pages(&root.join("docs"), &root.join("config/samples")).unwrap() {
+    for (path, expected) in
+        bosun_api::docs::pages(&bosun_controller::kinds::crds(), &root.join("docs"), &root.join("config/samples"))
+            .unwrap()
+    {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let committed = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("docs/{name} is missing ({e}); run `make manifests`, write its prose, commit"));

@@ -6,7 +6,7 @@ use std::path::Path;
 #[test]
 fn committed_crds_match_the_types() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/crd");
-    let expected = bosun_api::crd_files().unwrap();
+    let expected = bosun_controller::kinds::crd_files().unwrap();
     for (path, yaml) in &expected {
         let committed = std::fs::read_to_string(dir.join(path))
             .unwrap_or_else(|e| panic!("config/crd/{path} is missing ({e}); run `make manifests` and commit"));
@@ -24,7 +24,7 @@ fn committed_crds_match_the_types() {
 
 #[test]
 fn every_crd_has_status_subresource_and_printer_columns() {
-    for crd in bosun_api::crds() {
+    for crd in bosun_controller::kinds::crds() {
         for version in &crd.spec.versions {
             let name = &crd.spec.names.kind;
             assert!(

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
+use bosun_api::monitoring::{Endpoint, ServiceMonitor, ServiceMonitorSpec};
 use bosun_api::postgresql::{BackupSettings, PostgreSQL, PostgreSQLSpec};
 use bosun_api::stack::{
     AppStack, DatabaseType, EcommercePlatform, Effective, EffectiveBackup, Environment, IngressSettings, Tier,
@@ -27,7 +28,7 @@ use k8s_openapi::api::networking::v1::{
     ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
@@ -603,30 +604,26 @@ pub fn desired_ingress<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan) ->
 }
 
 /// The ServiceMonitor `<name>` (monitoring.coreos.com/v1) scraping `/metrics` on the
-/// backend's and the frontend's Services, as JSON: the kind is not bosun's to type.
-pub fn desired_service_monitor<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan) -> Option<serde_json::Value> {
+/// backend's and the frontend's Services.
+pub fn desired_service_monitor<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan) -> Option<ServiceMonitor> {
     if !plan.monitoring {
         return None;
     }
-    let metadata = meta(owner, plan, plan.name.clone(), "monitoring");
-    Some(serde_json::json!({
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": metadata,
-        "spec": {
-            "selector": {
-                "matchLabels": {plan.owner_label.0: plan.owner_label.1},
-                "matchExpressions": [{
-                    "key": COMPONENT_LABEL, "operator": "In",
-                    "values": [BACKEND_COMPONENT, FRONTEND_COMPONENT],
-                }],
+    let scraped = |component: &str| Endpoint { port: Some(component.to_owned()), path: Some("/metrics".to_owned()) };
+    Some(ServiceMonitor {
+        metadata: meta(owner, plan, plan.name.clone(), "monitoring"),
+        spec: ServiceMonitorSpec {
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(plan.owner_label.0.to_owned(), plan.owner_label.1.clone())])),
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: COMPONENT_LABEL.to_owned(),
+                    operator: "In".to_owned(),
+                    values: Some(vec![BACKEND_COMPONENT.to_owned(), FRONTEND_COMPONENT.to_owned()]),
+                }]),
             },
-            "endpoints": [
-                {"port": BACKEND_COMPONENT, "path": "/metrics"},
-                {"port": FRONTEND_COMPONENT, "path": "/metrics"},
-            ],
+            endpoints: vec![scraped(BACKEND_COMPONENT), scraped(FRONTEND_COMPONENT)],
         },
-    }))
+    })
 }
 
 /// Whether a Deployment has `want` replicas updated and available, and no others left
@@ -746,8 +743,13 @@ mod tests {
         let rule = &ingress.spec.unwrap().rules.unwrap()[0];
         let to = rule.http.as_ref().unwrap().paths[0].backend.service.as_ref().unwrap();
         assert_eq!((to.name.as_str(), to.port.as_ref().unwrap().number), ("production-store-frontend", Some(80)));
-        let monitor = desired_service_monitor(&p, &plan).expect("a ServiceMonitor");
+        let monitor = serde_json::to_value(desired_service_monitor(&p, &plan)).unwrap();
         assert_eq!(monitor["spec"]["selector"]["matchLabels"][PLATFORM_LABEL], "production-store");
+        assert_eq!(monitor["spec"]["endpoints"][1], serde_json::json!({"port": "frontend", "path": "/metrics"}));
+        assert_eq!(
+            (monitor["apiVersion"].as_str(), monitor["kind"].as_str()),
+            (Some("monitoring.coreos.com/v1"), Some("ServiceMonitor"))
+        );
     }
 
     #[test]

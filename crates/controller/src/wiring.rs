@@ -35,7 +35,6 @@ use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::NamespaceResourceScope;
 use kube::core::object::HasStatus;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -53,23 +52,8 @@ use crate::changes::{self, Version};
 use crate::children::{self, Child, Owned};
 use crate::context::{Context, api};
 use crate::error::Error;
-use crate::guard::{Guarded, Unreadable};
-
-/// Bounds of a resource kind the runner can drive.
-pub trait Reconciled:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
-{
-}
-impl<K> Reconciled for K where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static
-{
-}
+pub use crate::guard::Reconciled;
+use crate::guard::{Guarded, UNREADABLE, Unreadable};
 
 /// The backoff of one watch: ¼ s doubling to 2 s, plus up to as much again of jitter,
 /// reset after 30 s without errors. Short on purpose: a restarted apiserver refuses
@@ -195,7 +179,7 @@ pub fn watch_children<C: Child>(
         let owner = child.owner_references().iter().find(|r| r.controller == Some(true))?;
         kinds.iter().position(|(kind, api_version)| *kind == owner.kind && *api_version == owner.api_version)
     };
-    (watch_routed(ctx, namespace, None, senders, pick), receivers)
+    (watch_routed(ctx, namespace, None, senders, pick, None), receivers)
 }
 
 /// One watch of the bosun-managed `C` that also carry the label `app_name` as
@@ -210,7 +194,7 @@ pub fn watch_app<C: Child>(
 ) -> (Owned<C>, mpsc::UnboundedReceiver<C>) {
     let (tx, rx) = mpsc::unbounded();
     let selector = format!("app.kubernetes.io/name={app_name}");
-    (watch_routed(ctx, namespace, Some(&selector), vec![tx], |_: &C| Some(0)), rx)
+    (watch_routed(ctx, namespace, Some(&selector), vec![tx], |_: &C| Some(0), None), rx)
 }
 
 /// One watch of the bosun-managed `C` labelled `app.kubernetes.io/name=app_name`,
@@ -223,11 +207,34 @@ pub fn watch_app_routed<C: Child>(
     app_name: &str,
     labels: &[&'static str],
 ) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
+    app_routed(ctx, namespace, app_name, labels, None)
+}
+
+/// [`watch_app_routed`] for a kind that is not Kubernetes' nor bosun's (the Prometheus
+/// operator's ServiceMonitor): the watch starts once `installed` resolves (its CRD is
+/// there) and does not count towards `/readyz`, as the CRD may be removed again.
+pub fn watch_app_routed_when<C: Child>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    app_name: &str,
+    labels: &[&'static str],
+    installed: futures::future::BoxFuture<'static, ()>,
+) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
+    app_routed(ctx, namespace, app_name, labels, Some(installed))
+}
+
+fn app_routed<C: Child>(
+    ctx: &Context,
+    namespace: Option<&str>,
+    app_name: &str,
+    labels: &[&'static str],
+    installed: Option<futures::future::BoxFuture<'static, ()>>,
+) -> (Owned<C>, Vec<mpsc::UnboundedReceiver<C>>) {
     let labels = labels.to_vec();
     let (senders, receivers): (Vec<_>, Vec<_>) = labels.iter().map(|_| mpsc::unbounded()).unzip();
     let selector = format!("app.kubernetes.io/name={app_name}");
     let pick = move |child: &C| labels.iter().position(|l| child.labels().contains_key(*l));
-    (watch_routed(ctx, namespace, Some(&selector), senders, pick), receivers)
+    (watch_routed(ctx, namespace, Some(&selector), senders, pick, installed), receivers)
 }
 
 /// The watch behind [`watch_children`], [`watch_app`] and [`watch_app_routed`]: bosun-managed `C` (and
@@ -239,6 +246,7 @@ fn watch_routed<C: Child>(
     also: Option<&str>,
     senders: Vec<mpsc::UnboundedSender<C>>,
     pick: impl Fn(&C) -> Option<usize> + Send + 'static,
+    installed: Option<futures::future::BoxFuture<'static, ()>>,
 ) -> Owned<C> {
     let mut selector = format!("app.kubernetes.io/managed-by={MANAGED_BY}");
     if let Some(also) = also {
@@ -248,11 +256,16 @@ fn watch_routed<C: Child>(
     let owned = Owned::new(reader);
     let watch = watcher(api::<C>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
     let mut relevant = Relevant::new(owned.clone());
-    let changes = watched(ctx, watch)
-        .modify(C::slim)
-        .reflect(writer)
-        .flat_map(move |event| futures::stream::iter(relevant.triggers(event)));
+    let watch = match installed {
+        None => watched(ctx, watch).boxed(),
+        Some(_) => watch.backoff(watch_backoff()).boxed(),
+    };
+    let changes =
+        watch.modify(C::slim).reflect(writer).flat_map(move |event| futures::stream::iter(relevant.triggers(event)));
     tokio::spawn(async move {
+        if let Some(installed) = installed {
+            installed.await;
+        }
         tokio::pin!(changes);
         // Watch errors are retried by `watched` and reported by /readyz; only objects go
         // on, each to the controller `pick` names.
@@ -464,9 +477,6 @@ async fn report_unreadable<K: Reconciled>(
     );
     ctx.events.refused(&object, UNREADABLE, &message);
 }
-
-/// The event reason and error label of an object bosun cannot read.
-pub const UNREADABLE: &str = "InvalidObject";
 
 /// Run the controller of `K`, whose children are all of kind `C`, in `namespace` (or
 /// cluster-wide) until `shutdown`: the whole wiring of a single-child controller.
