@@ -29,6 +29,8 @@ pub mod guard;
 pub mod health;
 pub mod kinds;
 pub mod metrics;
+#[cfg(test)]
+mod mock;
 pub mod permissions;
 pub mod postgresql;
 pub mod queue;

@@ -337,3 +337,116 @@ async fn backups(
     // A name someone else holds is an Error::NameConflict: BackupConfigured says so.
     apply_child(ctx, db, &children.backups, desired).await.map(Some)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::mock;
+
+    fn db() -> Arc<PostgreSQL> {
+        let db = json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "uid-db", "generation": 1},
+            "spec": {"version": "15", "storage": "1Gi", "replicas": 1},
+        });
+        Arc::new(serde_json::from_value(db).unwrap())
+    }
+
+    fn not_found(what: &str) -> (u16, Value) {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                            "code": 404, "message": format!("{what} not found")});
+        (404, status)
+    }
+
+    /// The apiserver: no Secret; applies and creates are stored as sent, unless
+    /// `refuse` names a path whose write is invalid; a status write returns the database.
+    fn api(refuse: Option<&'static str>) -> impl Fn(&mock::Call) -> (u16, Value) + Send + Sync + 'static {
+        move |call| match call.method.as_str() {
+            "GET" if call.path.contains("/secrets/") => not_found("secrets \"orders-credentials\""),
+            "PATCH" if call.path.contains("/status") => {
+                let mut stored = serde_json::to_value(db().as_ref()).unwrap();
+                stored["status"] = call.body["status"].clone();
+                (200, stored)
+            }
+            _ if refuse.is_some_and(|r| call.path.contains(r)) => {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
+                                    "code": 422, "message": "StatefulSet.apps \"orders\" is invalid: spec: Forbidden"});
+                (422, status)
+            }
+            _ => (if call.method == "POST" { 201 } else { 200 }, mock::stored(&call.body)),
+        }
+    }
+
+    fn children(statefulsets: Vec<StatefulSet>) -> Children {
+        Children {
+            statefulsets: mock::cache(statefulsets),
+            services: mock::cache([]),
+            secrets: mock::cache([]),
+            claims: mock::cache([]),
+            backups: mock::cache([]),
+            pods: mock::cache([]),
+        }
+    }
+
+    fn ready_reason(calls: &mock::Calls) -> String {
+        let status = calls.body("/status").expect("a status write");
+        let conditions = status["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let ready = conditions.iter().find(|c| c["type"] == "Ready").expect("a Ready condition");
+        format!("{}/{}", ready["status"].as_str().unwrap_or_default(), ready["reason"].as_str().unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn a_new_database_gets_its_credentials_made_once_then_its_statefulset() {
+        let (ctx, calls) = mock::context(api(None));
+        reconcile(db(), ctx, children(vec![])).await.unwrap();
+        let writes = calls.writes();
+        let made: Vec<_> = writes.iter().filter(|w| w.starts_with("POST") && w.ends_with("/secrets")).collect();
+        assert_eq!(made.len(), 1, "{writes:?}");
+        let secret = calls.body("/secrets").unwrap();
+        assert_eq!(secret["metadata"]["name"], "orders-credentials");
+        let position =
+            |line: &str| writes.iter().position(|w| w == line).unwrap_or_else(|| panic!("{line}: {writes:?}"));
+        assert!(
+            position("POST /api/v1/namespaces/shop/secrets")
+                < position("PATCH /apis/apps/v1/namespaces/shop/statefulsets/orders"),
+            "the passwords exist before the pods that read them: {writes:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_secret_while_the_data_exists_is_refused_and_no_password_is_made() {
+        let (ctx, calls) = mock::context(api(None));
+        let d = db();
+        let mut sts = build::desired_statefulset(d.as_ref(), &Default::default(), None, "");
+        sts.metadata.uid = Some("uid-orders".to_owned());
+        let outcome = reconcile(d, ctx, children(vec![sts])).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason, .. } if *reason == bosun_api::conditions::reasons::CREDENTIALS_MISSING),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            calls.writes(),
+            [
+                "GET /api/v1/namespaces/shop/secrets/orders-credentials",
+                "PATCH /apis/database.example.com/v1/namespaces/shop/postgresqls/orders/status"
+            ],
+            "nothing but the status is written: no new passwords, the StatefulSet as it is"
+        );
+        assert_eq!(ready_reason(&calls), "False/CredentialsMissing");
+    }
+
+    #[tokio::test]
+    async fn a_statefulset_the_apiserver_refuses_is_an_invalid_spec_not_a_retry() {
+        let (ctx, calls) = mock::context(api(Some("/statefulsets/")));
+        let outcome = reconcile(db(), ctx, children(vec![])).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason, message, .. }
+                if *reason == bosun_api::conditions::reasons::INVALID_SPEC && message.contains("Forbidden")),
+            "{outcome:?}"
+        );
+        assert_eq!(ready_reason(&calls), "False/InvalidSpec");
+        assert!(!calls.writes().iter().any(|w| w.contains("/services/")), "no Service for a database refused");
+    }
+}

@@ -171,3 +171,86 @@ async fn apply_children<K: WebAppKind>(
     )?;
     Ok(Some(deployment))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::mock;
+
+    fn webapp() -> Arc<apps_v1::WebApp> {
+        let w = json!({
+            "apiVersion": "apps.example.com/v1", "kind": "WebApp",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "uid-webapp", "generation": 1},
+            "spec": {"image": "nginx:1.25", "replicas": 2, "port": 80},
+        });
+        Arc::new(serde_json::from_value(w).unwrap())
+    }
+
+    /// The apiserver: applies are stored as sent, a status write returns the WebApp.
+    fn api(call: &mock::Call) -> (u16, Value) {
+        if call.path.contains("/status") {
+            let mut stored = serde_json::to_value(webapp().as_ref()).unwrap();
+            stored["status"] = call.body["status"].clone();
+            (200, stored)
+        } else {
+            (200, mock::stored(&call.body))
+        }
+    }
+
+    /// What bosun's own watch holds of a child it applied to this WebApp.
+    fn ours<C: crate::children::Child>(mut child: C) -> C {
+        child.meta_mut().uid = Some(format!("uid-{}", child.name_any()));
+        child.meta_mut().resource_version = Some("5".to_owned());
+        child
+    }
+
+    const DEPLOYMENT: &str = "PATCH /apis/apps/v1/namespaces/shop/deployments/web";
+    const SERVICE: &str = "PATCH /api/v1/namespaces/shop/services/web";
+    const STATUS: &str = "PATCH /apis/apps.example.com/v1/namespaces/shop/webapps/web/status";
+
+    #[tokio::test]
+    async fn a_new_webapps_deployment_goes_first_and_alone() {
+        let (ctx, calls) = mock::context(api);
+        let children = Children { deployments: mock::cache([]), services: mock::cache([]) };
+        let outcome = reconcile(webapp(), ctx, children).await.unwrap();
+        assert_eq!(outcome, Outcome::Yielded);
+        assert_eq!(calls.writes(), [DEPLOYMENT], "the Service and the status wait for the next reconcile");
+        let applied = calls.body(DEPLOYMENT).unwrap();
+        assert_eq!(applied["metadata"]["resourceVersion"], "9223372036854775807", "create only: the name was free");
+    }
+
+    #[tokio::test]
+    async fn once_the_deployment_is_its_own_both_children_and_the_status_are_written() {
+        let (ctx, calls) = mock::context(api);
+        let w = webapp();
+        let children = Children {
+            deployments: mock::cache([ours(build::desired_deployment(w.as_ref()))]),
+            services: mock::cache([]),
+        };
+        let outcome = reconcile(w, ctx, children).await.unwrap();
+        assert_eq!(outcome, Outcome::Applied);
+        let mut writes = calls.writes();
+        assert_eq!(writes.pop().as_deref(), Some(STATUS), "the status comes from what was applied");
+        writes.sort();
+        assert_eq!(writes, [SERVICE, DEPLOYMENT], "both at once");
+        let applied = calls.body(DEPLOYMENT).unwrap();
+        assert_eq!(applied["metadata"]["uid"], "uid-web", "only that very Deployment");
+    }
+
+    #[tokio::test]
+    async fn a_deployment_of_someone_elses_is_a_name_conflict_and_nothing_is_written_but_status() {
+        let (ctx, calls) = mock::context(api);
+        let w = webapp();
+        let mut theirs = ours(build::desired_deployment(w.as_ref()));
+        theirs.metadata.owner_references = None;
+        let children = Children { deployments: mock::cache([theirs]), services: mock::cache([]) };
+        let outcome = reconcile(w, ctx, children).await.unwrap();
+        assert!(matches!(outcome, Outcome::Refused { reason: reasons::NAME_CONFLICT, .. }), "{outcome:?}");
+        assert_eq!(calls.writes(), [STATUS]);
+        let status = calls.body(STATUS).unwrap();
+        let ready = status["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("NameConflict")));
+    }
+}
