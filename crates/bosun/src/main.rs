@@ -79,7 +79,10 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Command::Render { file } => print!("{}", render(&file)?),
         Command::Run(args) => {
             init_logging(cli.log_format);
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(usize::from(args.worker_threads))
+                .enable_all()
+                .build()?;
             runtime.block_on(bosun_runtime::run(*args))?;
         }
         // The runners print one JSON result line on stdout and log to stderr.
