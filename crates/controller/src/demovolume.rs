@@ -90,3 +90,51 @@ async fn reconcile(
     let announce = update_status(&ctx, CONTROLLER, volume, &status).await?;
     Ok(Outcome::of(refusal.map(|r| (r.reason(), r.message())), announce))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::mock;
+
+    fn volume(size: i32) -> Arc<DemoVolume> {
+        let v = json!({
+            "apiVersion": "demo.example.com/v1", "kind": "DemoVolume",
+            "metadata": {"name": "data", "namespace": "shop", "uid": "uid-volume", "generation": 2},
+            "spec": {"name": "data", "size": size},
+        });
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    /// The volume's claim as bosun made it at `size` GiB, bound.
+    fn claim(size: i32) -> PersistentVolumeClaim {
+        let mut claim = build::desired_claim(volume(size).as_ref());
+        claim.metadata.uid = Some("uid-data".to_owned());
+        claim.status = Some(
+            serde_json::from_value(json!({"phase": "Bound", "capacity": {"storage": format!("{size}Gi")}})).unwrap(),
+        );
+        claim
+    }
+
+    #[tokio::test]
+    async fn a_shrink_is_refused_and_the_claim_is_left_as_it_is() {
+        let v = volume(1);
+        let (ctx, calls) = mock::context(mock::answer(v.as_ref()));
+        let outcome = reconcile(v, ctx, mock::cache([claim(5)])).await.unwrap();
+        assert!(matches!(outcome, Outcome::Refused { reason: "ShrinkRefused", .. }), "{outcome:?}");
+        assert_eq!(calls.writes(), ["PATCH /apis/demo.example.com/v1/namespaces/shop/demovolumes/data/status"]);
+        assert_eq!(mock::condition(&calls, "Ready"), "False/ShrinkRefused");
+    }
+
+    #[tokio::test]
+    async fn a_growth_is_applied_to_that_very_claim() {
+        let v = volume(8);
+        let (ctx, calls) = mock::context(mock::answer(v.as_ref()));
+        let outcome = reconcile(v, ctx, mock::cache([claim(5)])).await.unwrap();
+        assert_eq!(outcome, Outcome::Applied);
+        let applied = calls.body("/persistentvolumeclaims/data").expect("the claim applied");
+        assert_eq!(applied["spec"]["resources"]["requests"]["storage"], "8Gi");
+        assert_eq!(applied["metadata"]["uid"], "uid-data");
+    }
+}

@@ -106,3 +106,29 @@ pub fn cache<C: Child>(objects: impl IntoIterator<Item = C>) -> Owned<C> {
     writer.apply_watcher_event(&watcher::Event::InitDone);
     Owned::new(reader)
 }
+
+/// The apiserver as most tests want it: a status write returns `owner` with that
+/// status; creates (201) and applies (200) return the object as [`stored`].
+pub fn answer<K: serde::Serialize>(owner: &K) -> impl Fn(&Call) -> (u16, Value) + Send + Sync + use<K> {
+    let owner = serde_json::to_value(owner).unwrap_or_default();
+    move |call| {
+        if call.path.split('?').next().unwrap_or_default().ends_with("/status") {
+            let mut stored = owner.clone();
+            stored["status"] = call.body["status"].clone();
+            (200, stored)
+        } else {
+            (if call.method == "POST" { 201 } else { 200 }, stored(&call.body))
+        }
+    }
+}
+
+/// The `status`/`reason` of condition `type_` in the first status write.
+pub fn condition(calls: &Calls, type_: &str) -> String {
+    let status = calls.body("/status").unwrap_or_default();
+    let conditions = status["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| format!("{}/{}", c["status"].as_str().unwrap_or_default(), c["reason"].as_str().unwrap_or_default()))
+        .unwrap_or_default()
+}

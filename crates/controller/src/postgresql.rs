@@ -360,22 +360,17 @@ mod tests {
         (404, status)
     }
 
-    /// The apiserver: no Secret; applies and creates are stored as sent, unless
-    /// `refuse` names a path whose write is invalid; a status write returns the database.
+    /// The apiserver: no Secret, and writes to a path `refuse` names are invalid.
     fn api(refuse: Option<&'static str>) -> impl Fn(&mock::Call) -> (u16, Value) + Send + Sync + 'static {
+        let answer = mock::answer(db().as_ref());
         move |call| match call.method.as_str() {
             "GET" if call.path.contains("/secrets/") => not_found("secrets \"orders-credentials\""),
-            "PATCH" if call.path.contains("/status") => {
-                let mut stored = serde_json::to_value(db().as_ref()).unwrap();
-                stored["status"] = call.body["status"].clone();
-                (200, stored)
-            }
             _ if refuse.is_some_and(|r| call.path.contains(r)) => {
                 let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
                                     "code": 422, "message": "StatefulSet.apps \"orders\" is invalid: spec: Forbidden"});
                 (422, status)
             }
-            _ => (if call.method == "POST" { 201 } else { 200 }, mock::stored(&call.body)),
+            _ => answer(call),
         }
     }
 
@@ -388,13 +383,6 @@ mod tests {
             backups: mock::cache([]),
             pods: mock::cache([]),
         }
-    }
-
-    fn ready_reason(calls: &mock::Calls) -> String {
-        let status = calls.body("/status").expect("a status write");
-        let conditions = status["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        let ready = conditions.iter().find(|c| c["type"] == "Ready").expect("a Ready condition");
-        format!("{}/{}", ready["status"].as_str().unwrap_or_default(), ready["reason"].as_str().unwrap_or_default())
     }
 
     #[tokio::test]
@@ -434,7 +422,7 @@ mod tests {
             ],
             "nothing but the status is written: no new passwords, the StatefulSet as it is"
         );
-        assert_eq!(ready_reason(&calls), "False/CredentialsMissing");
+        assert_eq!(mock::condition(&calls, "Ready"), "False/CredentialsMissing");
     }
 
     #[tokio::test]
@@ -446,7 +434,7 @@ mod tests {
                 if *reason == bosun_api::conditions::reasons::INVALID_SPEC && message.contains("Forbidden")),
             "{outcome:?}"
         );
-        assert_eq!(ready_reason(&calls), "False/InvalidSpec");
+        assert_eq!(mock::condition(&calls, "Ready"), "False/InvalidSpec");
         assert!(!calls.writes().iter().any(|w| w.contains("/services/")), "no Service for a database refused");
     }
 }

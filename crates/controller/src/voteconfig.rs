@@ -76,3 +76,43 @@ async fn reconcile(vote: Arc<VoteConfig>, ctx: Arc<Context>, owned: Owned<Config
     let announce = update_status(&ctx, CONTROLLER, vote, &status).await?;
     Ok(Outcome::of(refused, announce))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::mock;
+
+    fn vote() -> VoteConfig {
+        let v = json!({
+            "apiVersion": "voting.schoolofdevops.com/v1alpha1", "kind": "VoteConfig",
+            "metadata": {"name": "pets", "namespace": "shop", "uid": "uid-vote", "generation": 1},
+            "spec": {"title": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]},
+        });
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[tokio::test]
+    async fn steady_state_writes_nothing() {
+        // First reconcile: the ConfigMap and the status are written.
+        let v = vote();
+        let (ctx, calls) = mock::context(mock::answer(&v));
+        let owned: Owned<ConfigMap> = mock::cache([]);
+        reconcile(Arc::new(v.clone()), ctx, owned.clone()).await.unwrap();
+        let path = "/api/v1/namespaces/shop/configmaps/pets-config";
+        assert_eq!(calls.writes().len(), 2, "{:?}", calls.writes());
+        // The watch then brings the ConfigMap as stored and the VoteConfig with its
+        // status: a reconcile of that writes nothing at all.
+        let stored: ConfigMap = serde_json::from_value(mock::stored(&calls.body(path).unwrap())).unwrap();
+        let cached: Owned<ConfigMap> = mock::cache([stored]);
+        let record = owned.recorded("shop", "pets-config").expect("a record of the apply");
+        cached.record("shop", "pets-config", record);
+        let mut seen = v;
+        seen.status = serde_json::from_value(calls.body("/status").unwrap()["status"].clone()).unwrap();
+        let (ctx, calls) = mock::context(mock::answer(&seen));
+        let outcome = reconcile(Arc::new(seen), ctx, cached).await.unwrap();
+        assert_eq!(outcome, Outcome::Applied);
+        assert_eq!(calls.writes(), Vec::<String>::new());
+    }
+}

@@ -174,7 +174,7 @@ async fn apply_children<K: WebAppKind>(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     use super::*;
     use crate::mock;
@@ -186,17 +186,6 @@ mod tests {
             "spec": {"image": "nginx:1.25", "replicas": 2, "port": 80},
         });
         Arc::new(serde_json::from_value(w).unwrap())
-    }
-
-    /// The apiserver: applies are stored as sent, a status write returns the WebApp.
-    fn api(call: &mock::Call) -> (u16, Value) {
-        if call.path.contains("/status") {
-            let mut stored = serde_json::to_value(webapp().as_ref()).unwrap();
-            stored["status"] = call.body["status"].clone();
-            (200, stored)
-        } else {
-            (200, mock::stored(&call.body))
-        }
     }
 
     /// What bosun's own watch holds of a child it applied to this WebApp.
@@ -212,7 +201,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_new_webapps_deployment_goes_first_and_alone() {
-        let (ctx, calls) = mock::context(api);
+        let (ctx, calls) = mock::context(mock::answer(webapp().as_ref()));
         let children = Children { deployments: mock::cache([]), services: mock::cache([]) };
         let outcome = reconcile(webapp(), ctx, children).await.unwrap();
         assert_eq!(outcome, Outcome::Yielded);
@@ -223,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_the_deployment_is_its_own_both_children_and_the_status_are_written() {
-        let (ctx, calls) = mock::context(api);
+        let (ctx, calls) = mock::context(mock::answer(webapp().as_ref()));
         let w = webapp();
         let children = Children {
             deployments: mock::cache([ours(build::desired_deployment(w.as_ref()))]),
@@ -241,7 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_deployment_of_someone_elses_is_a_name_conflict_and_nothing_is_written_but_status() {
-        let (ctx, calls) = mock::context(api);
+        let (ctx, calls) = mock::context(mock::answer(webapp().as_ref()));
         let w = webapp();
         let mut theirs = ours(build::desired_deployment(w.as_ref()));
         theirs.metadata.owner_references = None;
@@ -249,8 +238,6 @@ mod tests {
         let outcome = reconcile(w, ctx, children).await.unwrap();
         assert!(matches!(outcome, Outcome::Refused { reason: reasons::NAME_CONFLICT, .. }), "{outcome:?}");
         assert_eq!(calls.writes(), [STATUS]);
-        let status = calls.body(STATUS).unwrap();
-        let ready = status["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
-        assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("NameConflict")));
+        assert_eq!(mock::condition(&calls, "Ready"), "False/NameConflict");
     }
 }
