@@ -249,3 +249,85 @@ async fn run_result(ctx: &Context, ns: &str, job: &str, container: &str) -> Resu
     let pods = read::job_pods(&ctx.client, ns, job).await?;
     Ok(pods.iter().find_map(|p| build::run_result(p, container)))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::mock;
+
+    fn backup(schedule: &str) -> Arc<Backup> {
+        let b = json!({
+            "apiVersion": "backup.example.com/v1", "kind": "Backup",
+            "metadata": {"name": "nightly", "namespace": "shop", "uid": "uid-backup", "generation": 2},
+            "spec": {"schedule": schedule,
+                     "source": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "db-credentials"}}},
+                     "destination": {"type": "s3", "bucket": "dumps", "secretRef": {"name": "s3-credentials"}}},
+        });
+        Arc::new(serde_json::from_value(b).unwrap())
+    }
+
+    /// The apiserver: the Secrets `present` names hold every key; other Secrets are missing.
+    fn api(
+        b: &Backup,
+        present: &'static [&'static str],
+    ) -> impl Fn(&mock::Call) -> (u16, Value) + Send + Sync + 'static {
+        let answer = mock::answer(b);
+        move |call| match call.path.split_once("/secrets/") {
+            Some((_, name)) if call.method == "GET" => {
+                let name = name.split('?').next().unwrap_or_default();
+                if present.contains(&name) {
+                    let keys = ["username", "password", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"];
+                    let data: serde_json::Map<String, Value> =
+                        keys.iter().map(|k| ((*k).to_owned(), json!("eA=="))).collect();
+                    (
+                        200,
+                        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "shop"}, "data": data}),
+                    )
+                } else {
+                    mock::not_found(&format!("secrets \"{name}\""))
+                }
+            }
+            _ => answer(call),
+        }
+    }
+
+    fn ours(cronjob: CronJob) -> CronJob {
+        let mut cronjob = cronjob;
+        cronjob.metadata.uid = Some("uid-cronjob".to_owned());
+        cronjob
+    }
+
+    #[tokio::test]
+    async fn a_schedule_no_cronjob_can_run_is_refused_and_the_last_good_cronjob_stays() {
+        let good = backup("0 2 * * *");
+        let cronjob = ours(build::desired_cronjob(good.as_ref(), "runner"));
+        let bad = backup("0 5-1 * * *");
+        let (ctx, calls) = mock::context(api(bad.as_ref(), &["db-credentials", "s3-credentials"]));
+        let outcome = reconcile(bad, ctx, mock::cache([cronjob]), mock::cache([])).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason: "InvalidSpec", message, .. } if message.contains("spec.schedule")),
+            "{outcome:?}"
+        );
+        assert_eq!(calls.writes(), ["PATCH /apis/backup.example.com/v1/namespaces/shop/backups/nightly/status"]);
+        assert_eq!(mock::condition(&calls, "Ready"), "False/InvalidSpec");
+    }
+
+    #[tokio::test]
+    async fn a_missing_secret_is_told_before_any_run_meets_it() {
+        let b = backup("0 2 * * *");
+        let (ctx, calls) = mock::context(api(b.as_ref(), &["db-credentials"]));
+        let outcome = reconcile(b, ctx, mock::cache([]), mock::cache([])).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason: "CredentialsMissing", message, .. } if message.contains("s3-credentials")),
+            "{outcome:?}"
+        );
+        let writes = calls.writes();
+        assert!(
+            writes.contains(&"PATCH /apis/batch/v1/namespaces/shop/cronjobs/nightly-cronjob".to_owned()),
+            "the CronJob is in place anyway: {writes:?}"
+        );
+        assert_eq!(mock::condition(&calls, "Ready"), "False/CredentialsMissing");
+    }
+}

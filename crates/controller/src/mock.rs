@@ -107,12 +107,30 @@ pub fn cache<C: Child>(objects: impl IntoIterator<Item = C>) -> Owned<C> {
     Owned::new(reader)
 }
 
-/// The apiserver as most tests want it: a status write returns `owner` with that
-/// status; creates (201) and applies (200) return the object as [`stored`].
+/// The apiserver's answer that `what` does not exist.
+pub fn not_found(what: &str) -> (u16, Value) {
+    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                    "code": 404, "message": format!("{what} not found")});
+    (404, status)
+}
+
+/// The apiserver as most tests want it: nothing to read (an empty list, a 404); a
+/// status write returns `owner` with that status; creates (201) and applies (200)
+/// return the object as [`stored`].
 pub fn answer<K: serde::Serialize>(owner: &K) -> impl Fn(&Call) -> (u16, Value) + Send + Sync + use<K> {
     let owner = serde_json::to_value(owner).unwrap_or_default();
     move |call| {
-        if call.path.split('?').next().unwrap_or_default().ends_with("/status") {
+        let path = call.path.split('?').next().unwrap_or_default();
+        if call.method == "GET" {
+            // `/…/namespaces/NS/RESOURCE` lists; one segment more names an object.
+            let segments: Vec<&str> = path.split('/').collect();
+            let after_namespace = segments.iter().position(|s| *s == "namespaces").map(|i| segments.len() - i - 2);
+            return match after_namespace {
+                Some(1) => (200, serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": []})),
+                _ => not_found(path),
+            };
+        }
+        if path.ends_with("/status") {
             let mut stored = owner.clone();
             stored["status"] = call.body["status"].clone();
             (200, stored)

@@ -354,17 +354,10 @@ mod tests {
         Arc::new(serde_json::from_value(db).unwrap())
     }
 
-    fn not_found(what: &str) -> (u16, Value) {
-        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                            "code": 404, "message": format!("{what} not found")});
-        (404, status)
-    }
-
     /// The apiserver: no Secret, and writes to a path `refuse` names are invalid.
     fn api(refuse: Option<&'static str>) -> impl Fn(&mock::Call) -> (u16, Value) + Send + Sync + 'static {
         let answer = mock::answer(db().as_ref());
         move |call| match call.method.as_str() {
-            "GET" if call.path.contains("/secrets/") => not_found("secrets \"orders-credentials\""),
             _ if refuse.is_some_and(|r| call.path.contains(r)) => {
                 let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
                                     "code": 422, "message": "StatefulSet.apps \"orders\" is invalid: spec: Forbidden"});

@@ -608,3 +608,96 @@ async fn drop_cache<K: StackKind>(stack: &K, ctx: &Context, children: &Children,
     delete_child(ctx, stack, &children.deployments, &ns, &plan.cache_name()).await?;
     delete_child(ctx, stack, &children.services, &ns, &plan.cache_name()).await
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector::store::Writer;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::mock;
+
+    fn platform(database: &str) -> Arc<EcommercePlatform> {
+        let p = json!({
+            "apiVersion": "platform.example.com/v1", "kind": "EcommercePlatform",
+            "metadata": {"name": "store", "namespace": "shop", "uid": "uid-store", "generation": 1},
+            "spec": {"environment": "production",
+                     "frontend": {"replicas": 2, "image": "shop/frontend:1"}, "backend": {"replicas": 2, "image": "shop/backend:1"},
+                     "database": {"type": database, "version": if database == "mysql" { "8.0" } else { "15" }, "storage": "1Gi"},
+                     "cache": {"enabled": false}, "monitoring": {"enabled": true}},
+        });
+        Arc::new(serde_json::from_value(p).unwrap())
+    }
+
+    /// The stack's caches; the ServiceMonitor CRD installed when `monitoring`.
+    fn children(postgresqls: Vec<PostgreSQL>, monitoring: bool) -> Children {
+        let (monitor_crd, mut writer): (_, Writer<CustomResourceDefinition>) = reflector::store();
+        if monitoring {
+            let crd = json!({"metadata": {"name": SERVICE_MONITOR_CRD},
+                             "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced", "versions": [],
+                                      "names": {"kind": "ServiceMonitor", "plural": "servicemonitors"}}});
+            writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(crd).unwrap()));
+        }
+        Children {
+            postgresqls: mock::cache(postgresqls),
+            statefulsets: mock::cache([]),
+            deployments: mock::cache([]),
+            services: mock::cache([]),
+            secrets: mock::cache([]),
+            ingresses: mock::cache([]),
+            backups: mock::cache([]),
+            monitors: mock::cache([]),
+            monitor_crd,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_database_type_change_is_refused_and_nothing_but_status_is_written() {
+        let p = platform("mysql");
+        let pg = build::desired_postgresql(p.as_ref(), &platform("postgresql").plan()).unwrap();
+        let (ctx, calls) = mock::context(mock::answer(p.as_ref()));
+        let outcome = reconcile(p, ctx, children(vec![pg], false)).await.unwrap();
+        assert!(
+            matches!(outcome, Outcome::Refused { reason: reasons::DATABASE_TYPE_CHANGE_REFUSED, .. }),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            calls.writes(),
+            ["PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store/status"]
+        );
+    }
+
+    #[tokio::test]
+    async fn someone_elses_service_monitor_is_reported_and_left_alone() {
+        let p = platform("postgresql");
+        let answer = mock::answer(p.as_ref());
+        let api = move |call: &mock::Call| -> (u16, Value) {
+            if !call.path.contains("/servicemonitors/") {
+                return answer(call);
+            }
+            if call.method == "GET" {
+                let theirs = json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                                    "metadata": {"name": "store", "namespace": "shop", "uid": "uid-theirs"}});
+                return (200, theirs);
+            }
+            // The create-only apply finds the name taken.
+            (
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                         "message": "the object has been modified"}),
+            )
+        };
+        let (ctx, calls) = mock::context(api);
+        reconcile(p, ctx, children(vec![], true)).await.unwrap();
+        assert_eq!(mock::condition(&calls, "MonitoringAvailable"), "False/NameConflict");
+        let monitor_writes: Vec<_> = calls.writes().into_iter().filter(|w| w.contains("servicemonitors")).collect();
+        assert_eq!(
+            monitor_writes,
+            [
+                "PATCH /apis/monitoring.coreos.com/v1/namespaces/shop/servicemonitors/store",
+                "GET /apis/monitoring.coreos.com/v1/namespaces/shop/servicemonitors/store"
+            ],
+            "one create-only apply, refused, then a look at whose it is: nothing written over theirs"
+        );
+    }
+}
