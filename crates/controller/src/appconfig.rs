@@ -400,3 +400,56 @@ async fn roll(
     }
     Ok(rolled.then(|| consumer.id()))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::mock;
+
+    fn app(config: serde_json::Value) -> Arc<AppConfig> {
+        let a = json!({
+            "apiVersion": "config.example.com/v1", "kind": "AppConfig",
+            "metadata": {"name": "myapp", "namespace": "shop", "uid": "uid-app", "generation": 1},
+            "spec": {"application": "myapp", "environment": "prod", "config": config},
+        });
+        Arc::new(serde_json::from_value(a).unwrap())
+    }
+
+    fn listed() -> Arc<Consumers> {
+        let index = Consumers::default();
+        index.listed.store(KINDS, Ordering::SeqCst);
+        Arc::new(index)
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_before_every_consumer_watch_listed() {
+        let a = app(json!({"HOST": "db.{{ environment }}"}));
+        let (ctx, calls) = mock::context(mock::answer(a.as_ref()));
+        let outcome = reconcile(a, ctx, mock::cache([]), Arc::new(Consumers::default())).await.unwrap();
+        assert_eq!(outcome, Outcome::Requeue(INDEX_WAIT));
+        assert_eq!(calls.writes(), Vec::<String>::new(), "a rollout decided on half an index could miss consumers");
+    }
+
+    #[tokio::test]
+    async fn a_template_error_publishes_nothing_and_names_the_key() {
+        let a = app(json!({"HOST": "db.{{ environment }}", "BAD": "{{ nosuchvar }}"}));
+        let (ctx, calls) = mock::context(mock::answer(a.as_ref()));
+        let outcome = reconcile(a, ctx, mock::cache([]), listed()).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason: "TemplateError", message, .. } if message.contains("spec.config.BAD")),
+            "{outcome:?}"
+        );
+        assert_eq!(calls.writes(), ["PATCH /apis/config.example.com/v1/namespaces/shop/appconfigs/myapp/status"]);
+    }
+
+    #[tokio::test]
+    async fn a_good_config_is_published_as_its_config_map() {
+        let a = app(json!({"HOST": "db.{{ environment }}.internal"}));
+        let (ctx, calls) = mock::context(mock::answer(a.as_ref()));
+        reconcile(a, ctx, mock::cache([]), listed()).await.unwrap();
+        let published = calls.body("/configmaps/myapp-config").expect("the ConfigMap applied");
+        assert_eq!(published["data"]["HOST"], "db.prod.internal");
+    }
+}

@@ -192,3 +192,46 @@ fn dump<'a>(restore: &'a Restore, backup: Option<&'a Backup>) -> Result<Dump<'a>
     let key = backup.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).map(|b| b.key.clone());
     Ok(Dump { destination: &backup.spec.destination, key, backup: Some(backup.name_any()) })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::mock;
+
+    fn restore(status: serde_json::Value) -> Arc<Restore> {
+        let r = json!({
+            "apiVersion": "backup.example.com/v1", "kind": "Restore",
+            "metadata": {"name": "nightly-restore", "namespace": "shop", "uid": "uid-restore", "generation": 1},
+            "spec": {"backupRef": {"name": "nightly"},
+                     "target": {"type": "postgresql", "connection": {"host": "restored-db", "database": "app", "secretRef": {"name": "restored-db-credentials"}}}},
+            "status": status,
+        });
+        Arc::new(serde_json::from_value(r).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_finished_restore_never_runs_again() {
+        for phase in ["Succeeded", "Failed"] {
+            let r = restore(json!({"phase": phase}));
+            let (ctx, calls) = mock::context(mock::answer(r.as_ref()));
+            let outcome = reconcile(r, ctx, mock::cache([])).await.unwrap();
+            assert_eq!(outcome, Outcome::Applied);
+            assert_eq!(calls.writes(), Vec::<String>::new(), "{phase}: a restore runs once");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backup_that_is_not_there_is_refused_and_no_job_is_made() {
+        let r = restore(json!(null));
+        let (ctx, calls) = mock::context(mock::answer(r.as_ref()));
+        let outcome = reconcile(r, ctx, mock::cache([])).await.unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Refused { reason: "BackupNotFound", message, .. } if message.contains("nightly")),
+            "{outcome:?}"
+        );
+        assert!(!calls.writes().iter().any(|w| w.contains("/jobs")), "{:?}", calls.writes());
+        assert_eq!(mock::condition(&calls, "Ready"), "False/BackupNotFound");
+    }
+}
