@@ -415,6 +415,33 @@ fn the_chart_ships_the_generated_crds_rbac_and_webhooks() {
     }
 }
 
+/// Rendered where GitOps tools render it (no cluster, no flags: Helm assumes
+/// Kubernetes 1.20), the chart renders; where a cluster answers, one older than 1.30
+/// is refused by name.
+#[tokio::test]
+async fn the_chart_renders_without_a_cluster_and_refuses_a_cluster_too_old() {
+    let helm = || std::process::Command::new(built_tool("helm"));
+    let plain = helm().args(["template", "bosun"]).arg(chart()).output().unwrap();
+    assert!(plain.status.success(), "helm template: {}", String::from_utf8_lossy(&plain.stderr));
+    find(&documents(&plain.stdout), "Deployment", "bosun-controller-manager");
+
+    bosun_testing::cluster().await;
+    let kubeconfig = bosun_testing::kubeconfig_path();
+    for (version, renders) in [("1.29.0", false), ("1.34.4", true)] {
+        let out = helm()
+            .args(["template", "bosun", "--dry-run=server", "--kube-version", version, "--kubeconfig"])
+            .arg(&kubeconfig)
+            .arg(chart())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), renders, "Kubernetes {version}: {stderr}");
+        if !renders {
+            assert!(stderr.contains("bosun needs Kubernetes 1.30 or newer") && stderr.contains(version), "{stderr}");
+        }
+    }
+}
+
 #[test]
 fn helm_lints_and_renders_the_chart_for_each_mode() {
     let out = std::process::Command::new(built_tool("helm")).args(["lint", "--strict"]).arg(chart()).output().unwrap();

@@ -35,7 +35,7 @@ pub fn repo_root() -> PathBuf {
 ///
 /// `KUBECONFIG` is deliberately not used: the tests create and delete namespaces and
 /// CRDs, and must never do that to whatever cluster a developer's shell points at.
-fn kubeconfig_path() -> PathBuf {
+pub fn kubeconfig_path() -> PathBuf {
     if let Some(p) = std::env::var_os("BOSUN_TEST_KUBECONFIG") {
         return PathBuf::from(p);
     }
