@@ -19,6 +19,12 @@ pub mod types {
     pub const PROGRESSING: &str = "Progressing";
     /// Something is wrong that needs attention (bad spec, failed rollout).
     pub const DEGRADED: &str = "Degraded";
+    /// kstatus (sigs.k8s.io/cli-utils, read by Flux, Argo CD, Helm 4 and kpt): bosun is
+    /// still working toward the spec. Present (True) only then.
+    pub const RECONCILING: &str = "Reconciling";
+    /// kstatus: bosun cannot get to the spec without a change from the user (the
+    /// reasons of [`super::reasons::STALLED`]). Present (True) only then.
+    pub const STALLED: &str = "Stalled";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).
@@ -108,6 +114,24 @@ pub mod reasons {
     pub const BACKUP_NOT_READY: &str = "BackupNotReady";
 
     pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT, CREDENTIALS_MISSING];
+    /// The reasons of a `Ready=False` that only the user can end: a GitOps rollout
+    /// fails on them at once (kstatus `Stalled`). Every other `Ready=False` is work in
+    /// progress (kstatus `Reconciling`), even one that waits long (a pod that cannot
+    /// start may yet: an image pushed, a node added).
+    pub const STALLED: &[&str] = &[
+        INVALID_SPEC,
+        NAME_CONFLICT,
+        CREDENTIALS_MISSING,
+        TEMPLATE_ERROR,
+        CONFLICT,
+        SHRINK_REFUSED,
+        DATABASE_TYPE_CHANGE_REFUSED,
+        VERSION_CHANGE_REFUSED,
+        BACKUP_NOT_FOUND,
+        RESTORE_FAILED,
+        ROLLOUT_FAILED,
+        CLAIM_LOST,
+    ];
 }
 
 /// Condition types of Backup.

@@ -316,6 +316,7 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
         let db = env.wait_for::<PostgreSQL>("test-db", "ShrinkRefused", is("Ready", "False", "ShrinkRefused")).await;
         let message = &condition(&db, "Ready").unwrap().message;
         assert!(message.contains("spec.storage 1Gi") && message.contains("2Gi"), "{message}");
+        assert!(is("Stalled", "True", "ShrinkRefused")(&db), "kstatus Failed on a refusal: {:?}", db.status);
         assert_eq!(db.status.unwrap().phase, Some(Phase::Running), "the database runs on");
         for claim in ["data-test-db-0", "data-test-db-1"] {
             let c = env.api::<PersistentVolumeClaim>().get(claim).await.unwrap();
@@ -427,6 +428,10 @@ async fn an_instance_that_cannot_start_is_named_in_the_status() {
             .await;
         let message = &condition(&db, "Ready").unwrap().message;
         assert!(message.contains("test-db-0") && message.contains("localhost/no-such-postgres:14"), "{message}");
+        // kstatus: still InProgress (an image pushed later would start it), not Failed.
+        let reconciling = condition(&db, "Reconciling").expect("Reconciling while an instance cannot start");
+        assert_eq!((reconciling.status.as_str(), reconciling.reason.as_str()), ("True", "InstanceStuck"));
+        assert!(condition(&db, "Stalled").is_none());
         env.wait_warning("test-db", "InstanceStuck", "localhost/no-such-postgres:14").await;
 
         drop(bosun);

@@ -35,9 +35,14 @@ fn ready<'a>(conditions: impl IntoIterator<Item = &'a Condition>) -> Option<&'a 
     conditions.into_iter().find(|c| c.type_ == "Ready")
 }
 
-/// Ready=False with reason NameConflict and a message that names `object`.
-fn refused_naming<'a>(conditions: impl IntoIterator<Item = &'a Condition>, object: &str) -> bool {
-    ready(conditions).is_some_and(|c| c.status == "False" && c.reason == "NameConflict" && c.message.contains(object))
+/// Ready=False with reason NameConflict and a message that names `object`, and the
+/// kstatus condition a GitOps tool fails on at once: Stalled (not Reconciling).
+fn refused_naming<'a>(conditions: impl IntoIterator<Item = &'a Condition> + Clone, object: &str) -> bool {
+    let of = |type_: &str| conditions.clone().into_iter().find(|c| c.type_ == type_);
+    ready(conditions.clone())
+        .is_some_and(|c| c.status == "False" && c.reason == "NameConflict" && c.message.contains(object))
+        && of("Stalled").is_some_and(|c| c.status == "True" && c.reason == "NameConflict")
+        && of("Reconciling").is_none()
 }
 
 fn webapp_ready<K: WebAppKind>(w: &K) -> bool {

@@ -209,10 +209,16 @@ async fn bad_input_is_rejected_naming_the_field_and_disturbs_nothing() {
         assert_eq!(status.phase, Some(Phase::Failed));
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
         assert!(ready.message.contains("env[0].name"), "message does not name the field: {}", ready.message);
+        // kstatus: Failed at once (Stalled), not InProgress until a GitOps timeout.
+        let stalled = status.conditions.iter().find(|c| c.type_ == "Stalled").expect("Stalled on an invalid spec");
+        assert_eq!((stalled.status.as_str(), stalled.reason.as_str()), ("True", "InvalidSpec"));
+        assert!(!status.conditions.iter().any(|c| c.type_ == "Reconciling"), "{:?}", status.conditions);
 
-        // Fixing the spec recovers it.
+        // Fixing the spec recovers it: kstatus Current, neither Stalled nor Reconciling.
         env.apply(&webapp::<apps_v1::WebApp>("invalid", json!({"image": "nginx", "replicas": 1}))).await;
-        env.wait_for::<apps_v1::WebApp>("invalid", "Ready=True after the fix", is_ready).await;
+        let w = env.wait_for::<apps_v1::WebApp>("invalid", "Ready=True after the fix", is_ready).await;
+        let types: Vec<_> = w.status.unwrap().conditions.into_iter().map(|c| c.type_).collect();
+        assert!(!types.iter().any(|t| t == "Stalled" || t == "Reconciling"), "{types:?}");
 
         // The good WebApp was never disturbed and the operator is still running.
         let after: apps_v1::WebApp = env.api().get("good").await.expect("good");

@@ -4,7 +4,7 @@
 //! message updates keep the old time. With an unchanged world the computed list is
 //! identical to the stored one, which is what keeps steady state free of writes.
 
-use bosun_api::conditions::Condition;
+use bosun_api::conditions::{Condition, reasons, types};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -50,10 +50,14 @@ impl<'a> Refused<'a> {
 }
 
 /// The full condition list for `desired`, carrying `lastTransitionTime` over from
-/// `previous` wherever the status did not flip.
+/// `previous` wherever the status did not flip; with the kstatus condition
+/// [`kstatus`] derives from `Ready`, so every kind has one the same way, riding on
+/// the status write `Ready` makes anyway.
 pub fn merge(previous: &[Condition], desired: Vec<Desired>, generation: Option<i64>, now: Timestamp) -> Vec<Condition> {
+    let derived = desired.iter().find(|d| d.type_ == types::READY).and_then(kstatus);
     desired
         .into_iter()
+        .chain(derived)
         .map(|d| {
             let status = d.status.to_owned();
             let last_transition_time = previous
@@ -71,6 +75,19 @@ pub fn merge(previous: &[Condition], desired: Vec<Desired>, generation: Option<i
             }
         })
         .collect()
+}
+
+/// The kstatus condition of a resource whose `Ready` is `ready`: none when Ready;
+/// `Stalled` when only the user can end the wait ([`reasons::STALLED`]); else
+/// `Reconciling`. Its reason and message are Ready's, which say what to do or what is
+/// awaited. (kstatus also reads `status.observedGeneration` and each condition's, which
+/// every status carries.)
+pub fn kstatus(ready: &Desired) -> Option<Desired> {
+    if ready.status == "True" {
+        return None;
+    }
+    let type_ = if reasons::STALLED.contains(&ready.reason) { types::STALLED } else { types::RECONCILING };
+    Some(Desired { type_, status: "True", reason: ready.reason, message: ready.message.clone() })
 }
 
 /// Whether `conditions` has `type_` with status True.
@@ -101,6 +118,44 @@ mod tests {
         let second = merge(&first, vec![Desired::new("Ready", false, "RollingOut", "2/3")], Some(1), at(200));
         assert_eq!(second[0].last_transition_time, Time(at(100)));
         assert_eq!(second[0].message, "2/3");
+    }
+
+    #[test]
+    fn kstatus_reads_reconciling_until_ready_and_stalled_when_only_the_user_can_help() {
+        let pending = merge(&[], vec![Desired::new("Ready", false, "RollingOut", "1/3 available")], Some(2), at(100));
+        let reconciling = pending.iter().find(|c| c.type_ == "Reconciling").expect("Reconciling while not Ready");
+        assert_eq!((reconciling.status.as_str(), reconciling.reason.as_str()), ("True", "RollingOut"));
+        assert_eq!((reconciling.message.as_str(), reconciling.observed_generation), ("1/3 available", Some(2)));
+        assert!(!pending.iter().any(|c| c.type_ == "Stalled"));
+
+        let refused =
+            merge(&pending, vec![Desired::new("Ready", false, "InvalidSpec", "spec.port: 0")], Some(3), at(200));
+        let stalled = refused.iter().find(|c| c.type_ == "Stalled").expect("Stalled on a refusal");
+        assert_eq!((stalled.reason.as_str(), stalled.message.as_str()), ("InvalidSpec", "spec.port: 0"));
+        assert!(!refused.iter().any(|c| c.type_ == "Reconciling"), "one or the other");
+
+        let ready = merge(&refused, vec![Desired::new("Ready", true, "Available", "3/3")], Some(3), at(300));
+        assert_eq!(ready.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), ["Ready"], "Current: neither");
+        // Without a Ready (a condition list of other types), nothing is derived.
+        assert_eq!(merge(&[], vec![Desired::new("Degraded", false, "AsExpected", "")], None, at(1)).len(), 1);
+    }
+
+    #[test]
+    fn a_stalled_reason_is_a_refusal_never_progress() {
+        for reason in reasons::STALLED {
+            let d = kstatus(&Desired::new("Ready", false, reason, "x")).unwrap();
+            assert_eq!(d.type_, types::STALLED, "{reason}");
+        }
+        for reason in
+            [reasons::PENDING, reasons::ROLLING_OUT, reasons::RUN_STUCK, reasons::INSTANCE_STUCK, reasons::DEPLOYING]
+        {
+            assert_eq!(
+                kstatus(&Desired::new("Ready", false, reason, "x")).unwrap().type_,
+                types::RECONCILING,
+                "{reason}"
+            );
+        }
+        assert_eq!(kstatus(&Desired::unknown("Ready", reasons::PENDING, "x")).unwrap().type_, types::RECONCILING);
     }
 
     #[test]
