@@ -4,7 +4,7 @@
 # registries (Go module proxy, npm), into a cache outside the checkout, and
 # prints the directory holding its executables.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -63,7 +63,12 @@ case $name in
     files=(helm/go.mod helm/go.sum)
     bins=(helm)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm" >&2; exit 2 ;;
+  helm4)
+    version=$(go_version_of helm4 helm.sh/helm/v4)
+    files=(helm4/go.mod helm4/go.sum)
+    bins=(helm4)
+    ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -179,6 +184,17 @@ build_helm() {
   log "building helm $version"
   (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" -o "$work/bin/helm" ./cmd/helm)
+  rm -rf "$work/src"
+}
+
+# Helm 4, named helm4 beside Helm 3: its --wait is kstatus's judgement (the tests of
+# bosun's Reconciling/Stalled conditions).
+build_helm4() {
+  go_env
+  module_source helm4 helm.sh/helm/v4
+  log "building helm4 (helm $version)"
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" -o "$work/bin/helm4" ./cmd/helm)
   rm -rf "$work/src"
 }
 
