@@ -178,25 +178,21 @@ build_promtool() {
   rm -rf "$work/src"
 }
 
-build_helm() {
+# Helm from its module's own source: build_helm_from WRAPPER MODULE BINARY.
+build_helm_from() {
   go_env
-  module_source helm helm.sh/helm/v3
-  log "building helm $version"
+  module_source "$1" "$2"
+  log "building $3 (helm $version)"
   (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" -o "$work/bin/helm" ./cmd/helm)
+    -ldflags "-s -w -X $2/internal/version.version=$version" -o "$work/bin/$3" ./cmd/helm)
   rm -rf "$work/src"
 }
 
+build_helm() { build_helm_from helm helm.sh/helm/v3 helm; }
+
 # Helm 4, named helm4 beside Helm 3: its --wait is kstatus's judgement (the tests of
 # bosun's Reconciling/Stalled conditions).
-build_helm4() {
-  go_env
-  module_source helm4 helm.sh/helm/v4
-  log "building helm4 (helm $version)"
-  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" -o "$work/bin/helm4" ./cmd/helm)
-  rm -rf "$work/src"
-}
+build_helm4() { build_helm_from helm4 helm.sh/helm/v4 helm4; }
 
 build_azurite() {
   command -v npm >/dev/null || die "npm is not installed (needed to install azurite)"

@@ -107,11 +107,16 @@ pub fn cache<C: Child>(objects: impl IntoIterator<Item = C>) -> Owned<C> {
     Owned::new(reader)
 }
 
+/// The apiserver's refusal: a `Status` of `code` and `reason`.
+pub fn refused(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                                    "code": code, "message": message});
+    (code, status)
+}
+
 /// The apiserver's answer that `what` does not exist.
 pub fn not_found(what: &str) -> (u16, Value) {
-    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                                    "code": 404, "message": format!("{what} not found")});
-    (404, status)
+    refused(404, "NotFound", &format!("{what} not found"))
 }
 
 /// The apiserver as most tests want it: nothing to read (an empty list, a 404); a

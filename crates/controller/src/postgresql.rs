@@ -359,9 +359,7 @@ mod tests {
         let answer = mock::answer(db().as_ref());
         move |call| match call.method.as_str() {
             _ if refuse.is_some_and(|r| call.path.contains(r)) => {
-                let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid",
-                                    "code": 422, "message": "StatefulSet.apps \"orders\" is invalid: spec: Forbidden"});
-                (422, status)
+                mock::refused(422, "Invalid", "StatefulSet.apps \"orders\" is invalid: spec: Forbidden")
             }
             _ => answer(call),
         }

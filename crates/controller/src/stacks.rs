@@ -681,11 +681,7 @@ mod tests {
                 return (200, theirs);
             }
             // The create-only apply finds the name taken.
-            (
-                409,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
-                         "message": "the object has been modified"}),
-            )
+            mock::refused(409, "Conflict", "the object has been modified")
         };
         let (ctx, calls) = mock::context(api);
         reconcile(p, ctx, children(vec![], true)).await.unwrap();
