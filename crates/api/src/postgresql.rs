@@ -20,6 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::backup::{Destination, retention_rule, schedule_rule};
 use crate::conditions::Condition;
 
+/// The annotation that asks for a switchover: its value names the standby (its pod,
+/// e.g. `test-db-1`) to become the primary. bosun removes it once done or refused;
+/// the outcome is in `status.lastPrimaryChange` and an event.
+pub const SWITCHOVER_ANNOTATION: &str = "database.example.com/switchover-to";
+
 /// A major version of PostgreSQL.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema)]
 pub enum Version {
@@ -106,6 +111,8 @@ pub struct BackupSettings {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 37")
         .message("metadata.name may have at most 37 characters: its Backup <name>-backup may have at most 44"),
+    validation = Rule::new("!has(self.spec.synchronous) || self.spec.synchronous.number < self.spec.replicas")
+        .message("spec.synchronous.number must be less than spec.replicas: each synchronous standby is an instance besides the primary"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -118,11 +125,26 @@ pub struct PostgreSQLSpec {
     #[schemars(regex(pattern = r"^[0-9]+Gi$"))]
     #[x_kube(validation = Rule::new("!self.matches('^0+Gi$') && size(self) <= 9").message("spec.storage must be at least 1Gi and at most 9999999Gi, in whole Gi, e.g. 10Gi"))]
     pub storage: String,
-    /// The number of instances: 1 to 5. The first is the primary, the others stream
-    /// from it as read-only hot standbys.
+    /// The number of instances: 1 to 5. One is the primary (`status.currentPrimary`),
+    /// the others stream from it as read-only hot standbys, and any of them can take
+    /// its place.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 5), default = "one")]
     pub replicas: i32,
+    /// How long the primary's pod may be not Ready before bosun promotes a standby,
+    /// e.g. `30s` (the default) or `2m`. A primary whose pod is deleted, or whose
+    /// postgres fails to restart, is not waited for that long: a deleted pod is
+    /// replaced at once, a killed postgres restarts in place in about a second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 16), regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub failover_delay: Option<String>,
+    /// Synchronous replication: a commit is acknowledged only once `number` standbys
+    /// (any of them) have it on disk, so a failover loses no acknowledged
+    /// transaction. Writes wait while fewer standbys are connected. Without it,
+    /// replication is asynchronous: a failover can lose the last transactions the
+    /// primary acknowledged but had not yet sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous: Option<Synchronous>,
     /// Scheduled backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSettings>,
@@ -134,6 +156,35 @@ pub struct PostgreSQLSpec {
 
 fn one() -> i32 {
     1
+}
+
+/// `spec.synchronous`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Synchronous {
+    /// How many standbys must confirm each commit (`ANY number` of them): 1 to 4, and
+    /// fewer than `spec.replicas`.
+    #[schemars(range(min = 1, max = 4))]
+    pub number: i32,
+}
+
+/// The last change of primary.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrimaryChange {
+    /// The instance that was the primary.
+    pub from: String,
+    /// The instance bosun promoted.
+    pub to: String,
+    /// `Failover` (the primary was lost) or `Switchover` (asked for).
+    pub kind: String,
+    /// Why, in words.
+    pub reason: String,
+    /// When bosun decided it (RFC 3339).
+    pub started: String,
+    /// Seconds from the decision until the new primary accepted writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
 }
 
 /// `Pending`, `Provisioning`, `Running` or `Failed`.
@@ -163,6 +214,13 @@ pub struct PostgreSQLStatus {
     /// Where clients connect: `<name>.<namespace>.svc:5432` (the primary).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The instance that is the primary (its pod's name): the read-write Service
+    /// `<name>` selects it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// The last failover or switchover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_primary_change: Option<PrimaryChange>,
     /// The Secret with the credentials: `username`, `password`, `host`, `port`,
     /// `database`, `uri`, `pgpass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

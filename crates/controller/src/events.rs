@@ -122,6 +122,22 @@ impl Events {
         });
     }
 
+    /// A database's primary changed: `FailedOver` (a Warning: an instance was lost) or
+    /// `SwitchedOver` (Normal: asked for); `related` is the new primary's pod.
+    pub fn primary_changed(
+        &self,
+        owner: &ObjectReference,
+        related: ObjectReference,
+        reason: &'static str,
+        note: String,
+    ) {
+        if reason == "SwitchedOver" {
+            self.normal(owner, reason, "Promote", note, Some(related));
+        } else {
+            self.publish(owner, Some(related), reason, note);
+        }
+    }
+
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
     pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
         self.warn(owner, reason, message.to_owned());

@@ -24,9 +24,11 @@ pub mod demovolume;
 pub mod dependencies;
 pub mod error;
 pub mod events;
+pub mod failover;
 pub mod gate;
 pub mod guard;
 pub mod health;
+pub mod instances;
 pub mod kinds;
 pub mod metrics;
 #[cfg(test)]

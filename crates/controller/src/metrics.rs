@@ -31,6 +31,13 @@ pub struct ErrorLabels {
     pub reason: &'static str,
 }
 
+/// A change of a database's primary: `Failover` or `Switchover`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrimaryChangeLabels {
+    pub controller: &'static str,
+    pub kind: &'static str,
+}
+
 /// One Backup (`backup_namespace`: a target's own `namespace` label is Prometheus's).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackupLabels {
@@ -53,6 +60,9 @@ pub struct Metrics {
     pub backup_last_success: Family<BackupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// 1 for a Backup whose last run failed (`LastBackupSucceeded=False`), else 0.
     pub backup_failing: Family<BackupLabels, Gauge>,
+    /// Changes of a database's primary, and how long each took.
+    pub primary_changes: Family<PrimaryChangeLabels, Counter>,
+    pub primary_change_duration: Family<PrimaryChangeLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -69,6 +79,9 @@ impl Default for Metrics {
             takeover: Gauge::default(),
             backup_last_success: Family::default(),
             backup_failing: Family::default(),
+            primary_changes: Family::default(),
+            // 0.1 s … ~100 s
+            primary_change_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.1, 2.0, 11))),
         }
     }
 }
@@ -102,6 +115,16 @@ impl Metrics {
             self.backup_last_success.clone(),
         );
         r.register("backup_failing", "1 for a Backup whose last run failed, else 0", self.backup_failing.clone());
+        r.register(
+            "postgresql_primary_changes",
+            "Changes of a PostgreSQL's primary, by kind (Failover, Switchover)",
+            self.primary_changes.clone(),
+        );
+        r.register(
+            "postgresql_primary_change_duration_seconds",
+            "From bosun's decision to change a PostgreSQL's primary until the new primary accepts writes",
+            self.primary_change_duration.clone(),
+        );
     }
 
     /// Create the zero series of `controller` for every result and error reason, so
@@ -122,6 +145,13 @@ impl Metrics {
     pub fn reconciled(&self, controller: &'static str, result: &'static str, seconds: f64) {
         self.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
         self.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(seconds);
+    }
+
+    /// A database's primary changed (`kind`: `Failover` or `Switchover`) in `seconds`.
+    pub fn primary_changed(&self, controller: &'static str, kind: &'static str, seconds: f64) {
+        let labels = PrimaryChangeLabels { controller, kind };
+        self.primary_changes.get_or_create(&labels).inc();
+        self.primary_change_duration.get_or_create(&labels).observe(seconds);
     }
 
     pub fn failed(&self, controller: &'static str, reason: &'static str) {

@@ -2,9 +2,10 @@
 //!
 //! Pipeline: check the change against the data (pure: major version, storage) → the
 //! credentials Secret (created once, then only read) → the StatefulSet → the Services
-//! → grow the data claims → label the instances' roles → the Backup, once Ready →
-//! status from the StatefulSet and the Backup → write it only if it changed → look
-//! again in five minutes.
+//! → grow the data claims → the primary: fail over when it is lost, label the
+//! instances' roles ([`crate::failover`]) → the Backup, once Ready → status from the
+//! StatefulSet, the primary and the Backup → write it only if it changed → look again
+//! in five minutes (sooner while an instance is not ready).
 //!
 //! Every child carries `app.kubernetes.io/name=postgresql` and the PostgreSQL's name as
 //! `app.kubernetes.io/instance`; one watch per kind selects them and maps each change
@@ -33,6 +34,7 @@ use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
 use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
+use crate::failover::{self, Primary};
 use crate::kinds::{Served, Type};
 use crate::permissions::{self, Permission};
 use crate::status::update_status;
@@ -62,8 +64,10 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "secrets", &["create", "get", "list", "watch"]),
         // Data claims grown in place; the claim of dumps created once.
         Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
-        // The role label of each instance, which the `-ro` Service selects.
+        // The role label of each instance: the instance acts on it, the Services select it.
         Permission::new("", "pods", &["list", "watch", "patch"]),
+        // A standby's WAL position before a failover, and the promotion (psql in the pod).
+        Permission::new("", "pods/exec", &["create", "get"]),
         // Why an instance that does not start waits (a volume that does not mount).
         Permission::new("", "events", &["list"]),
     ]
@@ -129,9 +133,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claims = children.claims.matching(|c| build::is_data_claim(db, c));
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
-    let (sts, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs).await {
-        Ok(sts) => (Some(sts), None),
-        Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), Some(refusal)),
+    let (sts, primary, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs, now).await {
+        Ok((sts, primary)) => (Some(sts), Some(primary), None),
+        Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), None, Some(refusal)),
         Err(Stop::Failed(err)) => return Err(err),
     };
     let (backup, backup_conflict) = match &refusal {
@@ -149,6 +153,8 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         backup: backup.as_ref(),
         backup_conflict: backup_conflict.as_deref(),
         stuck: stuck.as_ref().map(|(_, cause)| cause.as_str()),
+        primary: primary.as_ref().map(|p| p.name.as_str()),
+        last_change: primary.as_ref().and_then(|p| p.change.as_ref()),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
@@ -167,11 +173,13 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
         (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
-        // Not all instances ready: looked at again soon, for one that cannot start.
+        // Not all instances ready: looked at again soon, for one that cannot start, and
+        // when the primary's failover delay ends.
         (None, None)
             if !bosun_resources::conditions::is_true(&status.conditions, bosun_api::conditions::types::READY) =>
         {
-            Outcome::Requeue(crate::read::POD_RECHECK)
+            let recheck = primary.and_then(|p| p.recheck).unwrap_or(crate::read::POD_RECHECK);
+            Outcome::Requeue(recheck.min(crate::read::POD_RECHECK))
         }
         (None, None) => Outcome::Requeue(RECHECK),
     })
@@ -195,15 +203,16 @@ impl From<Error> for Stop {
     }
 }
 
-/// Bring the database to its spec: Secret, StatefulSet, Services, claims, role labels.
-/// Returns the StatefulSet as applied.
+/// Bring the database to its spec: Secret, StatefulSet, Services, claims, the primary
+/// and the role labels. Returns the StatefulSet as applied and the primary.
 async fn serve(
     db: &PostgreSQL,
     ctx: &Context,
     children: &Children,
     cached: Option<&StatefulSet>,
     claims: &[&PersistentVolumeClaim],
-) -> Result<StatefulSet, Stop> {
+    now: Timestamp,
+) -> Result<(StatefulSet, Primary), Stop> {
     build::check(db, cached, claims).map_err(Stop::Refused)?;
     let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
     let claim_storage = cached.and_then(build::template_storage);
@@ -220,10 +229,8 @@ async fn serve(
         let patch = json!({"spec": {"resources": {"requests": {"storage": db.spec.storage}}}});
         merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
     }
-    if db.spec.replicas > 1 {
-        label_roles(db, ctx, &children.pods).await?;
-    }
-    Ok(sts)
+    let primary = failover::ensure(CONTROLLER, db, ctx, &children.pods, now).await?;
+    Ok((sts, primary))
 }
 
 /// The credentials Secret: bosun's (cached), else the user's (read), else — only when
@@ -273,42 +280,14 @@ async fn stuck_instance(
     pods: &Owned<Pod>,
     now: Timestamp,
 ) -> Result<Option<(String, String)>, Error> {
-    let instance = db.name_any();
     let ns = db.namespace().unwrap_or_default();
-    let mut mine = pods.matching(|p| {
-        p.namespace() == db.namespace() && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
-    });
-    mine.sort_by_key(|p| p.name_any());
+    let mine = failover::instance_pods(db, pods);
     for pod in mine {
         if let Some(cause) = crate::read::pod_stuck(&ctx.client, now, &ns, Some(pod.as_ref())).await? {
             return Ok(Some((pod.name_any(), cause)));
         }
     }
     Ok(None)
-}
-
-/// Label each instance's pod with its role, so `<name>-ro` selects the standbys. The
-/// pods come from the watch (a new one triggers this), so only a pod whose label is
-/// missing or wrong costs a request.
-async fn label_roles(db: &PostgreSQL, ctx: &Context, pods: &Owned<Pod>) -> Result<(), Error> {
-    let instance = db.name_any();
-    let mine = pods.matching(|p| {
-        p.namespace() == db.namespace() && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
-    });
-    for pod in mine {
-        let role = build::role_of(db, &pod.name_any());
-        if pod.labels().get(build::ROLE_LABEL).map(String::as_str) != Some(role) {
-            let patch = json!({"metadata": {"labels": {build::ROLE_LABEL: role}}});
-            match merge_into::<PostgreSQL, _>(ctx, pod.as_ref(), patch).await {
-                // The pod was replaced meanwhile: its successor comes with the next event.
-                Err(err) if err.is_precondition_failed() => {}
-                other => {
-                    other?;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The Backup, created once the database is Ready (and kept up to date from then

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
 use kube::ResourceExt;
 
 /// How long a pod may wait to start, with a Warning event about it, before it counts
@@ -90,8 +90,8 @@ pub fn progress(pod: &Pod) -> Progress {
     since.map_or(Progress::Fine, |t| Progress::Waiting { since: t.0, said: None })
 }
 
-/// Drop from `pod`'s status all that [`progress`] does not read (addresses, times of
-/// containers, resources, ...), for caches of many pods.
+/// Drop from `pod`'s status all that [`progress`] and a database's failover do not
+/// read (addresses, times of containers, resources, ...), for caches of many pods.
 pub fn slim_status(pod: &mut Pod) {
     let Some(status) = pod.status.take() else { return };
     let slim_container = |c: ContainerStatus| ContainerStatus {
@@ -105,7 +105,16 @@ pub fn slim_status(pod: &mut Pod) {
     let slim_all = |cs: Option<Vec<ContainerStatus>>| cs.map(|cs| cs.into_iter().map(slim_container).collect());
     pod.status = Some(PodStatus {
         phase: status.phase,
-        conditions: status.conditions.map(|cs| cs.into_iter().filter(|c| c.type_ == "PodScheduled").collect()),
+        // Ready with its time only: how long a database's primary has not been ready.
+        conditions: status.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "Ready")
+                .map(|c| match c.type_.as_str() {
+                    "Ready" => PodCondition { reason: None, message: None, last_probe_time: None, ..c },
+                    _ => c,
+                })
+                .collect()
+        }),
         init_container_statuses: slim_all(status.init_container_statuses),
         container_statuses: slim_all(status.container_statuses),
         ..PodStatus::default()

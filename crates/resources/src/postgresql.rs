@@ -9,20 +9,27 @@
 //!  StatefulSet + Backup + refusal ──status──▶ PostgreSQLStatus
 //! ```
 //!
-//! Replication: ordinal 0 is the primary. Every instance starts through
-//! [`bootstrap_script`]: an instance other than 0 whose data directory is empty clones
-//! the primary with `pg_basebackup -R` (a streaming hot standby) before the image's
-//! entrypoint starts it. The primary's `postStart` hook runs [`primary_setup_script`]:
-//! the superuser's and the replication role's passwords from the Secret, and a
-//! `pg_hba.conf` line admitting that role's replication connections. Both scripts
-//! take everything from the environment, so the same text runs in the pod and, in
-//! a test, on the host against Debian's PostgreSQL binaries.
+//! Replication and roles: every instance runs [`instance_script`] as its first process,
+//! a small instance manager that takes its role from its pod's label
+//! [`ROLE_LABEL`] (set by bosun, read through a downward-API file, which the kubelet
+//! refreshes within a fraction of a second of a change) and acts on it: a primary
+//! starts (out of recovery if it was a standby), a replica with no data clones the
+//! primary, a former primary is rewound with `pg_rewind` (or kept aside whole and
+//! cloned afresh when that is impossible) and follows it; a running primary relabelled
+//! replica stops and rejoins, a standby relabelled primary promotes itself. A new pod
+//! has no label and starts nothing until bosun gives it one, so a replaced primary
+//! never accepts a write on its own, whether bosun runs or not. The read-write Service
+//! selects the label `primary`, which bosun moves only after taking it from the old
+//! primary. Each instance's `postStart` hook runs [`setup_script`] (passwords and the
+//! replication role, on the primary only). Both scripts take everything from the
+//! environment, so the same text runs in the pod and, in a test, on the host against
+//! Debian's PostgreSQL binaries.
 
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
-use bosun_api::postgresql::{DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, Version};
+use bosun_api::postgresql::{DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Version};
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec};
@@ -31,6 +38,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
     Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
 };
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -68,15 +76,22 @@ pub const CONTAINER: &str = "postgres";
 /// The major version a StatefulSet and its claims were made for (claims keep it after
 /// the StatefulSet is gone).
 pub const VERSION_LABEL: &str = "database.example.com/major-version";
-/// `primary` or `replica`, on each instance's pod: the `-ro` Service selects replicas.
+/// `primary` or `replica`, on each instance's pod, set by bosun: the instance acts on
+/// it, `<name>` selects the primary and `<name>-ro` the replicas.
 pub const ROLE_LABEL: &str = "database.example.com/role";
 pub const ROLE_PRIMARY: &str = "primary";
 pub const ROLE_REPLICA: &str = "replica";
 /// A digest of the passwords in the pod template: a password edited in the Secret
 /// restarts the instances, whose setup hook then sets it in the database.
 pub const CREDENTIALS_DIGEST: &str = "database.example.com/credentials-digest";
-/// The StatefulSet pod label Kubernetes sets to the pod's name.
-const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Where an instance reads its role (the downward-API volume's mount and file).
+pub const PODINFO_MOUNT: &str = "/etc/bosun";
+pub const ROLE_FILE: &str = "/etc/bosun/role";
+/// `spec.failoverDelay`'s default: long enough for a primary restarting in place (a
+/// container restart and crash recovery take seconds; the readiness probe needs ~6 s
+/// to call it not Ready) to come back without a failover, which would also force the
+/// old primary to rewind; as short as Patroni's leader TTL.
+pub const DEFAULT_FAILOVER_DELAY: &str = "30s";
 /// Backups without a schedule or retention of their own.
 pub const DEFAULT_BACKUP_SCHEDULE: &str = "0 2 * * *";
 pub const DEFAULT_BACKUP_RETENTION: &str = "7d";
@@ -247,10 +262,17 @@ fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
 const READY: &str = r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
 
 /// The server settings every instance starts with: WAL kept for standbys that fall
-/// behind (the setting's name changed in 13).
-pub fn server_args(version: Version) -> Vec<String> {
-    let keep = if version < Version::V13 { "wal_keep_segments=64" } else { "wal_keep_size=1GB" };
-    ["-c", keep, "-c", "hot_standby=on"].map(str::to_owned).to_vec()
+/// behind (the setting's name changed in 13), hint bits WAL-logged so a former
+/// primary can be rewound, and the synchronous standbys of `spec.synchronous` (any
+/// `number` of them; a standby ignores it until promoted).
+pub fn server_args(db: &PostgreSQL) -> Vec<String> {
+    let keep = if db.spec.version < Version::V13 { "wal_keep_segments=64" } else { "wal_keep_size=1GB" };
+    let mut args: Vec<String> =
+        ["-c", keep, "-c", "hot_standby=on", "-c", "wal_log_hints=on"].map(str::to_owned).to_vec();
+    if let Some(sync) = db.spec.synchronous.as_ref().filter(|_| db.spec.replicas > 1) {
+        args.extend(["-c".to_owned(), format!("synchronous_standby_names=ANY {} (*)", sync.number)]);
+    }
+    args
 }
 
 /// The StatefulSet of `db`, run as `settings` say. `claim_storage` is
@@ -271,9 +293,9 @@ pub fn desired_statefulset(
     claim_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
     let meta = child_meta(db, name.clone(), claim_labels.clone());
     pod_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
-    let mut command = vec!["bash".to_owned(), "-c".to_owned(), bootstrap_script(), "bootstrap".to_owned()];
+    let mut command = vec!["bash".to_owned(), "-c".to_owned(), instance_script(), "bosun-instance".to_owned()];
     command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
-    command.extend(server_args(version));
+    command.extend(server_args(db));
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image(&settings.image, version)),
@@ -288,17 +310,22 @@ pub fn desired_statefulset(
             env("PGPORT", PORT.to_string()),
             env("PRIMARY_HOST", name.clone()),
             env("PRIMARY_PORT", PORT.to_string()),
+            env("BOSUN_ROLE_FILE", ROLE_FILE),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("postgres".to_owned()),
             container_port: PORT,
             ..ContainerPort::default()
         }]),
-        volume_mounts: Some(vec![VolumeMount {
-            name: DATA_VOLUME.to_owned(),
-            mount_path: DATA_MOUNT.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount { name: DATA_VOLUME.to_owned(), mount_path: DATA_MOUNT.to_owned(), ..VolumeMount::default() },
+            VolumeMount {
+                name: PODINFO_VOLUME.to_owned(),
+                mount_path: PODINFO_MOUNT.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
         startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
@@ -306,9 +333,7 @@ pub fn desired_statefulset(
         liveness_probe: Some(exec_probe(READY, 10, 6)),
         lifecycle: Some(Lifecycle {
             post_start: Some(LifecycleHandler {
-                exec: Some(ExecAction {
-                    command: Some(vec!["bash".to_owned(), "-c".to_owned(), primary_setup_script()]),
-                }),
+                exec: Some(ExecAction { command: Some(vec!["bash".to_owned(), "-c".to_owned(), setup_script()]) }),
                 ..LifecycleHandler::default()
             }),
             ..Lifecycle::default()
@@ -356,6 +381,7 @@ pub fn desired_statefulset(
                 spec: Some(PodSpec {
                     init_containers: settings.volume_permissions.then(|| vec![volume_permissions(&container)]),
                     containers: vec![container],
+                    volumes: Some(vec![podinfo_volume()]),
                     security_context: Some(PodSecurityContext {
                         run_as_user: Some(RUN_AS),
                         run_as_group: Some(RUN_AS),
@@ -423,6 +449,28 @@ fn volume_permissions(postgres: &Container) -> Container {
     }
 }
 
+const PODINFO_VOLUME: &str = "podinfo";
+
+/// The downward-API volume with the pod's role label as the file `role` (empty until
+/// bosun sets it).
+fn podinfo_volume() -> Volume {
+    Volume {
+        name: PODINFO_VOLUME.to_owned(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "role".to_owned(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: format!("metadata.labels['{ROLE_LABEL}']"),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..DownwardAPIVolumeFile::default()
+            }]),
+            ..DownwardAPIVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
 /// The storage a StatefulSet's data claim template requests.
 pub fn template_storage(sts: &StatefulSet) -> Option<&str> {
     let claim = sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.name_any() == DATA_VOLUME)?;
@@ -448,7 +496,7 @@ fn service(db: &PostgreSQL, name: String, selector: BTreeMap<String, String>, he
     }
 }
 
-/// The Services of `db`: `<name>` (the primary, instance 0), `<name>-headless` (the
+/// The Services of `db`: `<name>` (the pod labelled primary), `<name>-headless` (the
 /// StatefulSet's) and, with more than one replica, `<name>-ro` (the standbys).
 pub fn desired_services(db: &PostgreSQL) -> Vec<Service> {
     let with = |key: &str, value: String| {
@@ -457,18 +505,13 @@ pub fn desired_services(db: &PostgreSQL) -> Vec<Service> {
         selector
     };
     let mut services = vec![
-        service(db, db.name_any(), with(POD_NAME_LABEL, pod_name(db, 0)), false),
+        service(db, db.name_any(), with(ROLE_LABEL, ROLE_PRIMARY.to_owned()), false),
         service(db, headless_name(db), labels(db), true),
     ];
     if db.spec.replicas > 1 {
         services.push(service(db, read_only_name(db), with(ROLE_LABEL, ROLE_REPLICA.to_owned()), false));
     }
     services
-}
-
-/// The role label instance `pod` should carry: `primary` for ordinal 0.
-pub fn role_of(db: &PostgreSQL, pod: &str) -> &'static str {
-    if pod == pod_name(db, 0) { ROLE_PRIMARY } else { ROLE_REPLICA }
 }
 
 /// Where the dumps go: the spec's destination, or the claim `<name>-backups`.
@@ -664,6 +707,9 @@ pub struct Observed<'a> {
     pub backup_conflict: Option<&'a str>,
     /// Why an instance cannot start ([`crate::pods`]), when one cannot.
     pub stuck: Option<&'a str>,
+    /// The primary ([`crate::failover`]) and the last change of primary.
+    pub primary: Option<&'a str>,
+    pub last_change: Option<&'a PrimaryChange>,
 }
 
 /// The status a PostgreSQL should have.
@@ -711,6 +757,8 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         phase: Some(phase),
         ready_replicas,
         endpoint: Some(endpoint(db)),
+        current_primary: observed.primary.map(str::to_owned).or_else(|| previous_status(db)?.current_primary.clone()),
+        last_primary_change: observed.last_change.cloned().or_else(|| previous_status(db)?.last_primary_change.clone()),
         secret_name: Some(secret_name(db)),
         conditions: conditions::merge(
             previous,
@@ -719,6 +767,10 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
             now,
         ),
     }
+}
+
+fn previous_status(db: &PostgreSQL) -> Option<&PostgreSQLStatus> {
+    db.status.as_ref()
 }
 
 fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<&str>) -> Desired {
@@ -752,26 +804,27 @@ fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<
     }
 }
 
-/// The script every instance starts through (`bash -c SCRIPT bootstrap COMMAND...`).
+/// The instance manager every instance runs as its first process
+/// (`bash -c SCRIPT bosun-instance COMMAND...`, COMMAND being the image's entrypoint and
+/// the server's arguments, to which it adds `primary_conninfo`); see the module's
+/// documentation for what it does with its role. A replica clones into a sibling
+/// directory first and moves it into place whole, so an interrupted clone is started
+/// over, never started. A non-empty `$PGDATA` without a cluster is refused, not
+/// cleared. It exits when postgres exits on its own (the container restarts, and a
+/// crash loop is visible as one); it stops postgres fast on SIGTERM.
 ///
-/// Instance 0, and any instance whose data directory already holds a cluster, runs
-/// COMMAND (the image's entrypoint) as it is. Any other instance first clones the
-/// primary into `$PGDATA` with `pg_basebackup -R`, which leaves a `standby.signal` and
-/// the primary's connection, so it starts as a streaming hot standby. The clone goes
-/// into a sibling directory first and is moved into place whole, so an interrupted
-/// clone is started over, never started. A non-empty `$PGDATA` without a cluster is
-/// refused, not cleared.
-///
-/// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT`, `REPLICATION_USER`,
-/// `REPLICATION_PASSWORD`; the ordinal is `BOSUN_ORDINAL` or the end of `HOSTNAME`.
-pub fn bootstrap_script() -> String {
-    include_str!("scripts/postgres-bootstrap.sh").to_owned()
+/// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT` (the read-write Service),
+/// `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`, `REPLICATION_PASSWORD`,
+/// `BOSUN_ROLE_FILE` (the role), `BOSUN_PGPASS` (where it writes the passfile its
+/// connections use, `/tmp/bosun.pgpass`).
+pub fn instance_script() -> String {
+    include_str!("scripts/postgres-instance.sh").to_owned()
 }
 
-/// The primary's setup (its `postStart` hook): once the server accepts connections
-/// on its socket, and only on a primary, set the superuser's password from
-/// `POSTGRES_PASSWORD` (so a password edited in the Secret takes effect on the next
-/// start), create or update the replication role `REPLICATION_USER` with
+/// The primary's setup (each instance's `postStart` hook; a standby has nothing to
+/// do): once the server accepts connections on its socket, set the superuser's
+/// password from `POSTGRES_PASSWORD` (so a password edited in the Secret takes effect
+/// on the next start), create or update the replication role `REPLICATION_USER` with
 /// `REPLICATION_PASSWORD`, and admit its replication connections in `pg_hba.conf`.
 /// Idempotent. Retries until `BOSUN_SETUP_TIMEOUT` seconds (600) have passed, then
 /// gives up with a message — never failing the hook, which would kill the server.
@@ -779,9 +832,9 @@ pub fn bootstrap_script() -> String {
 /// Environment: `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`,
 /// `REPLICATION_PASSWORD` (empty: no replication role), `PGPORT`, `PGHOST` (the socket
 /// directory, `/var/run/postgresql`), `BOSUN_SETUP_LOG` (where messages go: the
-/// server's stderr, `/proc/1/fd/2`, so `kubectl logs` shows them).
-pub fn primary_setup_script() -> String {
-    include_str!("scripts/postgres-primary-setup.sh").to_owned()
+/// first process's stderr, `/proc/1/fd/2`, so `kubectl logs` shows them).
+pub fn setup_script() -> String {
+    include_str!("scripts/postgres-setup.sh").to_owned()
 }
 
 #[cfg(test)]
@@ -927,9 +980,17 @@ mod tests {
     }
 
     #[test]
-    fn wal_is_kept_with_the_setting_of_the_version() {
-        assert!(server_args(Version::V12).contains(&"wal_keep_segments=64".to_owned()));
-        assert!(server_args(Version::V13).contains(&"wal_keep_size=1GB".to_owned()));
+    fn wal_is_kept_with_the_setting_of_the_version_and_synchronous_standbys_as_asked() {
+        let args = |spec: &str| server_args(&db(spec));
+        assert!(args(r#"{version: "12", storage: 1Gi}"#).contains(&"wal_keep_segments=64".to_owned()));
+        let thirteen = args(r#"{version: "13", storage: 1Gi}"#);
+        assert!(thirteen.contains(&"wal_keep_size=1GB".to_owned()));
+        assert!(thirteen.contains(&"wal_log_hints=on".to_owned()), "a former primary can be rewound");
+        assert!(!thirteen.iter().any(|a| a.starts_with("synchronous_standby_names")));
+        let sync = args(r#"{version: "15", storage: 1Gi, replicas: 3, synchronous: {number: 1}}"#);
+        assert!(sync.contains(&"synchronous_standby_names=ANY 1 (*)".to_owned()), "{sync:?}");
+        let alone = args(r#"{version: "15", storage: 1Gi, replicas: 1, synchronous: {number: 1}}"#);
+        assert!(!alone.iter().any(|a| a.starts_with("synchronous_standby_names")), "no standby to wait for");
     }
 
     #[test]
@@ -937,13 +998,11 @@ mod tests {
         let one = desired_services(&example());
         assert_eq!(one.iter().map(|s| s.name_any()).collect::<Vec<_>>(), ["test-db", "test-db-headless"]);
         let selector = |s: &Service| s.spec.as_ref().unwrap().selector.clone().unwrap();
-        assert_eq!(selector(&one[0])[POD_NAME_LABEL], "test-db-0");
+        assert_eq!(selector(&one[0])[ROLE_LABEL], ROLE_PRIMARY, "whichever instance bosun made the primary");
         assert_eq!(one[1].spec.as_ref().unwrap().cluster_ip.as_deref(), Some("None"));
         let three = desired_services(&db(r#"{version: "14", storage: 1Gi, replicas: 3}"#));
         assert_eq!(three[2].name_any(), "test-db-ro");
         assert_eq!(selector(&three[2])[ROLE_LABEL], ROLE_REPLICA);
-        assert_eq!(role_of(&example(), "test-db-0"), ROLE_PRIMARY);
-        assert_eq!(role_of(&example(), "test-db-2"), ROLE_REPLICA);
     }
 
     #[test]
@@ -1090,36 +1149,51 @@ mod tests {
 
     #[test]
     fn the_scripts_are_valid_bash() {
-        for script in [bootstrap_script(), primary_setup_script()] {
+        for script in [instance_script(), setup_script()] {
             let out = std::process::Command::new("bash").args(["-n", "-c", &script]).output().expect("bash");
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         }
     }
 
+    /// The instance script with `role` in its role file and `pgdata`, running `echo started`.
+    fn instance(dir: &std::path::Path, role: &str, pgdata: &str) -> std::process::Output {
+        std::fs::write(dir.join("role"), role).unwrap();
+        std::process::Command::new("bash")
+            .args(["-c", &instance_script(), "bosun-instance", "echo", "started"])
+            .env("BOSUN_ROLE_FILE", dir.join("role"))
+            .env("BOSUN_PGPASS", dir.join("pgpass"))
+            .env("PGDATA", dir.join(pgdata))
+            .envs([("POSTGRES_USER", "postgres"), ("POSTGRES_PASSWORD", "p:w"), ("REPLICATION_USER", "replicator")])
+            .envs([("REPLICATION_PASSWORD", "x"), ("PRIMARY_HOST", "db"), ("PRIMARY_PORT", "5432")])
+            .output()
+            .expect("bash")
+    }
+
     #[test]
-    fn the_bootstrap_runs_the_command_as_it_is_on_the_primary_and_on_existing_data() {
-        let dir = std::env::temp_dir().join(format!("bosun-bootstrap-{}", std::process::id()));
+    fn the_instance_runs_the_command_as_a_primary_and_as_a_standby_of_existing_data() {
+        let dir = std::env::temp_dir().join(format!("bosun-instance-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("pgdata")).unwrap();
         std::fs::write(dir.join("pgdata/PG_VERSION"), "15\n").unwrap();
-        for (ordinal, pgdata) in [("0", "empty"), ("2", "pgdata")] {
-            let out = std::process::Command::new("bash")
-                .args(["-c", &bootstrap_script(), "bootstrap", "echo", "started"])
-                .env("BOSUN_ORDINAL", ordinal)
-                .env("PGDATA", dir.join(pgdata))
-                .output()
-                .expect("bash");
-            assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n", "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(dir.join("pgdata/standby.signal"), "").unwrap();
+        for (role, pgdata) in [("primary", "empty"), ("replica", "pgdata")] {
+            let out = instance(&dir, role, pgdata);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                stdout.starts_with("started -c primary_conninfo=host=db port=5432 user=replicator passfile="),
+                "{role}: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
+        let pgpass = std::fs::read_to_string(dir.join("pgpass")).unwrap();
+        assert!(pgpass.contains("*:*:*:postgres:p\\:w\n"), "a ':' in a password is escaped: {pgpass}");
+        // A primary whose data was a standby's starts out of recovery.
+        let out = instance(&dir, "primary", "pgdata");
+        assert!(out.status.success());
+        assert!(!dir.join("pgdata/standby.signal").exists());
         // A standby whose directory holds something else is refused, not cleared.
         std::fs::create_dir_all(dir.join("other")).unwrap();
         std::fs::write(dir.join("other/keep"), "x").unwrap();
-        let out = std::process::Command::new("bash")
-            .args(["-c", &bootstrap_script(), "bootstrap", "echo", "started"])
-            .env("BOSUN_ORDINAL", "1")
-            .env("PGDATA", dir.join("other"))
-            .env("REPLICATION_PASSWORD", "x")
-            .output()
-            .expect("bash");
+        let out = instance(&dir, "replica", "other");
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("left as it is"));
         assert!(dir.join("other/keep").exists());

@@ -277,7 +277,15 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
     });
     let mut pg = PostgreSQL::new(
         &plan.database_name(),
-        PostgreSQLSpec { version, storage: db.storage.clone(), replicas: db.replicas, backup, deletion_policy: None },
+        PostgreSQLSpec {
+            version,
+            storage: db.storage.clone(),
+            replicas: db.replicas,
+            failover_delay: None,
+            synchronous: None,
+            backup,
+            deletion_policy: None,
+        },
     );
     pg.metadata = meta(owner, plan, plan.database_name(), DATABASE_COMPONENT);
     Some(pg)

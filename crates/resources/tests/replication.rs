@@ -1,15 +1,21 @@
-//! The replication scripts of the PostgreSQL StatefulSet, run on the host against
-//! Debian's PostgreSQL 15 binaries: a primary set up with the generated setup script,
-//! a standby bootstrapped with the generated bootstrap script, and a row written on
-//! the primary read on the standby — real streaming replication, no cluster needed.
+//! The instance scripts of the PostgreSQL StatefulSet, run on the host against
+//! Debian's PostgreSQL 15 binaries, each instance under the instance manager with its
+//! role in a file (as the pod's downward-API file) and a TCP forwarder standing for the
+//! read-write Service: a primary set up with the setup script, a standby cloned from
+//! it, rows streamed; then the primary killed, the standby made primary (it promotes
+//! itself), the old primary started again as a replica (rewound, it follows the new
+//! timeline); then a switchover back (the running primary made a replica stops and
+//! rejoins) — real streaming replication, no cluster needed.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_resources::postgresql::{bootstrap_script, primary_setup_script};
+use bosun_resources::postgresql::{instance_script, setup_script};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PASSWORD: &str = "Sup3r-secret";
@@ -63,9 +69,11 @@ impl Drop for Server {
     }
 }
 
-fn start(dir: &Path, pgdata: &Path, port: u16, via_bootstrap: Option<&[(&str, String)]>) -> Server {
+/// An instance on `port` under the instance manager, reading its role from
+/// `dir/role-<port>`, its primary behind `service`.
+fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
     let log = dir.join(format!("server-{port}.log"));
-    let file = std::fs::File::create(&log).unwrap();
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
     let postgres = format!("{BIN}/postgres");
     let port_s = port.to_string();
     let server_args = [
@@ -77,28 +85,57 @@ fn start(dir: &Path, pgdata: &Path, port: u16, via_bootstrap: Option<&[(&str, St
         dir.to_str().unwrap(),
         "-c",
         "listen_addresses=127.0.0.1",
+        "-c",
+        "wal_log_hints=on",
+        "-c",
+        "wal_keep_size=1GB",
     ];
-    let mut c = match via_bootstrap {
-        // The standby starts as in its pod: `bash -c BOOTSTRAP bootstrap postgres …`.
-        Some(env) => {
-            let mut c = command("bash");
-            c.args(["-c", &bootstrap_script(), "bootstrap", &postgres]).args(server_args).envs(env.iter().cloned());
-            c
-        }
-        None => {
-            let mut c = command(&postgres);
-            c.args(server_args);
-            c
-        }
-    };
-    let child = c
+    let child = command("bash")
+        .args(["-c", &instance_script(), "bosun-instance", &postgres])
+        .args(server_args)
         .env("PATH", path_env())
         .env("PGDATA", pgdata)
+        .env("BOSUN_ROLE_FILE", role_file(dir, port))
+        .env("BOSUN_PGPASS", dir.join(format!("pgpass-{port}")))
+        .envs([("POSTGRES_USER", "postgres"), ("POSTGRES_PASSWORD", PASSWORD), ("REPLICATION_USER", "replicator")])
+        .envs([("REPLICATION_PASSWORD", REPLICATION_PASSWORD), ("PRIMARY_HOST", "127.0.0.1")])
+        .env("PRIMARY_PORT", service.to_string())
         .stdout(file.try_clone().unwrap())
         .stderr(file)
         .spawn()
-        .expect("start postgres");
+        .expect("start the instance");
     Server { child, log }
+}
+
+fn role_file(dir: &Path, port: u16) -> PathBuf {
+    dir.join(format!("role-{port}"))
+}
+
+/// Give the instance on `port` its role, as bosun's label would.
+fn set_role(dir: &Path, port: u16, role: &str) {
+    let path = role_file(dir, port);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, role).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}
+
+/// A TCP forwarder on a free port to whichever port `target` holds: the read-write
+/// Service, moved by the test as bosun moves the primary label.
+fn service(target: Arc<AtomicU16>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", target.load(Ordering::SeqCst))) else { continue };
+            for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    port
 }
 
 /// `psql` over TCP with a password, as a client in another pod would connect.
@@ -124,10 +161,14 @@ fn wait_until(what: &str, server: &Server, timeout: Duration, mut done: impl FnM
     }
 }
 
+fn in_recovery(port: u16) -> String {
+    ok(sql(port, "postgres", PASSWORD, "SELECT pg_is_in_recovery()"), "pg_is_in_recovery")
+}
+
 #[test]
-fn a_row_written_on_the_primary_is_read_on_the_standby() {
+fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert!(
-        Path::new(BIN).join("pg_basebackup").exists(),
+        Path::new(BIN).join("pg_rewind").exists(),
         "PostgreSQL 15 is not installed at {BIN} (hack/prerequisites.sh installs it)"
     );
     let dir = std::env::temp_dir().join(format!("bosun-replication-{}", std::process::id()));
@@ -136,34 +177,35 @@ fn a_row_written_on_the_primary_is_read_on_the_standby() {
     if running_as_root() {
         ok(Command::new("chown").args(["postgres:postgres", dir.to_str().unwrap()]).output().unwrap(), "chown");
     }
-    let primary_data = dir.join("primary");
-    let standby_data = dir.join("standby/pgdata");
-    ok(command("mkdir").args(["-p", dir.join("standby").to_str().unwrap()]).output().unwrap(), "mkdir");
+    let a_data = dir.join("a/pgdata");
+    let b_data = dir.join("b/pgdata");
+    ok(
+        command("mkdir")
+            .args(["-p", dir.join("a").to_str().unwrap(), dir.join("b").to_str().unwrap()])
+            .output()
+            .unwrap(),
+        "mkdir",
+    );
 
-    // The primary as the image's entrypoint makes it: local connections trusted, TCP
-    // by password — and no password yet: the setup script sets it.
+    // Instance a, the first primary, as the image's entrypoint makes it: local
+    // connections trusted, TCP by password — and no password yet: setup sets it.
     let init = command(&format!("{BIN}/initdb"))
-        .args([
-            "-D",
-            primary_data.to_str().unwrap(),
-            "-U",
-            "postgres",
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-        ])
+        .args(["-D", a_data.to_str().unwrap(), "-U", "postgres", "--auth-local=trust", "--auth-host=scram-sha-256"])
         .args(["--no-sync", "-E", "UTF8", "--locale=C"])
         .output()
         .unwrap();
     ok(init, "initdb");
-    let (p1, p2) = (free_port(), free_port());
-    let primary = start(&dir, &primary_data, p1, None);
+    let (pa, pb) = (free_port(), free_port());
+    let target = Arc::new(AtomicU16::new(pa));
+    let svc = service(target.clone());
+    set_role(&dir, pa, "primary");
+    let a = start(&dir, &a_data, pa, svc);
 
-    let setup = || {
+    let setup = |port: u16| {
         command("bash")
-            .args(["-c", &primary_setup_script()])
+            .args(["-c", &setup_script()])
             .env("PATH", path_env())
             .envs([
-                ("BOSUN_ORDINAL", "0"),
                 ("BOSUN_SETUP_LOG", "/dev/stderr"),
                 ("BOSUN_SETUP_TIMEOUT", "60"),
                 ("POSTGRES_USER", "postgres"),
@@ -171,21 +213,21 @@ fn a_row_written_on_the_primary_is_read_on_the_standby() {
                 ("REPLICATION_USER", "replicator"),
                 ("REPLICATION_PASSWORD", REPLICATION_PASSWORD),
                 ("PGHOST", dir.to_str().unwrap()),
-                ("PGPORT", &p1.to_string()),
+                ("PGPORT", &port.to_string()),
             ])
             .output()
             .unwrap()
     };
-    let first = setup();
+    let first = setup(pa);
     let log = String::from_utf8_lossy(&first.stderr).into_owned();
-    ok(first, "the primary setup script");
+    ok(first, "the setup script");
     assert!(log.contains("passwords and the replication role are set"), "{log}");
     // The superuser's password is the one from the environment (the Secret).
-    assert_eq!(ok(sql(p1, "postgres", PASSWORD, "SELECT 1"), "login with the password"), "1");
-    assert!(!sql(p1, "postgres", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
+    assert_eq!(ok(sql(pa, "postgres", PASSWORD, "SELECT 1"), "login with the password"), "1");
+    assert!(!sql(pa, "postgres", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
     ok(
         sql(
-            p1,
+            pa,
             "postgres",
             PASSWORD,
             "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'before')",
@@ -193,42 +235,73 @@ fn a_row_written_on_the_primary_is_read_on_the_standby() {
         "write",
     );
 
-    // The standby: an empty data directory, cloned by the bootstrap script.
-    let env = [
-        ("BOSUN_ORDINAL", "1".to_owned()),
-        ("PRIMARY_HOST", "127.0.0.1".to_owned()),
-        ("PRIMARY_PORT", p1.to_string()),
-        ("REPLICATION_USER", "replicator".to_owned()),
-        ("REPLICATION_PASSWORD", REPLICATION_PASSWORD.to_owned()),
-    ];
-    let standby = start(&dir, &standby_data, p2, Some(&env));
-    wait_until("the standby to accept connections", &standby, Duration::from_secs(60), || {
-        sql(p2, "postgres", PASSWORD, "SELECT 1").status.success()
+    // Instance b: no role yet (a new pod) starts nothing; then a replica, it clones
+    // the primary behind the Service.
+    let mut b = start(&dir, &b_data, pb, svc);
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!b_data.exists(), "an instance without a role started something");
+    set_role(&dir, pb, "replica");
+    wait_until("the standby to accept connections", &b, Duration::from_secs(60), || {
+        sql(pb, "postgres", PASSWORD, "SELECT 1").status.success()
     });
-    assert_eq!(ok(sql(p2, "postgres", PASSWORD, "SELECT pg_is_in_recovery()"), "recovery"), "t");
-    assert!(standby_data.join("standby.signal").exists(), "pg_basebackup -R wrote no standby.signal");
-    assert!(!dir.join("standby/pgdata.partial").exists());
+    assert_eq!(in_recovery(pb), "t");
+    assert!(!dir.join("b/pgdata.partial").exists());
 
     // Streaming: a row written on the primary after the clone shows on the standby.
-    ok(sql(p1, "postgres", PASSWORD, "INSERT INTO t VALUES (2, 'after')"), "write after the clone");
-    wait_until("the row on the standby", &standby, Duration::from_secs(30), || {
-        sql(p2, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 2").stdout == b"after\n"
+    ok(sql(pa, "postgres", PASSWORD, "INSERT INTO t VALUES (2, 'after')"), "write after the clone");
+    wait_until("the row on the standby", &b, Duration::from_secs(30), || {
+        sql(pb, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 2").stdout == b"after\n"
     });
-    // A hot standby is read-only.
-    assert!(!sql(p2, "postgres", PASSWORD, "INSERT INTO t VALUES (9, 'x')").status.success());
-    let senders = ok(sql(p1, "postgres", PASSWORD, "SELECT usename, state FROM pg_stat_replication"), "senders");
-    assert_eq!(senders, "replicator|streaming");
+    assert!(!sql(pb, "postgres", PASSWORD, "INSERT INTO t VALUES (9, 'x')").status.success(), "a standby wrote");
+    let senders = ok(
+        sql(pa, "postgres", PASSWORD, "SELECT usename, state, application_name FROM pg_stat_replication"),
+        "senders",
+    );
+    assert!(senders.starts_with("replicator|streaming|"), "{senders}");
+    // Setup on a standby does nothing and says nothing.
+    let on_standby = setup(pb);
+    assert!(String::from_utf8_lossy(&on_standby.stderr).is_empty(), "{on_standby:?}");
 
-    // Running the setup again (every start of the primary does) changes nothing: the
-    // hba line is not added twice, and the standby keeps streaming.
-    ok(setup(), "the primary setup script, again");
-    ok(sql(p1, "postgres", PASSWORD, "INSERT INTO t VALUES (3, 'again')"), "write after the second setup");
-    wait_until("the third row on the standby", &standby, Duration::from_secs(30), || {
-        sql(p2, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 3").stdout == b"again\n"
+    // Failover: a's postmaster killed (its instance manager exits, as its container
+    // would); b made the primary promotes itself; the Service moves to it.
+    let postmaster = std::fs::read_to_string(a_data.join("postmaster.pid")).unwrap();
+    let postmaster = postmaster.lines().next().unwrap().to_owned();
+    ok(Command::new("kill").args(["-9", &postmaster]).output().unwrap(), "kill -9");
+    drop(a);
+    set_role(&dir, pb, "primary");
+    wait_until("b to promote itself", &b, Duration::from_secs(30), || in_recovery(pb) == "f");
+    target.store(pb, Ordering::SeqCst);
+    ok(sql(pb, "postgres", PASSWORD, "INSERT INTO t VALUES (3, 'on b')"), "write on the new primary");
+
+    // The old primary returns as a replica: rewound onto b's timeline, it streams.
+    set_role(&dir, pa, "replica");
+    let a = start(&dir, &a_data, pa, svc);
+    wait_until("a to stream from b", &a, Duration::from_secs(60), || {
+        sql(pa, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 3").stdout == b"on b\n"
     });
-    drop(standby);
-    drop(primary);
-    let hba = std::fs::read_to_string(primary_data.join("pg_hba.conf")).unwrap();
+    assert_eq!(in_recovery(pa), "t", "the old primary accepts writes");
+    let log = std::fs::read_to_string(&a.log).unwrap();
+    assert!(log.contains("rewinding it with pg_rewind") && log.contains("rewound; starting as a hot standby"), "{log}");
+
+    // Switchover back: b made a replica stops and waits for a primary; a made the
+    // primary promotes; the Service moves; b rejoins a.
+    set_role(&dir, pb, "replica");
+    wait_until("b to stop as the primary", &b, Duration::from_secs(30), || {
+        !sql(pb, "postgres", PASSWORD, "SELECT 1").status.success()
+    });
+    set_role(&dir, pa, "primary");
+    wait_until("a to promote itself", &a, Duration::from_secs(30), || in_recovery(pa) == "f");
+    target.store(pa, Ordering::SeqCst);
+    ok(sql(pa, "postgres", PASSWORD, "INSERT INTO t VALUES (4, 'on a again')"), "write after the switchover");
+    wait_until("b to stream from a", &b, Duration::from_secs(60), || {
+        sql(pb, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 4").stdout == b"on a again\n"
+    });
+    assert_eq!(in_recovery(pb), "t");
+    assert_eq!(ok(sql(pb, "postgres", PASSWORD, "SELECT count(*) FROM t"), "count"), "4", "every row survives");
+    assert!(b.child.try_wait().unwrap().is_none(), "b's instance manager ran on through its demotion");
+    drop(b);
+    drop(a);
+    let hba = std::fs::read_to_string(a_data.join("pg_hba.conf")).unwrap();
     assert_eq!(hba.matches("host replication replicator all md5").count(), 1, "{hba}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,13 +1,17 @@
 set -uo pipefail
 out=${BOSUN_SETUP_LOG:-/proc/1/fd/2}
 log() { echo "bosun-setup: $*" >>"$out" 2>/dev/null || echo "bosun-setup: $*" >&2; }
-ordinal=${BOSUN_ORDINAL:-${HOSTNAME##*-}}
-[ "$ordinal" = 0 ] || exit 0
 export PGHOST=${PGHOST:-/var/run/postgresql} PGPORT=${PGPORT:-5432}
 q() { psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
+standby=
 setup() {
+  local recovery
   pg_isready -q || return 1
-  [ "$(q -tAc 'SELECT pg_is_in_recovery()')" = f ] || return 1
+  recovery=$(q -tAc 'SELECT pg_is_in_recovery()') || return 1
+  if [ "$recovery" = t ]; then
+    standby=1
+    return 0
+  fi
   q -v user="$POSTGRES_USER" -v password="$POSTGRES_PASSWORD" <<'SQL' || return 1
 ALTER ROLE :"user" WITH PASSWORD :'password';
 SQL
@@ -32,4 +36,5 @@ until setup; do
   fi
   sleep 1
 done
-log "passwords and the replication role are set"
+# A standby has its primary's roles and pg_hba.conf: nothing to set.
+[ -n "$standby" ] || log "passwords and the replication role are set"

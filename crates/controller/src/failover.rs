@@ -1,0 +1,164 @@
+//! The primary of a PostgreSQL: which instance it is, failover when it is lost, and
+//! the role labels the instances act on.
+//!
+//! Stage of the PostgreSQL pipeline: assess the pods ([`build::assess`]) → when the
+//! primary is lost, ask each Ready standby for its WAL position → persist the decision
+//! (`status.currentPrimary`, before any label moves) → move the labels, the old
+//! primary's first → promote the new primary (its instance also promotes itself on
+//! its label, so a bosun that dies here has still done enough) → event and metrics.
+//! Every step after the decision is idempotent, so a restarted bosun finishes it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bosun_api::postgresql::{PostgreSQL, PrimaryChange};
+use bosun_resources::failover::{self as build, POSITION_SQL, PROMOTE_SQL, Position};
+use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::apply::merge_into;
+use crate::children::Owned;
+use crate::context::Context;
+use crate::error::Error;
+use crate::instances;
+use crate::status::update_status;
+
+/// How long a standby may take to say where it is in the WAL.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The primary after this stage.
+#[derive(Clone, Debug, Default)]
+pub struct Primary {
+    pub name: String,
+    /// When to look again: a primary not ready, not yet for `spec.failoverDelay`.
+    pub recheck: Option<Duration>,
+    /// The change of primary this stage made, if it made one.
+    pub change: Option<PrimaryChange>,
+}
+
+/// The pods of `db`'s instances.
+pub fn instance_pods(db: &PostgreSQL, pods: &Owned<Pod>) -> Vec<Arc<Pod>> {
+    let instance = db.name_any();
+    let mut mine = pods.matching(|p| {
+        p.namespace() == db.namespace() && p.labels().get("app.kubernetes.io/instance") == Some(&instance)
+    });
+    mine.sort_by_key(|p| p.name_any());
+    mine
+}
+
+/// Keep `db`'s primary, or replace it when it is lost; label every instance's role.
+pub async fn ensure(
+    controller: &'static str,
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &Owned<Pod>,
+    now: Timestamp,
+) -> Result<Primary, Error> {
+    let mine = instance_pods(db, pods);
+    let refs: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
+    let assessment = build::assess(db, &refs, now);
+    if let Some(intended) = &assessment.abandoned {
+        info!(db = %db.name_any(), intended, kept = %assessment.primary, "a change of primary that moved no label is abandoned: the labelled primary is ready");
+    }
+    let mut primary = Primary { name: assessment.primary.clone(), recheck: assessment.recheck, change: None };
+    if let Some(reason) = &assessment.lost {
+        match most_advanced(db, ctx, &assessment.candidates).await {
+            Some(to) => {
+                let change = fail_over(controller, db, ctx, &refs, &primary.name, &to, reason, now).await?;
+                primary.name = to;
+                primary.change = Some(change);
+            }
+            None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
+        }
+    }
+    label(ctx, &refs, &primary.name).await?;
+    Ok(primary)
+}
+
+/// Ask each candidate where it is in the WAL and pick the one with the most; one that
+/// does not answer is not a candidate.
+async fn most_advanced(db: &PostgreSQL, ctx: &Context, candidates: &[String]) -> Option<String> {
+    let ns = db.namespace().unwrap_or_default();
+    let asks = candidates.iter().map(|name| {
+        let ns = ns.clone();
+        async move {
+            let answer = instances::sql(&ctx.client, &ns, name, CONTAINER, POSITION_SQL, ASK_TIMEOUT).await;
+            (name.clone(), answer)
+        }
+    });
+    let mut positions = Vec::new();
+    for (name, answer) in futures::future::join_all(asks).await {
+        match answer.as_deref().map(Position::parse) {
+            Ok(Some(position)) => positions.push((name, position)),
+            Ok(None) => warn!(standby = %name, ?answer, "a standby's WAL position does not parse"),
+            Err(err) => warn!(standby = %name, %err, "a standby did not say where it is in the WAL"),
+        }
+    }
+    build::most_advanced(&positions).map(str::to_owned)
+}
+
+/// Replace the primary `from` with the standby `to`.
+#[allow(clippy::too_many_arguments)] // the steps of one decision, all of it needed
+async fn fail_over(
+    controller: &'static str,
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &[&Pod],
+    from: &str,
+    to: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Result<PrimaryChange, Error> {
+    let clock = Instant::now();
+    let mut change = PrimaryChange {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        kind: "Failover".to_owned(),
+        reason: reason.to_owned(),
+        started: now.to_string(),
+        seconds: None,
+    };
+    // The decision first: whatever happens next, a restarted bosun finishes it.
+    let mut status = db.status.clone().unwrap_or_default();
+    status.current_primary = Some(to.to_owned());
+    status.last_primary_change = Some(change.clone());
+    update_status(ctx, controller, db, &status).await?;
+    label(ctx, pods, to).await?;
+    let ns = db.namespace().unwrap_or_default();
+    if let Err(err) = instances::sql(&ctx.client, &ns, to, CONTAINER, PROMOTE_SQL, instances::TIMEOUT).await {
+        // Its instance promotes itself on its label: this was the fast path.
+        warn!(db = %db.name_any(), primary = to, %err, "promoting the new primary directly failed");
+    }
+    let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    change.seconds = Some(seconds);
+    ctx.metrics.primary_changed(controller, "Failover", seconds);
+    let pod = ObjectRef::<Pod>::new(to).within(&ns).into();
+    ctx.events.primary_changed(
+        &db.object_ref(&()),
+        pod,
+        "FailedOver",
+        format!("failed over from {from} to {to} in {seconds:.1}s: {reason}"),
+    );
+    info!(db = %db.name_any(), from, to, reason, seconds, "failed over");
+    Ok(change)
+}
+
+/// Label each instance's role so that `primary` alone is the primary, the others'
+/// labels first. A pod replaced meanwhile is left to its successor's event.
+async fn label(ctx: &Context, pods: &[&Pod], primary: &str) -> Result<(), Error> {
+    for (pod, role) in build::relabels(pods, primary) {
+        let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
+        match merge_into::<PostgreSQL, _>(ctx, pod, patch).await {
+            Err(err) if err.is_precondition_failed() => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}

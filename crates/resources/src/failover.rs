@@ -1,0 +1,330 @@
+//! Which instance of a PostgreSQL is its primary, when that primary is lost, and
+//! which standby takes its place: pure decisions from the pods and from the WAL
+//! positions the controller asks of each standby.
+//!
+//! ```text
+//!  status.currentPrimary (the intent) + pods ──assess──▶ primary, lost?, candidates, recheck
+//!  candidates' (in recovery, received, replayed) ──most_advanced──▶ the one to promote
+//!  primary + pods ──relabels──▶ role labels to patch, the old primary's first
+//! ```
+//!
+//! The role label is what instances act on and what the read-write Service selects;
+//! `status.currentPrimary` is bosun's decision, written before any label moves, so a
+//! bosun restarted in the middle of a change finishes it. A change whose labels never
+//! moved (the old primary still holds its label and is Ready again) is abandoned in
+//! favour of the instance that holds the label: a label once given is only ever taken
+//! away by bosun, so that instance has been the one primary all along.
+
+use std::time::Duration;
+
+use bosun_api::postgresql::PostgreSQL;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::postgresql::{DEFAULT_FAILOVER_DELAY, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA, pod_name};
+
+/// `spec.failoverDelay` (the schema admits only `<digits>(ms|s|m|h)`).
+pub fn failover_delay(db: &PostgreSQL) -> Duration {
+    let text = db.spec.failover_delay.as_deref().unwrap_or(DEFAULT_FAILOVER_DELAY);
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().unwrap_or(30);
+    match unit {
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => Duration::from_secs(n),
+    }
+}
+
+/// What the pods say about the primary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// The instance that is (or is to be) the primary, before any failover.
+    pub primary: String,
+    /// Why that primary is lost, when it is.
+    pub lost: Option<String>,
+    /// Standbys that may take its place: Ready, labelled replica, not being deleted.
+    pub candidates: Vec<String>,
+    /// When to look again without an event: the primary is not Ready, not for long
+    /// enough yet.
+    pub recheck: Option<Duration>,
+    /// `status.currentPrimary` named another instance whose change never moved a
+    /// label; the instance holding the label stays.
+    pub abandoned: Option<String>,
+}
+
+fn role(pod: &Pod) -> Option<&str> {
+    pod.labels().get(ROLE_LABEL).map(String::as_str)
+}
+
+fn deleting(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// The pod's Ready condition: whether it is True and since when it has been what it is.
+fn readiness(pod: &Pod) -> (bool, Option<Timestamp>) {
+    let ready =
+        pod.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) => (c.status == "True", c.last_transition_time.as_ref().map(|t| t.0)),
+        None => (false, pod.metadata.creation_timestamp.as_ref().map(|t| t.0)),
+    }
+}
+
+/// Assess the primary of `db` among `pods` (its instances' pods) at `now`.
+pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
+    let recorded = db.status.as_ref().and_then(|s| s.current_primary.clone());
+    let mut primary = recorded.clone().unwrap_or_else(|| pod_name(db, 0));
+    let mut abandoned = None;
+    let holder = pods.iter().find(|p| role(p) == Some(ROLE_PRIMARY) && !deleting(p) && readiness(p).0);
+    if let Some(holder) = holder
+        && holder.name_any() != primary
+    {
+        abandoned = Some(std::mem::replace(&mut primary, holder.name_any()));
+    }
+    let candidates = pods
+        .iter()
+        .filter(|p| p.name_any() != primary && role(p) == Some(ROLE_REPLICA) && !deleting(p) && readiness(p).0)
+        .map(|p| p.name_any())
+        .collect();
+    let mut assessment = Assessment { primary, candidates, abandoned, ..Assessment::default() };
+    if db.spec.replicas <= 1 || recorded.is_none() {
+        // Nothing to fail over to, or no primary chosen yet (a new database).
+        return assessment;
+    }
+    let name = assessment.primary.clone();
+    let Some(pod) = pods.iter().find(|p| p.name_any() == name) else {
+        assessment.lost = Some(format!("the pod of the primary {name} is gone"));
+        return assessment;
+    };
+    if deleting(pod) {
+        assessment.lost = Some(format!("the pod of the primary {name} is being deleted"));
+        return assessment;
+    }
+    if role(pod).is_none() {
+        // A pod is labelled as soon as bosun sees it: one without a label is a new pod
+        // of the same name, the primary's old pod was deleted.
+        assessment.lost = Some(format!("the pod of the primary {name} was deleted and replaced"));
+        return assessment;
+    }
+    let (ready, since) = readiness(pod);
+    if !ready {
+        let delay = failover_delay(db);
+        let waited = since.map_or(Duration::ZERO, |s| now.duration_since(s).unsigned_abs());
+        if waited >= delay {
+            assessment.lost = Some(format!(
+                "the primary {name} has not been ready for {}s (spec.failoverDelay {})",
+                waited.as_secs(),
+                db.spec.failover_delay.as_deref().unwrap_or(DEFAULT_FAILOVER_DELAY)
+            ));
+        } else {
+            assessment.recheck = Some(delay - waited + Duration::from_millis(200));
+        }
+    }
+    assessment
+}
+
+/// Where a standby is in the WAL, as it answers [`POSITION_SQL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub in_recovery: bool,
+    /// The last WAL received and flushed to its disk (`None`: it never streamed).
+    pub received: Option<u64>,
+    pub replayed: Option<u64>,
+}
+
+/// What each candidate is asked, answering `t|0/3000148|0/3000148`.
+pub const POSITION_SQL: &str = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
+
+/// Promote a standby and wait (up to 60 s) until it accepts writes; a server already
+/// out of recovery answers `t` without promoting again.
+pub const PROMOTE_SQL: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_promote(true, 60) ELSE true END";
+
+/// An LSN as PostgreSQL prints it (`16/B374D848`).
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.trim().split_once('/')?;
+    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
+}
+
+impl Position {
+    /// Parse an answer to [`POSITION_SQL`].
+    pub fn parse(answer: &str) -> Option<Position> {
+        let mut fields = answer.trim().split('|');
+        let in_recovery = match fields.next()? {
+            "t" => true,
+            "f" => false,
+            _ => return None,
+        };
+        let received = fields.next().and_then(parse_lsn);
+        let replayed = fields.next().and_then(parse_lsn);
+        Some(Position { in_recovery, received, replayed })
+    }
+
+    /// How far its WAL goes: what it received (or, never having streamed, replayed).
+    fn reach(&self) -> u64 {
+        self.received.max(self.replayed).unwrap_or(0)
+    }
+}
+
+/// The standby to promote: in recovery, with the most WAL (then the most replayed,
+/// then the lowest name, so the choice is stable).
+pub fn most_advanced(positions: &[(String, Position)]) -> Option<&str> {
+    positions
+        .iter()
+        .filter(|(_, p)| p.in_recovery)
+        .max_by(|(a, pa), (b, pb)| {
+            pa.reach().cmp(&pb.reach()).then(pa.replayed.cmp(&pb.replayed)).then_with(|| b.cmp(a))
+        })
+        .map(|(name, _)| name.as_str())
+}
+
+/// The role labels to set so that `primary` alone is labelled primary: every other
+/// pod first (the old primary loses its label before the new one gets it, so the
+/// read-write Service never selects two), the primary last.
+pub fn relabels<'a>(pods: &[&'a Pod], primary: &str) -> Vec<(&'a Pod, &'static str)> {
+    let mut changes: Vec<(&Pod, &'static str)> = pods
+        .iter()
+        .filter(|p| !deleting(p))
+        .map(|p| (*p, if p.name_any() == primary { ROLE_PRIMARY } else { ROLE_REPLICA }))
+        .filter(|(p, want)| role(p) != Some(*want))
+        .collect();
+    changes.sort_by_key(|(_, want)| *want == ROLE_PRIMARY);
+    changes
+}
+
+/// How long ago `started` was, for the time a change of primary took.
+pub fn seconds_since(started: Timestamp, now: Timestamp) -> f64 {
+    let d: SignedDuration = now.duration_since(started);
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn db(replicas: i32, current: Option<&str>) -> PostgreSQL {
+        let mut value = json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "ns"},
+            "spec": {"version": "15", "storage": "1Gi", "replicas": replicas, "failoverDelay": "10s"},
+        });
+        if let Some(c) = current {
+            value["status"] = json!({"currentPrimary": c});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pod(name: &str, role: Option<&str>, ready: bool, since: &str) -> Pod {
+        let mut labels = json!({});
+        if let Some(r) = role {
+            labels[ROLE_LABEL] = json!(r);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}, "lastTransitionTime": since}]},
+        }))
+        .unwrap()
+    }
+
+    fn at(t: &str) -> Timestamp {
+        t.parse().unwrap()
+    }
+
+    const T0: &str = "2026-11-25T10:00:00Z";
+
+    #[test]
+    fn a_new_database_starts_with_instance_0_and_never_fails_over() {
+        let p0 = pod("db-0", None, false, T0);
+        let a = assess(&db(3, None), &[&p0], at("2026-11-25T11:00:00Z"));
+        assert_eq!(a.primary, "db-0");
+        assert_eq!(a.lost, None);
+    }
+
+    #[test]
+    fn a_primary_gone_deleted_or_replaced_is_lost_at_once() {
+        let (p1, p2) = (pod("db-1", Some("replica"), true, T0), pod("db-2", Some("replica"), true, T0));
+        let d = db(3, Some("db-0"));
+        let gone = assess(&d, &[&p1, &p2], at(T0));
+        assert_eq!(gone.lost.as_deref(), Some("the pod of the primary db-0 is gone"));
+        assert_eq!(gone.candidates, ["db-1", "db-2"]);
+        let mut deleting = pod("db-0", Some("primary"), true, T0);
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(T0)));
+        assert!(assess(&d, &[&deleting, &p1], at(T0)).lost.unwrap().contains("being deleted"));
+        let replaced = pod("db-0", None, false, T0);
+        assert!(assess(&d, &[&replaced, &p1], at(T0)).lost.unwrap().contains("replaced"));
+        // One instance: nothing to fail over to, the pod restarts in place.
+        assert_eq!(assess(&db(1, Some("db-0")), &[&replaced], at(T0)).lost, None);
+    }
+
+    #[test]
+    fn a_primary_not_ready_is_lost_after_the_failover_delay_and_looked_at_again_then() {
+        let d = db(2, Some("db-0"));
+        let p0 = pod("db-0", Some("primary"), false, T0);
+        let p1 = pod("db-1", Some("replica"), true, T0);
+        let early = assess(&d, &[&p0, &p1], at("2026-11-25T10:00:04Z"));
+        assert_eq!(early.lost, None);
+        assert_eq!(early.recheck, Some(Duration::from_millis(6200)));
+        let late = assess(&d, &[&p0, &p1], at("2026-11-25T10:00:10Z"));
+        assert_eq!(late.lost.as_deref(), Some("the primary db-0 has not been ready for 10s (spec.failoverDelay 10s)"));
+        let ready = pod("db-0", Some("primary"), true, T0);
+        assert_eq!(
+            assess(&d, &[&ready, &p1], at("2026-11-25T12:00:00Z")),
+            Assessment { primary: "db-0".into(), candidates: vec!["db-1".into()], ..Assessment::default() }
+        );
+    }
+
+    #[test]
+    fn a_change_that_moved_no_label_gives_way_to_the_ready_holder_of_the_label() {
+        let p0 = pod("db-0", Some("primary"), true, T0);
+        let p1 = pod("db-1", Some("replica"), true, T0);
+        let a = assess(&db(2, Some("db-1")), &[&p0, &p1], at(T0));
+        assert_eq!((a.primary.as_str(), a.abandoned.as_deref(), a.lost), ("db-0", Some("db-1"), None));
+        // Once the old primary lost its label, the change goes on.
+        let p0 = pod("db-0", Some("replica"), false, T0);
+        let a = assess(&db(2, Some("db-1")), &[&p0, &p1], at(T0));
+        assert_eq!((a.primary.as_str(), a.abandoned), ("db-1", None));
+    }
+
+    #[test]
+    fn the_most_advanced_standby_is_promoted() {
+        let p = |answer: &str| Position::parse(answer).unwrap();
+        assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
+        assert_eq!(Position::parse("x|0/1|0/1"), None);
+        let positions = vec![
+            ("db-1".to_owned(), p("t|0/3000148|0/3000100")),
+            ("db-2".to_owned(), p("t|0/3000200|0/3000000")),
+            ("db-3".to_owned(), p("f|0/9000000|0/9000000")),
+            ("db-4".to_owned(), p("t||0/3000100")),
+        ];
+        assert_eq!(most_advanced(&positions), Some("db-2"), "the most received, not replayed; never a primary");
+        let tie = vec![("db-2".to_owned(), p("t|0/5|0/5")), ("db-1".to_owned(), p("t|0/5|0/5"))];
+        assert_eq!(most_advanced(&tie), Some("db-1"));
+        assert_eq!(most_advanced(&[]), None);
+    }
+
+    #[test]
+    fn the_old_primary_loses_its_label_before_the_new_one_gets_it() {
+        let p0 = pod("db-0", Some("primary"), false, T0);
+        let p1 = pod("db-1", Some("replica"), true, T0);
+        let p2 = pod("db-2", None, false, T0);
+        let changes: Vec<_> = relabels(&[&p1, &p0, &p2], "db-1").into_iter().map(|(p, r)| (p.name_any(), r)).collect();
+        assert_eq!(changes, [("db-0".into(), "replica"), ("db-2".into(), "replica"), ("db-1".into(), "primary")]);
+        assert!(relabels(&[&p0, &p1], "db-0").is_empty());
+    }
+
+    #[test]
+    fn the_failover_delay_reads_every_unit() {
+        let mut d = db(2, None);
+        assert_eq!(failover_delay(&d), Duration::from_secs(10));
+        for (text, want) in [("500ms", 500), ("2m", 120_000), ("1h", 3_600_000), ("45s", 45_000)] {
+            d.spec.failover_delay = Some(text.to_owned());
+            assert_eq!(failover_delay(&d), Duration::from_millis(want), "{text}");
+        }
+        d.spec.failover_delay = None;
+        assert_eq!(failover_delay(&d), Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,163 @@
+set -uo pipefail
+log() { echo "bosun-instance: $*" >&2; }
+role_file=${BOSUN_ROLE_FILE:-/etc/bosun/role}
+pgpass=${BOSUN_PGPASS:-/tmp/bosun.pgpass}
+pid=
+stopping=
+stop() {
+  stopping=1
+  [ -z "$pid" ] || kill -INT "$pid" 2>/dev/null
+}
+trap stop TERM INT
+
+role() {
+  local r=
+  [ -r "$role_file" ] && r=$(<"$role_file")
+  printf '%s' "$r"
+}
+
+wait_for_role() {
+  local r said=
+  while :; do
+    r=$(role)
+    case $r in primary | replica) printf '%s' "$r" && return ;; esac
+    [ -z "$stopping" ] || exit 0
+    [ -n "$said" ] || log "waiting for bosun to give this instance its role (label database.example.com/role)"
+    said=1
+    sleep 0.2
+  done
+}
+
+escape() { printf '%s' "$1" | sed 's/[\\:]/\\&/g'; }
+(
+  umask 077
+  rm -f "$pgpass"
+  {
+    printf '*:*:*:%s:%s\n' "$(escape "$REPLICATION_USER")" "$(escape "${REPLICATION_PASSWORD:-}")"
+    printf '*:*:*:%s:%s\n' "$(escape "$POSTGRES_USER")" "$(escape "$POSTGRES_PASSWORD")"
+  } >"$pgpass"
+)
+# The server's settings (`-c name=value` of the command), for single-user mode.
+settings=()
+previous=
+for arg in "$@"; do
+  [ "$previous" != -c ] || settings+=(-c "$arg")
+  previous=$arg
+done
+conn() { printf 'host=%s port=%s user=%s passfile=%s' "$PRIMARY_HOST" "$PRIMARY_PORT" "$1" "$pgpass"; }
+primary_conninfo="$(conn "$REPLICATION_USER") application_name=${HOSTNAME:-standby}"
+
+# The primary behind PRIMARY_HOST (the read-write Service): up, and out of recovery.
+wait_source() {
+  local said='' recovery
+  while :; do
+    recovery=$(psql -X -d "$(conn "$POSTGRES_USER") dbname=postgres connect_timeout=3" -tAc 'SELECT pg_is_in_recovery()' 2>/dev/null)
+    [ "$recovery" = f ] && return
+    [ -z "$stopping" ] || exit 0
+    [ -n "$said" ] || log "waiting for the primary at $PRIMARY_HOST:$PRIMARY_PORT"
+    said=1
+    sleep 1
+  done
+}
+
+clone() {
+  if [ -e "$PGDATA" ] && ! rmdir "$PGDATA" 2>/dev/null; then
+    log "$PGDATA is not empty but holds no cluster (no PG_VERSION): left as it is; empty or delete the claim to clone the primary again"
+    exit 1
+  fi
+  if [ -z "${REPLICATION_PASSWORD:-}" ]; then
+    log "REPLICATION_PASSWORD is empty: the credentials Secret has no replication-password key"
+    exit 1
+  fi
+  wait_source
+  local partial="$PGDATA.partial"
+  rm -rf "$partial"
+  log "cloning the primary $PRIMARY_HOST:$PRIMARY_PORT into $PGDATA"
+  if ! pg_basebackup --no-password -d "$(conn "$REPLICATION_USER")" -D "$partial" -X stream -c fast; then
+    log "pg_basebackup failed"
+    exit 1
+  fi
+  touch "$partial/standby.signal"
+  mv "$partial" "$PGDATA"
+  log "cloned; starting as a hot standby"
+}
+
+# A former primary's data: rewound to the new primary's timeline, or, when that is
+# impossible, kept aside whole and the primary cloned afresh.
+rejoin() {
+  wait_source
+  log "this data directory was a primary's: rewinding it with pg_rewind to follow $PRIMARY_HOST"
+  # pg_rewind needs a clean shutdown recorded with wal_log_hints on: recover first
+  # (single-user mode), with the settings the server runs with (wal_keep_size: the
+  # WAL since the last checkpoint before the divergence, which pg_rewind reads).
+  if ! postgres --single -D "$PGDATA" "${settings[@]}" -c wal_log_hints=on postgres </dev/null >/dev/null; then
+    log "crash recovery of the old data directory failed"
+  fi
+  # A just-promoted primary's control file names its new timeline only after a
+  # checkpoint; without one pg_rewind would see "the same timeline".
+  psql -X -q -d "$(conn "$POSTGRES_USER") dbname=postgres connect_timeout=5" -c CHECKPOINT ||
+    log "CHECKPOINT on the primary failed: pg_rewind may not see its new timeline"
+  if pg_rewind --target-pgdata="$PGDATA" --source-server="$(conn "$POSTGRES_USER") dbname=postgres"; then
+    touch "$PGDATA/standby.signal"
+    log "rewound; starting as a hot standby"
+    return
+  fi
+  local aside
+  aside="$PGDATA.diverged-$(date -u +%Y%m%dT%H%M%SZ)"
+  log "pg_rewind could not rewind it: the data directory is kept whole as $aside (delete it when you no longer need it) and the primary is cloned afresh"
+  mv "$PGDATA" "$aside" || exit 1
+  clone
+}
+
+prepare() {
+  case $1 in
+  primary)
+    if [ -e "$PGDATA/standby.signal" ]; then
+      log "bosun made this instance the primary: starting it out of recovery"
+      rm -f "$PGDATA/standby.signal"
+    fi
+    ;;
+  replica)
+    if [ ! -s "$PGDATA/PG_VERSION" ]; then
+      clone
+    elif [ ! -e "$PGDATA/standby.signal" ]; then
+      rejoin
+    fi
+    ;;
+  esac
+}
+
+while :; do
+  current=$(wait_for_role)
+  prepare "$current"
+  [ -z "$stopping" ] || exit 0
+  "$@" -c "primary_conninfo=$primary_conninfo" &
+  pid=$!
+  demoted='' promoted=''
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.2
+    case $(role) in
+    replica)
+      if [ -z "$demoted" ] && [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ]; then
+        demoted=1
+        log "bosun made this instance a standby: stopping the primary (fast shutdown) to rejoin as a standby"
+        kill -INT "$pid"
+      fi
+      ;;
+    primary)
+      if [ -z "$promoted" ] && [ -e "$PGDATA/standby.signal" ] && [ -e "$PGDATA/postmaster.pid" ]; then
+        promoted=1
+        log "bosun made this instance the primary: promoting it"
+        pg_ctl promote -D "$PGDATA" >&2 || promoted=
+      fi
+      ;;
+    esac
+  done
+  wait "$pid"
+  status=$?
+  pid=
+  [ -z "$stopping" ] || exit 0
+  [ -z "$demoted" ] || continue
+  log "postgres exited with status $status"
+  exit "$status"
+done
