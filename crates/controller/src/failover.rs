@@ -7,11 +7,19 @@
 //! primary's first → promote the new primary (its instance also promotes itself on
 //! its label, so a bosun that dies here has still done enough) → event and metrics.
 //! Every step after the decision is idempotent, so a restarted bosun finishes it.
+//!
+//! A switchover (the annotation [`SWITCHOVER_ANNOTATION`]) is the same with the old
+//! primary alive: decision → the old primary's label goes (the Service has no endpoint,
+//! its instance stops with a fast shutdown, which sends every WAL record to the
+//! connected standbys) → wait until it no longer serves → the target's label → promote
+//! → the annotation removed. A switchover interrupted before the old primary lost its
+//! label is abandoned (its label holder is Ready) and, the annotation still being
+//! there, started again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bosun_api::postgresql::{PostgreSQL, PrimaryChange};
+use bosun_api::postgresql::{PostgreSQL, PrimaryChange, SWITCHOVER_ANNOTATION};
 use bosun_resources::failover::{self as build, POSITION_SQL, PROMOTE_SQL, Position};
 use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL};
 use jiff::Timestamp;
@@ -30,6 +38,8 @@ use crate::status::update_status;
 
 /// How long a standby may take to say where it is in the WAL.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a demoted primary may take to stop serving (its fast shutdown).
+const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The primary after this stage.
 #[derive(Clone, Debug, Default)]
@@ -76,8 +86,99 @@ pub async fn ensure(
             None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
         }
     }
+    if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
+        match build::switchover(&assessment, to) {
+            Ok(()) => {
+                let change = switch_over(controller, db, ctx, &refs, &primary.name, to, now).await?;
+                primary.name = to.to_owned();
+                primary.change = Some(change);
+                forget_switchover(db, ctx).await?;
+            }
+            Err(why) if waits(&assessment, to) => info!(db = %db.name_any(), why, "a switchover waits"),
+            Err(why) => {
+                ctx.events.refused(&db.object_ref(&()), "SwitchoverRefused", &why);
+                forget_switchover(db, ctx).await?;
+            }
+        }
+    }
     label(ctx, &refs, &primary.name).await?;
     Ok(primary)
+}
+
+/// The instance a switchover is asked to, if one is.
+fn switchover_target(db: &PostgreSQL) -> Option<&str> {
+    db.annotations().get(SWITCHOVER_ANNOTATION).map(|s| s.trim()).filter(|s| !s.is_empty())
+}
+
+/// The switchover asked for is done (or refused): its annotation goes.
+async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: null}}});
+    merge_into::<PostgreSQL, _>(ctx, db, patch).await.map(drop)
+}
+
+/// Whether a switchover to `to` waits (rather than being refused for good): the
+/// target exists but is not a Ready standby yet.
+fn waits(assessment: &build::Assessment, to: &str) -> bool {
+    to != assessment.primary
+        && !assessment.candidates.iter().any(|c| c == to)
+        && assessment.pods.iter().any(|p| p == to)
+}
+
+/// Hand the primary role from the running `from` to the standby `to`.
+async fn switch_over(
+    controller: &'static str,
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &[&Pod],
+    from: &str,
+    to: &str,
+    now: Timestamp,
+) -> Result<PrimaryChange, Error> {
+    let clock = Instant::now();
+    let ns = db.namespace().unwrap_or_default();
+    let mut change = PrimaryChange {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        kind: "Switchover".to_owned(),
+        reason: format!("asked for by the annotation {SWITCHOVER_ANNOTATION}"),
+        started: now.to_string(),
+        seconds: None,
+    };
+    let mut status = db.status.clone().unwrap_or_default();
+    status.current_primary = Some(to.to_owned());
+    status.last_primary_change = Some(change.clone());
+    update_status(ctx, controller, db, &status).await?;
+    // The old primary's label first: no endpoint, and its instance stops.
+    let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
+    label(ctx, &others, to).await?;
+    let deadline = Instant::now() + DEMOTE_TIMEOUT;
+    loop {
+        match instances::sql(&ctx.client, &ns, from, CONTAINER, "SELECT pg_is_in_recovery()", ASK_TIMEOUT).await {
+            Ok(answer) if answer == "t" => break,
+            Err(_) => break,
+            Ok(_) if Instant::now() > deadline => {
+                warn!(db = %db.name_any(), from, "the old primary still serves after its demotion: promoting anyway, it stops on its label");
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    label(ctx, pods, to).await?;
+    if let Err(err) = instances::sql(&ctx.client, &ns, to, CONTAINER, PROMOTE_SQL, instances::TIMEOUT).await {
+        warn!(db = %db.name_any(), primary = to, %err, "promoting the new primary directly failed");
+    }
+    let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    change.seconds = Some(seconds);
+    ctx.metrics.primary_changed(controller, "Switchover", seconds);
+    let pod = ObjectRef::<Pod>::new(to).within(&ns).into();
+    ctx.events.primary_changed(
+        &db.object_ref(&()),
+        pod,
+        "SwitchedOver",
+        format!("switched over from {from} to {to} in {seconds:.1}s, as asked"),
+    );
+    info!(db = %db.name_any(), from, to, seconds, "switched over");
+    Ok(change)
 }
 
 /// Ask each candidate where it is in the WAL and pick the one with the most; one that

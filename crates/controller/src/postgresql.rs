@@ -34,7 +34,7 @@ use crate::apply::{apply_child, create_if_absent, delete_child, merge_into};
 use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::failover::{self, Primary};
+use crate::failover;
 use crate::kinds::{Served, Type};
 use crate::permissions::{self, Permission};
 use crate::status::update_status;
@@ -133,10 +133,15 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claims = children.claims.matching(|c| build::is_data_claim(db, c));
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
-    let (sts, primary, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs, now).await {
-        Ok((sts, primary)) => (Some(sts), Some(primary), None),
-        Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), None, Some(refusal)),
+    let (sts, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs).await {
+        Ok(sts) => (Some(sts), None),
+        Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), Some(refusal)),
         Err(Stop::Failed(err)) => return Err(err),
+    };
+    // Whatever runs keeps a primary, a refused change or not.
+    let primary = match &sts {
+        Some(_) => Some(failover::ensure(CONTROLLER, db, &ctx, &children.pods, now).await?),
+        None => None,
     };
     let (backup, backup_conflict) = match &refusal {
         Some(_) => (backup.map(|b| (*b).clone()), None),
@@ -203,16 +208,15 @@ impl From<Error> for Stop {
     }
 }
 
-/// Bring the database to its spec: Secret, StatefulSet, Services, claims, the primary
-/// and the role labels. Returns the StatefulSet as applied and the primary.
+/// Bring the database to its spec: Secret, StatefulSet, Services, claims. Returns the
+/// StatefulSet as applied.
 async fn serve(
     db: &PostgreSQL,
     ctx: &Context,
     children: &Children,
     cached: Option<&StatefulSet>,
     claims: &[&PersistentVolumeClaim],
-    now: Timestamp,
-) -> Result<(StatefulSet, Primary), Stop> {
+) -> Result<StatefulSet, Stop> {
     build::check(db, cached, claims).map_err(Stop::Refused)?;
     let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
     let claim_storage = cached.and_then(build::template_storage);
@@ -229,8 +233,7 @@ async fn serve(
         let patch = json!({"spec": {"resources": {"requests": {"storage": db.spec.storage}}}});
         merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
     }
-    let primary = failover::ensure(CONTROLLER, db, ctx, &children.pods, now).await?;
-    Ok((sts, primary))
+    Ok(sts)
 }
 
 /// The credentials Secret: bosun's (cached), else the user's (read), else — only when

@@ -2,13 +2,14 @@
 //! every kind.
 //!
 //! ```text
-//!   watch(K, each object guarded) ─reflect─▶ store ─generation predicate───────┐
+//!   watch(K, each object guarded) ─reflect─▶ store ─generation (or request) predicate┐
 //!   watch(C, managed-by=bosun) ─slim─reflect─▶ Owned<C> ─relevant changes─▶ owner ┴─▶ Controller
 //!     ─▶ gate (leads?) ─▶ fair worker semaphore ─▶ unreadable? report · being deleted? leave
 //!     ─▶ the object as cached now, with bosun's last status ─▶ instrumented(reconcile)
 //! ```
 //!
-//! * The parent's watch is filtered on `metadata.generation`, so bosun's own status
+//! * The parent's watch is filtered on `metadata.generation` (and the few annotations
+//!   that ask for something once, [`REQUEST_ANNOTATIONS`]), so bosun's own status
 //!   writes (which do not bump the generation) never trigger another reconcile.
 //! * Every object is decoded on its own ([`Guarded`]): one the types cannot read is
 //!   reported on itself and counted, and the watch goes on for all others.
@@ -127,9 +128,28 @@ pub fn controller_for<K: Reconciled>(
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
         .applied_objects()
-        .predicate_filter(predicates::generation, Default::default())
+        .predicate_filter(generation_or_request, Default::default())
         .inspect_ok(move |obj| queue.add(&ObjectRef::from_obj(obj)));
     Controller::for_stream(trigger, reader).trigger_backoff(NoBackoff)
+}
+
+/// Annotations by which a user asks for something once (not spec: no new
+/// generation), so a change of one triggers a reconcile as a spec change does.
+pub const REQUEST_ANNOTATIONS: &[&str] = &[bosun_api::postgresql::SWITCHOVER_ANNOTATION];
+
+/// The parent's trigger: its generation, and its request annotations.
+fn generation_or_request<K: Resource>(obj: &K) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let generation = predicates::generation(obj)?;
+    let annotations = obj.meta().annotations.as_ref();
+    let requests: Vec<Option<&String>> =
+        REQUEST_ANNOTATIONS.iter().map(|a| annotations.and_then(|m| m.get(*a))).collect();
+    if requests.iter().all(Option::is_none) {
+        return Some(generation);
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (generation, requests).hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Count the cache towards readiness, and keep the managed-resources gauge at its size.

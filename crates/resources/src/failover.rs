@@ -53,6 +53,8 @@ pub struct Assessment {
     /// `status.currentPrimary` named another instance whose change never moved a
     /// label; the instance holding the label stays.
     pub abandoned: Option<String>,
+    /// Every instance's pod, by name.
+    pub pods: Vec<String>,
 }
 
 fn role(pod: &Pod) -> Option<&str> {
@@ -89,14 +91,15 @@ pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
         .filter(|p| p.name_any() != primary && role(p) == Some(ROLE_REPLICA) && !deleting(p) && readiness(p).0)
         .map(|p| p.name_any())
         .collect();
-    let mut assessment = Assessment { primary, candidates, abandoned, ..Assessment::default() };
+    let names = pods.iter().map(|p| p.name_any()).collect();
+    let mut assessment = Assessment { primary, candidates, abandoned, pods: names, ..Assessment::default() };
     if db.spec.replicas <= 1 || recorded.is_none() {
         // Nothing to fail over to, or no primary chosen yet (a new database).
         return assessment;
     }
     let name = assessment.primary.clone();
     let Some(pod) = pods.iter().find(|p| p.name_any() == name) else {
-        assessment.lost = Some(format!("the pod of the primary {name} is gone"));
+        assessment.lost = Some(format!("the pod of the primary {name} was deleted (it is gone)"));
         return assessment;
     };
     if deleting(pod) {
@@ -124,6 +127,24 @@ pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
         }
     }
     assessment
+}
+
+/// Whether a switchover to `to` can go ahead now, or why not.
+pub fn switchover(assessment: &Assessment, to: &str) -> Result<(), String> {
+    let primary = &assessment.primary;
+    if to == primary {
+        return Err(format!("{to} is already the primary: nothing to switch over"));
+    }
+    if !assessment.pods.iter().any(|p| p == to) {
+        return Err(format!(
+            "{to} is not an instance of this database (its instances: {}): name a standby's pod",
+            assessment.pods.join(", ")
+        ));
+    }
+    if !assessment.candidates.iter().any(|c| c == to) {
+        return Err(format!("{to} is not a Ready standby yet: the switchover waits for it"));
+    }
+    Ok(())
 }
 
 /// Where a standby is in the WAL, as it answers [`POSITION_SQL`].
@@ -249,7 +270,7 @@ mod tests {
         let (p1, p2) = (pod("db-1", Some("replica"), true, T0), pod("db-2", Some("replica"), true, T0));
         let d = db(3, Some("db-0"));
         let gone = assess(&d, &[&p1, &p2], at(T0));
-        assert_eq!(gone.lost.as_deref(), Some("the pod of the primary db-0 is gone"));
+        assert_eq!(gone.lost.as_deref(), Some("the pod of the primary db-0 was deleted (it is gone)"));
         assert_eq!(gone.candidates, ["db-1", "db-2"]);
         let mut deleting = pod("db-0", Some("primary"), true, T0);
         deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(T0)));
@@ -314,6 +335,18 @@ mod tests {
         let changes: Vec<_> = relabels(&[&p1, &p0, &p2], "db-1").into_iter().map(|(p, r)| (p.name_any(), r)).collect();
         assert_eq!(changes, [("db-0".into(), "replica"), ("db-2".into(), "replica"), ("db-1".into(), "primary")]);
         assert!(relabels(&[&p0, &p1], "db-0").is_empty());
+    }
+
+    #[test]
+    fn a_switchover_goes_to_a_ready_standby_only() {
+        let p0 = pod("db-0", Some("primary"), true, T0);
+        let p1 = pod("db-1", Some("replica"), true, T0);
+        let p2 = pod("db-2", Some("replica"), false, T0);
+        let a = assess(&db(3, Some("db-0")), &[&p0, &p1, &p2], at(T0));
+        assert_eq!(switchover(&a, "db-1"), Ok(()));
+        assert!(switchover(&a, "db-0").unwrap_err().contains("already the primary"));
+        assert!(switchover(&a, "db-2").unwrap_err().contains("not a Ready standby yet"));
+        assert!(switchover(&a, "other-1").unwrap_err().contains("instances: db-0, db-1, db-2"));
     }
 
     #[test]

@@ -2,7 +2,9 @@ set -uo pipefail
 out=${BOSUN_SETUP_LOG:-/proc/1/fd/2}
 log() { echo "bosun-setup: $*" >>"$out" 2>/dev/null || echo "bosun-setup: $*" >&2; }
 export PGHOST=${PGHOST:-/var/run/postgresql} PGPORT=${PGPORT:-5432}
-q() { psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
+# synchronous_commit=local: with synchronous standbys configured, the setup's own
+# commits must not wait for a standby that cannot connect before the setup is done.
+q() { PGOPTIONS='-c synchronous_commit=local' psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
 standby=
 setup() {
   local recovery

@@ -1,0 +1,362 @@
+//! PostgreSQL high availability end to end, on the real node with real PostgreSQL 15:
+//! a writer pod inserts a numbered row through the read-write Service every ~20 ms and
+//! logs each id whose commit was acknowledged; faults are injected into the primary
+//! (its pod force-deleted, its postmaster killed, a setting it cannot start with,
+//! bosun killed mid-failover, a switchover asked for). After each, exactly one
+//! instance is out of recovery, the Service has exactly that one endpoint, every
+//! other instance streams from it, and the status and events say what happened. The
+//! write outage (the longest gap between acknowledged writes) and the acknowledged
+//! rows lost are printed; `make bench-failover` repeats them for numbers.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
+
+use std::time::{Duration, Instant};
+
+use bosun_api::postgresql::PostgreSQL;
+use bosun_testing::node::images;
+use bosun_testing::{Env, e2e};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::json;
+
+const REAL_NODE: &[&str] =
+    &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
+
+fn database(extra: &str) -> String {
+    format!(
+        "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
+         spec: {{version: \"15\", storage: 1Gi, replicas: 3, failoverDelay: 10s{extra}}}\n"
+    )
+}
+
+/// The writer: a numbered insert through `test-db` every ~20 ms, each bounded to 2 s
+/// (a commit waiting for a lost synchronous standby is not acknowledged), logging
+/// `ack <id> <unix time>` for every acknowledged commit.
+const WRITER: &str = r#"until timeout 3 psql -X -q -c 'CREATE TABLE IF NOT EXISTS w (id bigint PRIMARY KEY)' 2>/dev/null; do sleep 0.2; done
+i=0
+while :; do
+  i=$((i+1))
+  if timeout 2 psql -X -q -c "INSERT INTO w VALUES ($i)" 2>/dev/null; then echo "ack $i $(date +%s.%N)"; fi
+  sleep 0.02
+done"#;
+
+async fn start_writer(env: &Env) {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", WRITER],
+                "env": [
+                    {"name": "PGHOST", "value": "test-db"},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
+                    {"name": "PGCONNECT_TIMEOUT", "value": "1"},
+                ],
+            }],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+    env.wait_pod_ready("writer", Duration::from_secs(120)).await;
+    wait_until("the writer's first acknowledged rows", Duration::from_secs(60), || acks(env).len() >= 10).await;
+}
+
+/// The writer's acknowledged ids with their times.
+fn acks(env: &Env) -> Vec<(i64, f64)> {
+    let (_, out) = env.kubectl(&["logs", "writer"]);
+    out.lines()
+        .filter_map(|l| l.strip_prefix("ack "))
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(id, t)| Some((id.parse().ok()?, t.parse().ok()?)))
+        .collect()
+}
+
+/// The longest gap between acknowledged writes after `since` (Unix seconds).
+fn outage(acks: &[(i64, f64)], since: f64) -> f64 {
+    let times: Vec<f64> = acks.iter().map(|(_, t)| *t).filter(|t| *t >= since - 1.0).collect();
+    times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn psql(env: &Env, pod: &str, sql: &str) -> Option<String> {
+    let (ok, out) = env.exec(pod, &["psql", "-X", "-U", "postgres", "-tAc", sql]);
+    ok.then(|| out.trim().to_owned())
+}
+
+async fn db(env: &Env) -> PostgreSQL {
+    env.api::<PostgreSQL>().get("test-db").await.unwrap()
+}
+
+/// What the database looks like: `Err(why not)` until exactly one instance is out of
+/// recovery, `status.currentPrimary` names it, the Service `test-db` has it as its one
+/// ready endpoint, and the other two stream from it. `Ok(primary)` then.
+async fn converged(env: &Env) -> Result<String, String> {
+    let pods = ["test-db-0", "test-db-1", "test-db-2"];
+    let mut primaries = Vec::new();
+    for pod in pods {
+        match psql(env, pod, "SELECT pg_is_in_recovery()").as_deref() {
+            Some("f") => primaries.push(pod),
+            Some("t") => {}
+            other => return Err(format!("{pod} does not answer: {other:?}")),
+        }
+    }
+    let [primary] = primaries[..] else { return Err(format!("instances out of recovery: {primaries:?}")) };
+    let current = db(env).await.status.and_then(|s| s.current_primary);
+    if current.as_deref() != Some(primary) {
+        return Err(format!("status.currentPrimary {current:?}, the primary {primary}"));
+    }
+    let ip = env.api::<Pod>().get(primary).await.unwrap().status.and_then(|s| s.pod_ip);
+    let slices = env
+        .api::<EndpointSlice>()
+        .list(&ListParams::default().labels("kubernetes.io/service-name=test-db"))
+        .await
+        .unwrap();
+    let ready: Vec<String> = slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .flat_map(|e| e.addresses.clone())
+        .collect();
+    if ready.len() != 1 || Some(&ready[0]) != ip.as_ref() {
+        return Err(format!("the Service's ready endpoints {ready:?}, the primary's address {ip:?}"));
+    }
+    let streaming =
+        psql(env, primary, "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming' ORDER BY 1")
+            .unwrap_or_default();
+    let others: Vec<&str> = pods.iter().copied().filter(|p| *p != primary).collect();
+    if streaming.lines().collect::<Vec<_>>() != others {
+        return Err(format!("{primary} streams to {streaming:?}, not to {others:?}"));
+    }
+    Ok(primary.to_owned())
+}
+
+async fn wait_converged(env: &Env, what: &str, timeout: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        match converged(env).await {
+            Ok(primary) => return primary,
+            Err(why) => assert!(start.elapsed() < timeout, "{what}: not converged after {timeout:?}: {why}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The acknowledged ids missing from the table on `primary` (all writes stopped).
+fn lost(env: &Env, primary: &str, acks: &[(i64, f64)]) -> Vec<i64> {
+    let stored = psql(env, primary, "SELECT id FROM w ORDER BY id").unwrap();
+    let stored: std::collections::BTreeSet<i64> = stored.lines().filter_map(|l| l.parse().ok()).collect();
+    acks.iter().map(|(id, _)| *id).filter(|id| !stored.contains(id)).collect()
+}
+
+async fn events(env: &Env, reason: &str) -> Vec<String> {
+    let list = env.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await.unwrap();
+    list.items.into_iter().filter(|e| e.reason.as_deref() == Some(reason)).filter_map(|e| e.note).collect()
+}
+
+/// Inject a fault into the primary, wait for a new convergence; prints and returns
+/// (the primary after, the write outage in seconds).
+async fn fault(env: &Env, what: &str, inject: impl FnOnce(&str)) -> (String, f64) {
+    let before = wait_converged(env, "before the fault", Duration::from_secs(180)).await;
+    let at = unix_now();
+    inject(&before);
+    // Writes resume: an acknowledgement after the fault, past any in-flight ones.
+    wait_until("writes to succeed again", Duration::from_secs(120), || {
+        acks(env).last().is_some_and(|(_, t)| *t > at + 0.5)
+    })
+    .await;
+    let after = wait_converged(env, what, Duration::from_secs(240)).await;
+    let outage = outage(&acks(env), at);
+    eprintln!("failover: {what}: {before} → {after}, write outage {outage:.2} s");
+    (after, outage)
+}
+
+fn force_delete(env: &Env, pod: &str) {
+    let (ok, out) = env.kubectl(&["delete", "pod", pod, "--grace-period=0", "--force"]);
+    assert!(ok, "{out}");
+}
+
+fn kill_postmaster(env: &Env, pod: &str) {
+    env.exec(pod, &["bash", "-c", "kill -9 $(head -1 \"$PGDATA/postmaster.pid\")"]);
+}
+
+/// A setting the primary cannot start with, then its postgres killed: it crash-loops
+/// in its pod (no new pod), and is replaced after spec.failoverDelay.
+fn break_primary(env: &Env, pod: &str) {
+    env.exec_ok(pod, &["bash", "-c", "echo \"shared_buffers = 'broken'\" >> \"$PGDATA/postgresql.auto.conf\""]);
+    kill_postmaster(env, pod);
+}
+
+#[tokio::test]
+async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
+    e2e("failover-async", |env| async move {
+        env.use_real_node().await;
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&database(""));
+        assert!(ok, "{out}");
+        let first = wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        assert_eq!(first, "test-db-0", "instance 0 is the first primary");
+        start_writer(&env).await;
+
+        // 1. The primary's pod force-deleted: a standby takes over at once.
+        let (after, _) = fault(&env, "primary pod force-deleted", |p| force_delete(&env, p)).await;
+        assert_ne!(after, "test-db-0");
+        let change = db(&env).await.status.unwrap().last_primary_change.unwrap();
+        assert_eq!(
+            (change.from.as_str(), change.to.as_str(), change.kind.as_str()),
+            ("test-db-0", after.as_str(), "Failover")
+        );
+        let notes = events(&env, "FailedOver").await;
+        assert!(
+            notes.iter().any(|n| n.contains(&format!("from test-db-0 to {after}")) && n.contains("deleted")),
+            "{notes:?}"
+        );
+        // 5. The old primary is back as a standby with the rows written since.
+        let newest = acks(&env).last().unwrap().0;
+        wait_until("the old primary to replicate rows written after the failover", Duration::from_secs(60), || {
+            psql(&env, "test-db-0", &format!("SELECT count(*) FROM w WHERE id = {newest}")).as_deref() == Some("1")
+        })
+        .await;
+        assert_eq!(psql(&env, "test-db-0", "SELECT pg_is_in_recovery()").as_deref(), Some("t"));
+
+        // 2. postgres killed inside the primary: it restarts in place, still the primary.
+        let (again, _) = fault(&env, "postmaster killed", |p| kill_postmaster(&env, p)).await;
+        assert_eq!(again, after, "a killed postgres restarts in place, faster than a failover");
+
+        // 3. The primary cannot start again (a setting it reads at start): failover
+        // after spec.failoverDelay, the broken instance reported and then rejoined.
+        let broken = again.clone();
+        let (third, _) = fault(&env, "primary unable to start", |p| break_primary(&env, p)).await;
+        assert_ne!(third, broken);
+        let notes = events(&env, "FailedOver").await;
+        assert!(
+            notes.iter().any(|n| n.contains(&format!("from {broken} to {third}")) && n.contains("not been ready")),
+            "{notes:?}"
+        );
+        let stuck = events(&env, "InstanceStuck").await;
+        assert!(
+            stuck.iter().any(|n| n.contains(&broken)),
+            "the instance that could not start was not reported: {stuck:?}"
+        );
+        let kept = env.exec_ok(&broken, &["bash", "-c", "ls -d /var/lib/postgresql/data/pgdata.diverged-* | wc -l"]);
+        assert_eq!(kept.trim(), "1", "the data the rewind could not use is kept whole");
+        let acked = acks(&env);
+        eprintln!(
+            "failover: acknowledged rows lost without synchronous replication: {}",
+            lost(&env, &third, &acked).len()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn with_synchronous_replication_no_acknowledged_row_is_lost() {
+    e2e("failover-sync", |env| async move {
+        env.use_real_node().await;
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&database(", synchronous: {number: 1}"));
+        assert!(ok, "{out}");
+        wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        start_writer(&env).await;
+
+        // 6. Switchover to a named standby.
+        let before = wait_converged(&env, "before the switchover", Duration::from_secs(180)).await;
+        let to = if before == "test-db-1" { "test-db-2" } else { "test-db-1" };
+        let at = unix_now();
+        let (ok, out) =
+            env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={to}")]);
+        assert!(ok, "{out}");
+        let start = Instant::now();
+        while db(&env).await.status.and_then(|s| s.current_primary).as_deref() != Some(to) {
+            assert!(start.elapsed() < Duration::from_secs(60), "no switchover to {to}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let switched = wait_converged(&env, "after the switchover", Duration::from_secs(120)).await;
+        assert_eq!(switched, to);
+        wait_until("writes to succeed again", Duration::from_secs(60), || {
+            acks(&env).last().is_some_and(|(_, t)| *t > unix_now() - 1.0)
+        })
+        .await;
+        eprintln!("failover: switchover {before} → {to}: write outage {:.2} s", outage(&acks(&env), at));
+        let db_now = db(&env).await;
+        assert!(!db_now.annotations().contains_key("database.example.com/switchover-to"), "the request stays");
+        let change = db_now.status.unwrap().last_primary_change.unwrap();
+        assert_eq!(
+            (change.kind.as_str(), change.from.as_str(), change.to.as_str()),
+            ("Switchover", before.as_str(), to)
+        );
+        let notes = events(&env, "SwitchedOver").await;
+        assert!(notes.iter().any(|n| n.contains(&format!("from {before} to {to}"))), "{notes:?}");
+        // A switchover to something that is not a standby is refused by name.
+        let (ok, out) =
+            env.kubectl(&["annotate", "postgresql", "test-db", "database.example.com/switchover-to=elsewhere-0"]);
+        assert!(ok, "{out}");
+        env.wait_warning("test-db", "SwitchoverRefused", "elsewhere-0 is not an instance of this database").await;
+
+        // 7. Failover, and 8. three more in a row.
+        for round in 1..=3 {
+            fault(&env, &format!("synchronous failover {round}, primary unable to start"), |p| break_primary(&env, p))
+                .await;
+        }
+        let primary = wait_converged(&env, "after three failovers", Duration::from_secs(240)).await;
+        let acked = acks(&env);
+        let missing = lost(&env, &primary, &acked);
+        eprintln!("failover: synchronous: {} acknowledged rows, {} lost", acked.len(), missing.len());
+        assert!(missing.is_empty(), "acknowledged rows lost under synchronous replication: {missing:?}");
+        let ready = db(&env).await;
+        assert_eq!(ready.status.unwrap().ready_replicas, Some(3));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bosun_killed_in_the_middle_of_a_failover_finishes_it_after_a_restart() {
+    e2e("failover-restart", |env| async move {
+        env.use_real_node().await;
+        let mut bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&database(""));
+        assert!(ok, "{out}");
+        let before = wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        break_primary(&env, &before);
+        // Killed as soon as the decision is recorded, before or while labels move.
+        let start = Instant::now();
+        loop {
+            let current = db(&env).await.status.and_then(|s| s.current_primary);
+            if current.is_some_and(|c| c != before) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(90), "no failover began");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bosun.signal("KILL");
+        bosun.wait_exit(Duration::from_secs(10)).await;
+        // While bosun is down no instance becomes a second primary.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut out_of_recovery = 0;
+        for pod in ["test-db-0", "test-db-1", "test-db-2"] {
+            if psql(&env, pod, "SELECT pg_is_in_recovery()").as_deref() == Some("f") {
+                out_of_recovery += 1;
+            }
+        }
+        assert!(out_of_recovery <= 1, "split brain while bosun was down: {out_of_recovery} primaries");
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let after = wait_converged(&env, "after bosun's restart", Duration::from_secs(240)).await;
+        assert_ne!(after, before);
+    })
+    .await;
+}
