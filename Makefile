@@ -151,6 +151,11 @@ bench-appconfig: cluster ## Change an AppConfig with CONSUMERS (default 50) cons
 	$(CARGO) build --release -p bosun
 	$(CARGO) run --release -p bosun-bench --bin appconfig -- --consumers $(CONSUMERS)
 
+BENCH_RUNS ?= 5
+.PHONY: bench-failover
+bench-failover: cluster ## PostgreSQL failover on the real node: write outage of a deleted pod, a killed postmaster, a primary that cannot start, a switchover (BENCH_RUNS each, default 5), with and without synchronous replication; rows lost; writes target/bench/failover-*.json.
+	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test failover -- --ignored --nocapture --test-threads 2 bench_failover
+
 SIZE ?= 1GiB
 DESTINATION ?= s3
 .PHONY: bench-backup

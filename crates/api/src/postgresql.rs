@@ -132,9 +132,8 @@ pub struct PostgreSQLSpec {
     #[schemars(range(min = 1, max = 5), default = "one")]
     pub replicas: i32,
     /// How long the primary's pod may be not Ready before bosun promotes a standby,
-    /// e.g. `30s` (the default) or `2m`. A primary whose pod is deleted, or whose
-    /// postgres fails to restart, is not waited for that long: a deleted pod is
-    /// replaced at once, a killed postgres restarts in place in about a second.
+    /// e.g. `30s` (the default) or `2m`. A primary whose pod is deleted is replaced
+    /// at once; a killed postgres restarts in place within seconds, without a failover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 16), regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
     pub failover_delay: Option<String>,

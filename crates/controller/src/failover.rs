@@ -86,10 +86,15 @@ pub async fn ensure(
             None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
         }
     }
-    if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
+    if let (None, Some((to, why))) = (&assessment.lost, build::scale_down_switchover(db, &assessment)) {
+        let change = switch_over(controller, db, ctx, &refs, &primary.name, &to, &why, now).await?;
+        primary.name = to;
+        primary.change = Some(change);
+    } else if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
         match build::switchover(&assessment, to) {
             Ok(()) => {
-                let change = switch_over(controller, db, ctx, &refs, &primary.name, to, now).await?;
+                let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
+                let change = switch_over(controller, db, ctx, &refs, &primary.name, to, &why, now).await?;
                 primary.name = to.to_owned();
                 primary.change = Some(change);
                 forget_switchover(db, ctx).await?;
@@ -124,7 +129,8 @@ fn waits(assessment: &build::Assessment, to: &str) -> bool {
         && assessment.pods.iter().any(|p| p == to)
 }
 
-/// Hand the primary role from the running `from` to the standby `to`.
+/// Hand the primary role from the running `from` to the standby `to`, because `why`.
+#[allow(clippy::too_many_arguments)] // the steps of one decision, all of it needed
 async fn switch_over(
     controller: &'static str,
     db: &PostgreSQL,
@@ -132,6 +138,7 @@ async fn switch_over(
     pods: &[&Pod],
     from: &str,
     to: &str,
+    why: &str,
     now: Timestamp,
 ) -> Result<PrimaryChange, Error> {
     let clock = Instant::now();
@@ -140,7 +147,7 @@ async fn switch_over(
         from: from.to_owned(),
         to: to.to_owned(),
         kind: "Switchover".to_owned(),
-        reason: format!("asked for by the annotation {SWITCHOVER_ANNOTATION}"),
+        reason: why.to_owned(),
         started: now.to_string(),
         seconds: None,
     };
@@ -175,31 +182,47 @@ async fn switch_over(
         &db.object_ref(&()),
         pod,
         "SwitchedOver",
-        format!("switched over from {from} to {to} in {seconds:.1}s, as asked"),
+        format!("switched over from {from} to {to} in {seconds:.1}s: {why}"),
     );
     info!(db = %db.name_any(), from, to, seconds, "switched over");
     Ok(change)
 }
 
-/// Ask each candidate where it is in the WAL and pick the one with the most; one that
-/// does not answer is not a candidate.
+/// Ask each candidate where it is in the WAL and pick the one with the most. One that
+/// does not answer is asked again (three times in all): promoting another while it has
+/// more WAL would leave it unable to follow. One that never answers is not a candidate.
 async fn most_advanced(db: &PostgreSQL, ctx: &Context, candidates: &[String]) -> Option<String> {
     let ns = db.namespace().unwrap_or_default();
-    let asks = candidates.iter().map(|name| {
-        let ns = ns.clone();
-        async move {
-            let answer = instances::sql(&ctx.client, &ns, name, CONTAINER, POSITION_SQL, ASK_TIMEOUT).await;
-            (name.clone(), answer)
-        }
-    });
     let mut positions = Vec::new();
-    for (name, answer) in futures::future::join_all(asks).await {
-        match answer.as_deref().map(Position::parse) {
-            Ok(Some(position)) => positions.push((name, position)),
-            Ok(None) => warn!(standby = %name, ?answer, "a standby's WAL position does not parse"),
-            Err(err) => warn!(standby = %name, %err, "a standby did not say where it is in the WAL"),
+    let mut unanswered: Vec<String> = candidates.to_vec();
+    for attempt in 0..3 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let asks = unanswered.iter().map(|name| {
+            let ns = ns.clone();
+            async move {
+                let answer = instances::sql(&ctx.client, &ns, name, CONTAINER, POSITION_SQL, ASK_TIMEOUT).await;
+                (name.clone(), answer)
+            }
+        });
+        let mut again = Vec::new();
+        for (name, answer) in futures::future::join_all(asks).await {
+            match answer.as_deref().map(Position::parse) {
+                Ok(Some(position)) => positions.push((name, position)),
+                Ok(None) => warn!(standby = %name, ?answer, "a standby's WAL position does not parse"),
+                Err(err) => {
+                    warn!(standby = %name, %err, attempt, "a standby did not say where it is in the WAL");
+                    again.push(name);
+                }
+            }
+        }
+        unanswered = again;
+        if unanswered.is_empty() {
+            break;
         }
     }
+    info!(db = %db.name_any(), ?positions, ?unanswered, "the standbys' WAL positions");
     build::most_advanced(&positions).map(str::to_owned)
 }
 

@@ -129,6 +129,35 @@ pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
     assessment
 }
 
+/// The ordinal of an instance's pod (`<name>-<ordinal>`).
+pub fn ordinal(db: &PostgreSQL, pod: &str) -> Option<i32> {
+    pod.strip_prefix(&format!("{}-", db.name_any()))?.parse().ok()
+}
+
+/// How many instances the StatefulSet keeps: `spec.replicas`, or more while the
+/// primary's ordinal is beyond it (scaling down never removes the primary; it is
+/// switched over to a lower instance first).
+pub fn kept_replicas(db: &PostgreSQL) -> i32 {
+    let primary = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
+    let needed = primary.and_then(|p| ordinal(db, p)).map_or(0, |o| o + 1);
+    db.spec.replicas.max(needed)
+}
+
+/// When `spec.replicas` leaves the primary out: the standby to switch over to first
+/// (the lowest kept one that is Ready), and why.
+pub fn scale_down_switchover(db: &PostgreSQL, assessment: &Assessment) -> Option<(String, String)> {
+    let primary = ordinal(db, &assessment.primary)?;
+    if primary < db.spec.replicas {
+        return None;
+    }
+    let to = assessment.candidates.iter().filter(|c| ordinal(db, c).is_some_and(|o| o < db.spec.replicas)).min()?;
+    let why = format!(
+        "spec.replicas {} removes the primary {}: it hands over to {to} first",
+        db.spec.replicas, assessment.primary
+    );
+    Some((to.clone(), why))
+}
+
 /// Whether a switchover to `to` can go ahead now, or why not.
 pub fn switchover(assessment: &Assessment, to: &str) -> Result<(), String> {
     let primary = &assessment.primary;
@@ -294,7 +323,12 @@ mod tests {
         let ready = pod("db-0", Some("primary"), true, T0);
         assert_eq!(
             assess(&d, &[&ready, &p1], at("2026-11-25T12:00:00Z")),
-            Assessment { primary: "db-0".into(), candidates: vec!["db-1".into()], ..Assessment::default() }
+            Assessment {
+                primary: "db-0".into(),
+                candidates: vec!["db-1".into()],
+                pods: vec!["db-0".into(), "db-1".into()],
+                ..Assessment::default()
+            }
         );
     }
 
@@ -347,6 +381,23 @@ mod tests {
         assert!(switchover(&a, "db-0").unwrap_err().contains("already the primary"));
         assert!(switchover(&a, "db-2").unwrap_err().contains("not a Ready standby yet"));
         assert!(switchover(&a, "other-1").unwrap_err().contains("instances: db-0, db-1, db-2"));
+    }
+
+    #[test]
+    fn scaling_down_never_removes_the_primary_it_hands_over_first() {
+        let p0 = pod("db-0", Some("replica"), true, T0);
+        let p1 = pod("db-1", Some("replica"), true, T0);
+        let p2 = pod("db-2", Some("primary"), true, T0);
+        let mut d = db(1, Some("db-2"));
+        assert_eq!(kept_replicas(&d), 3, "instance 2 is the primary: it stays");
+        let a = assess(&d, &[&p0, &p1, &p2], at(T0));
+        let (to, why) = scale_down_switchover(&d, &a).unwrap();
+        assert_eq!(to, "db-0");
+        assert!(why.contains("spec.replicas 1 removes the primary db-2"), "{why}");
+        d.spec.replicas = 3;
+        assert_eq!(scale_down_switchover(&d, &assess(&d, &[&p0, &p1, &p2], at(T0))), None);
+        let d = db(2, Some("db-0"));
+        assert_eq!(kept_replicas(&d), 2);
     }
 
     #[test]

@@ -369,7 +369,7 @@ pub fn desired_statefulset(
     StatefulSet {
         metadata: meta,
         spec: Some(StatefulSetSpec {
-            replicas: Some(db.spec.replicas),
+            replicas: Some(crate::failover::kept_replicas(db)),
             service_name: Some(headless_name(db)),
             selector: LabelSelector { match_labels: Some(labels(db)), ..LabelSelector::default() },
             template: PodTemplateSpec {

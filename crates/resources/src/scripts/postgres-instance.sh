@@ -133,22 +133,28 @@ while :; do
   [ -z "$stopping" ] || exit 0
   "$@" -c "primary_conninfo=$primary_conninfo" &
   pid=$!
-  demoted='' promoted=''
+  demoted='' seen=$current
+  # Act on a change of the label only: bosun may promote this instance directly a
+  # moment before the file shows its new label, and a stale label must not undo that.
   while kill -0 "$pid" 2>/dev/null; do
     sleep 0.2
-    case $(role) in
+    now=$(role)
+    [ "$now" != "$seen" ] || continue
+    seen=$now
+    case $now in
     replica)
-      if [ -z "$demoted" ] && [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ]; then
+      if [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ]; then
         demoted=1
         log "bosun made this instance a standby: stopping the primary (fast shutdown) to rejoin as a standby"
         kill -INT "$pid"
       fi
       ;;
     primary)
-      if [ -z "$promoted" ] && [ -e "$PGDATA/standby.signal" ] && [ -e "$PGDATA/postmaster.pid" ]; then
-        promoted=1
+      if [ -e "$PGDATA/standby.signal" ]; then
         log "bosun made this instance the primary: promoting it"
-        pg_ctl promote -D "$PGDATA" >&2 || promoted=
+        until pg_ctl promote -D "$PGDATA" >&2 || [ ! -e "$PGDATA/standby.signal" ] || ! kill -0 "$pid" 2>/dev/null; do
+          sleep 0.2
+        done
       fi
       ;;
     esac
