@@ -79,7 +79,8 @@ pub async fn ensure(
     if let Some(reason) = &assessment.lost {
         match most_advanced(db, ctx, &assessment.candidates).await {
             Some(to) => {
-                let change = fail_over(controller, db, ctx, &refs, &primary.name, &to, reason, now).await?;
+                let pair = (primary.name.as_str(), to.as_str());
+                let change = change_primary(controller, db, ctx, &refs, Kind::Failover, pair, reason, now).await?;
                 primary.name = to;
                 primary.change = Some(change);
             }
@@ -87,14 +88,16 @@ pub async fn ensure(
         }
     }
     if let (None, Some((to, why))) = (&assessment.lost, build::scale_down_switchover(db, &assessment)) {
-        let change = switch_over(controller, db, ctx, &refs, &primary.name, &to, &why, now).await?;
+        let pair = (primary.name.as_str(), to.as_str());
+        let change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
         primary.name = to;
         primary.change = Some(change);
     } else if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
         match build::switchover(&assessment, to) {
             Ok(()) => {
                 let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
-                let change = switch_over(controller, db, ctx, &refs, &primary.name, to, &why, now).await?;
+                let pair = (primary.name.as_str(), to);
+                let change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
                 primary.name = to.to_owned();
                 primary.change = Some(change);
                 forget_switchover(db, ctx).await?;
@@ -127,65 +130,6 @@ fn waits(assessment: &build::Assessment, to: &str) -> bool {
     to != assessment.primary
         && !assessment.candidates.iter().any(|c| c == to)
         && assessment.pods.iter().any(|p| p == to)
-}
-
-/// Hand the primary role from the running `from` to the standby `to`, because `why`.
-#[allow(clippy::too_many_arguments)] // the steps of one decision, all of it needed
-async fn switch_over(
-    controller: &'static str,
-    db: &PostgreSQL,
-    ctx: &Context,
-    pods: &[&Pod],
-    from: &str,
-    to: &str,
-    why: &str,
-    now: Timestamp,
-) -> Result<PrimaryChange, Error> {
-    let clock = Instant::now();
-    let ns = db.namespace().unwrap_or_default();
-    let mut change = PrimaryChange {
-        from: from.to_owned(),
-        to: to.to_owned(),
-        kind: "Switchover".to_owned(),
-        reason: why.to_owned(),
-        started: now.to_string(),
-        seconds: None,
-    };
-    let mut status = db.status.clone().unwrap_or_default();
-    status.current_primary = Some(to.to_owned());
-    status.last_primary_change = Some(change.clone());
-    update_status(ctx, controller, db, &status).await?;
-    // The old primary's label first: no endpoint, and its instance stops.
-    let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
-    label(ctx, &others, to).await?;
-    let deadline = Instant::now() + DEMOTE_TIMEOUT;
-    loop {
-        match instances::sql(&ctx.client, &ns, from, CONTAINER, "SELECT pg_is_in_recovery()", ASK_TIMEOUT).await {
-            Ok(answer) if answer == "t" => break,
-            Err(_) => break,
-            Ok(_) if Instant::now() > deadline => {
-                warn!(db = %db.name_any(), from, "the old primary still serves after its demotion: promoting anyway, it stops on its label");
-                break;
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    label(ctx, pods, to).await?;
-    if let Err(err) = instances::sql(&ctx.client, &ns, to, CONTAINER, PROMOTE_SQL, instances::TIMEOUT).await {
-        warn!(db = %db.name_any(), primary = to, %err, "promoting the new primary directly failed");
-    }
-    let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
-    change.seconds = Some(seconds);
-    ctx.metrics.primary_changed(controller, "Switchover", seconds);
-    let pod = ObjectRef::<Pod>::new(to).within(&ns).into();
-    ctx.events.primary_changed(
-        &db.object_ref(&()),
-        pod,
-        "SwitchedOver",
-        format!("switched over from {from} to {to} in {seconds:.1}s: {why}"),
-    );
-    info!(db = %db.name_any(), from, to, seconds, "switched over");
-    Ok(change)
 }
 
 /// Ask each candidate where it is in the WAL and pick the one with the most. One that
@@ -226,50 +170,93 @@ async fn most_advanced(db: &PostgreSQL, ctx: &Context, candidates: &[String]) ->
     build::most_advanced(&positions).map(str::to_owned)
 }
 
-/// Replace the primary `from` with the standby `to`.
+/// What a change of primary is: a failover (the primary is lost) or a switchover
+/// (the primary runs and hands over).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Failover,
+    Switchover,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Failover => "Failover",
+            Kind::Switchover => "Switchover",
+        }
+    }
+}
+
+/// Make the standby `to` the primary in place of `from`, because `why`: the decision
+/// persisted first (whatever happens next, a restarted bosun finishes it); for a
+/// switchover, the old primary's label taken and its stop awaited; then the label
+/// given, the promotion, the record.
 #[allow(clippy::too_many_arguments)] // the steps of one decision, all of it needed
-async fn fail_over(
+async fn change_primary(
     controller: &'static str,
     db: &PostgreSQL,
     ctx: &Context,
     pods: &[&Pod],
-    from: &str,
-    to: &str,
-    reason: &str,
+    kind: Kind,
+    (from, to): (&str, &str),
+    why: &str,
     now: Timestamp,
 ) -> Result<PrimaryChange, Error> {
     let clock = Instant::now();
+    let ns = db.namespace().unwrap_or_default();
     let mut change = PrimaryChange {
         from: from.to_owned(),
         to: to.to_owned(),
-        kind: "Failover".to_owned(),
-        reason: reason.to_owned(),
+        kind: kind.name().to_owned(),
+        reason: why.to_owned(),
         started: now.to_string(),
         seconds: None,
     };
-    // The decision first: whatever happens next, a restarted bosun finishes it.
     let mut status = db.status.clone().unwrap_or_default();
     status.current_primary = Some(to.to_owned());
     status.last_primary_change = Some(change.clone());
     update_status(ctx, controller, db, &status).await?;
+    if kind == Kind::Switchover {
+        // The old primary's label first: no endpoint, and its instance stops.
+        let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
+        label(ctx, &others, to).await?;
+        await_demotion(db, ctx, from).await;
+    }
     label(ctx, pods, to).await?;
-    let ns = db.namespace().unwrap_or_default();
     if let Err(err) = instances::sql(&ctx.client, &ns, to, CONTAINER, PROMOTE_SQL, instances::TIMEOUT).await {
         // Its instance promotes itself on its label: this was the fast path.
         warn!(db = %db.name_any(), primary = to, %err, "promoting the new primary directly failed");
     }
     let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     change.seconds = Some(seconds);
-    ctx.metrics.primary_changed(controller, "Failover", seconds);
+    ctx.metrics.primary_changed(controller, kind.name(), seconds);
+    let (reason, verb) = match kind {
+        Kind::Failover => ("FailedOver", "failed over"),
+        Kind::Switchover => ("SwitchedOver", "switched over"),
+    };
     let pod = ObjectRef::<Pod>::new(to).within(&ns).into();
-    ctx.events.primary_changed(
-        &db.object_ref(&()),
-        pod,
-        "FailedOver",
-        format!("failed over from {from} to {to} in {seconds:.1}s: {reason}"),
-    );
-    info!(db = %db.name_any(), from, to, reason, seconds, "failed over");
+    let note = format!("{verb} from {from} to {to} in {seconds:.1}s: {why}");
+    ctx.events.primary_changed(&db.object_ref(&()), pod, reason, note);
+    info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
     Ok(change)
+}
+
+/// Wait until the demoted primary `from` no longer serves (it answers from recovery,
+/// or not at all), up to [`DEMOTE_TIMEOUT`].
+async fn await_demotion(db: &PostgreSQL, ctx: &Context, from: &str) {
+    let ns = db.namespace().unwrap_or_default();
+    let deadline = Instant::now() + DEMOTE_TIMEOUT;
+    loop {
+        match instances::sql(&ctx.client, &ns, from, CONTAINER, "SELECT pg_is_in_recovery()", ASK_TIMEOUT).await {
+            Ok(answer) if answer == "t" => return,
+            Err(_) => return,
+            Ok(_) if Instant::now() > deadline => {
+                warn!(db = %db.name_any(), from, "the old primary still serves after its demotion: promoting anyway, it stops on its label");
+                return;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Label each instance's role so that `primary` alone is the primary, the others'
