@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::PostgreSQL;
 use bosun_testing::node::images;
-use bosun_testing::{Env, e2e};
+use bosun_testing::{Bosun, Env, e2e};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
@@ -23,7 +23,7 @@ use serde_json::json;
 const REAL_NODE: &[&str] =
     &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
 
-fn database(extra: &str) -> String {
+fn manifest(extra: &str) -> String {
     format!(
         "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
          spec: {{version: \"15\", storage: 1Gi, replicas: 3, failoverDelay: 10s{extra}}}\n"
@@ -223,14 +223,21 @@ fn break_primary(env: &Env, pod: &str) {
     kill_postmaster(env, pod);
 }
 
+/// bosun on the real node and a 3-instance `test-db` (with `extra` spec fields),
+/// converged: bosun and the primary.
+async fn database(env: &Env, extra: &str) -> (Bosun, String) {
+    env.use_real_node().await;
+    let bosun = env.start_bosun(REAL_NODE).await;
+    let (ok, out) = env.kubectl_apply(&manifest(extra));
+    assert!(ok, "{out}");
+    let primary = wait_converged(env, "a new database", Duration::from_secs(300)).await;
+    (bosun, primary)
+}
+
 #[tokio::test]
 async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
     e2e("failover-async", |env| async move {
-        env.use_real_node().await;
-        let _bosun = env.start_bosun(REAL_NODE).await;
-        let (ok, out) = env.kubectl_apply(&database(""));
-        assert!(ok, "{out}");
-        let first = wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        let (_bosun, first) = database(&env, "").await;
         assert_eq!(first, "test-db-0", "instance 0 is the first primary");
         start_writer(&env).await;
 
@@ -294,7 +301,7 @@ async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
             .await;
         }
         wait_converged(&env, "test-db-2 the primary", Duration::from_secs(120)).await;
-        let (ok, out) = env.kubectl_apply(&database("").replace("replicas: 3", "replicas: 1"));
+        let (ok, out) = env.kubectl_apply(&manifest("").replace("replicas: 3", "replicas: 1"));
         assert!(ok, "{out}");
         let start = Instant::now();
         loop {
@@ -322,11 +329,7 @@ async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
 #[tokio::test]
 async fn with_synchronous_replication_no_acknowledged_row_is_lost() {
     e2e("failover-sync", |env| async move {
-        env.use_real_node().await;
-        let _bosun = env.start_bosun(REAL_NODE).await;
-        let (ok, out) = env.kubectl_apply(&database(", synchronous: {number: 1}"));
-        assert!(ok, "{out}");
-        wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        let (_bosun, _) = database(&env, ", synchronous: {number: 1}").await;
         start_writer(&env).await;
 
         // 6. Switchover to a named standby.
@@ -385,11 +388,7 @@ async fn with_synchronous_replication_no_acknowledged_row_is_lost() {
 #[tokio::test]
 async fn bosun_killed_in_the_middle_of_a_failover_finishes_it_after_a_restart() {
     e2e("failover-restart", |env| async move {
-        env.use_real_node().await;
-        let mut bosun = env.start_bosun(REAL_NODE).await;
-        let (ok, out) = env.kubectl_apply(&database(""));
-        assert!(ok, "{out}");
-        let before = wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        let (mut bosun, before) = database(&env, "").await;
         break_primary(&env, &before);
         // Killed as soon as the decision is recorded, before or while labels move.
         let start = Instant::now();
@@ -424,11 +423,7 @@ async fn bosun_killed_in_the_middle_of_a_failover_finishes_it_after_a_restart() 
 /// table and writes `target/bench/failover-<mode>.json`. Not a test: numbers only.
 async fn bench(mode: &'static str, extra: &'static str) {
     e2e(&format!("bench-failover-{mode}"), |env| async move {
-        env.use_real_node().await;
-        let _bosun = env.start_bosun(REAL_NODE).await;
-        let (ok, out) = env.kubectl_apply(&database(extra));
-        assert!(ok, "{out}");
-        wait_converged(&env, "a new database", Duration::from_secs(300)).await;
+        let _bosun = database(&env, extra).await;
         start_writer(&env).await;
         let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
         let mut outages: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();

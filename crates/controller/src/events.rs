@@ -122,19 +122,19 @@ impl Events {
         });
     }
 
-    /// A database's primary changed: `FailedOver` (a Warning: an instance was lost) or
-    /// `SwitchedOver` (Normal: asked for); `related` is the new primary's pod.
+    /// A database's primary changed: `reason` as a Warning (an instance was lost) or
+    /// a Normal event; `related` is the new primary's pod.
     pub fn primary_changed(
         &self,
         owner: &ObjectReference,
         related: ObjectReference,
-        reason: &'static str,
+        (reason, warning): (&'static str, bool),
         note: String,
     ) {
-        if reason == "SwitchedOver" {
-            self.normal(owner, reason, "Promote", note, Some(related));
-        } else {
+        if warning {
             self.publish(owner, Some(related), reason, note);
+        } else {
+            self.normal(owner, reason, "Promote", note, Some(related));
         }
     }
 

@@ -94,7 +94,7 @@ pub async fn ensure(
         primary.change = Some(change);
     } else if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
         match build::switchover(&assessment, to) {
-            Ok(()) => {
+            build::Switchover::Go => {
                 let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
                 let pair = (primary.name.as_str(), to);
                 let change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
@@ -102,8 +102,8 @@ pub async fn ensure(
                 primary.change = Some(change);
                 forget_switchover(db, ctx).await?;
             }
-            Err(why) if waits(&assessment, to) => info!(db = %db.name_any(), why, "a switchover waits"),
-            Err(why) => {
+            build::Switchover::Wait(why) => info!(db = %db.name_any(), why, "a switchover waits"),
+            build::Switchover::Refuse(why) => {
                 ctx.events.refused(&db.object_ref(&()), "SwitchoverRefused", &why);
                 forget_switchover(db, ctx).await?;
             }
@@ -122,14 +122,6 @@ fn switchover_target(db: &PostgreSQL) -> Option<&str> {
 async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> {
     let patch = json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: null}}});
     merge_into::<PostgreSQL, _>(ctx, db, patch).await.map(drop)
-}
-
-/// Whether a switchover to `to` waits (rather than being refused for good): the
-/// target exists but is not a Ready standby yet.
-fn waits(assessment: &build::Assessment, to: &str) -> bool {
-    to != assessment.primary
-        && !assessment.candidates.iter().any(|c| c == to)
-        && assessment.pods.iter().any(|p| p == to)
 }
 
 /// Ask each candidate where it is in the WAL and pick the one with the most. One that
@@ -230,13 +222,14 @@ async fn change_primary(
     let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     change.seconds = Some(seconds);
     ctx.metrics.primary_changed(controller, kind.name(), seconds);
-    let (reason, verb) = match kind {
-        Kind::Failover => ("FailedOver", "failed over"),
-        Kind::Switchover => ("SwitchedOver", "switched over"),
+    // A failover is a Warning (an instance was lost), a switchover Normal (asked for).
+    let (reason, verb, warning) = match kind {
+        Kind::Failover => ("FailedOver", "failed over", true),
+        Kind::Switchover => ("SwitchedOver", "switched over", false),
     };
     let pod = ObjectRef::<Pod>::new(to).within(&ns).into();
     let note = format!("{verb} from {from} to {to} in {seconds:.1}s: {why}");
-    ctx.events.primary_changed(&db.object_ref(&()), pod, reason, note);
+    ctx.events.primary_changed(&db.object_ref(&()), pod, (reason, warning), note);
     info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
     Ok(change)
 }

@@ -18,24 +18,16 @@
 use std::time::Duration;
 
 use bosun_api::postgresql::PostgreSQL;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::postgresql::{DEFAULT_FAILOVER_DELAY, ROLE_LABEL, ROLE_PRIMARY, ROLE_REPLICA, pod_name};
 
-/// `spec.failoverDelay` (the schema admits only `<digits>(ms|s|m|h)`).
+/// `spec.failoverDelay` (the schema admits only `<digits>(ms|s|m|h)`), or its default.
 pub fn failover_delay(db: &PostgreSQL) -> Duration {
     let text = db.spec.failover_delay.as_deref().unwrap_or(DEFAULT_FAILOVER_DELAY);
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().unwrap_or(30);
-    match unit {
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => Duration::from_secs(n),
-    }
+    crate::duration::parse_duration(text).unwrap_or(Duration::from_secs(30))
 }
 
 /// What the pods say about the primary.
@@ -158,22 +150,33 @@ pub fn scale_down_switchover(db: &PostgreSQL, assessment: &Assessment) -> Option
     Some((to.clone(), why))
 }
 
-/// Whether a switchover to `to` can go ahead now, or why not.
-pub fn switchover(assessment: &Assessment, to: &str) -> Result<(), String> {
+/// What becomes of a switchover asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Switchover {
+    /// It can go ahead now.
+    Go,
+    /// The target is an instance but not a Ready standby yet: the request waits.
+    Wait(String),
+    /// It cannot be done (the target is the primary, or no instance): the request goes.
+    Refuse(String),
+}
+
+/// Whether a switchover to `to` can go ahead now, waits, or is refused, and why.
+pub fn switchover(assessment: &Assessment, to: &str) -> Switchover {
     let primary = &assessment.primary;
     if to == primary {
-        return Err(format!("{to} is already the primary: nothing to switch over"));
+        return Switchover::Refuse(format!("{to} is already the primary: nothing to switch over"));
     }
     if !assessment.pods.iter().any(|p| p == to) {
-        return Err(format!(
+        return Switchover::Refuse(format!(
             "{to} is not an instance of this database (its instances: {}): name a standby's pod",
             assessment.pods.join(", ")
         ));
     }
     if !assessment.candidates.iter().any(|c| c == to) {
-        return Err(format!("{to} is not a Ready standby yet: the switchover waits for it"));
+        return Switchover::Wait(format!("{to} is not a Ready standby yet: the switchover waits for it"));
     }
-    Ok(())
+    Switchover::Go
 }
 
 /// Where a standby is in the WAL, as it answers [`POSITION_SQL`].
@@ -242,12 +245,6 @@ pub fn relabels<'a>(pods: &[&'a Pod], primary: &str) -> Vec<(&'a Pod, &'static s
         .collect();
     changes.sort_by_key(|(_, want)| *want == ROLE_PRIMARY);
     changes
-}
-
-/// How long ago `started` was, for the time a change of primary took.
-pub fn seconds_since(started: Timestamp, now: Timestamp) -> f64 {
-    let d: SignedDuration = now.duration_since(started);
-    (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]
@@ -377,10 +374,14 @@ mod tests {
         let p1 = pod("db-1", Some("replica"), true, T0);
         let p2 = pod("db-2", Some("replica"), false, T0);
         let a = assess(&db(3, Some("db-0")), &[&p0, &p1, &p2], at(T0));
-        assert_eq!(switchover(&a, "db-1"), Ok(()));
-        assert!(switchover(&a, "db-0").unwrap_err().contains("already the primary"));
-        assert!(switchover(&a, "db-2").unwrap_err().contains("not a Ready standby yet"));
-        assert!(switchover(&a, "other-1").unwrap_err().contains("instances: db-0, db-1, db-2"));
+        assert_eq!(switchover(&a, "db-1"), Switchover::Go);
+        let refused = |to: &str| match switchover(&a, to) {
+            Switchover::Refuse(why) | Switchover::Wait(why) => why,
+            Switchover::Go => String::new(),
+        };
+        assert!(refused("db-0").contains("already the primary"));
+        assert!(matches!(switchover(&a, "db-2"), Switchover::Wait(why) if why.contains("not a Ready standby yet")));
+        assert!(refused("other-1").contains("instances: db-0, db-1, db-2"));
     }
 
     #[test]

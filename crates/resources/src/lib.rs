@@ -11,6 +11,7 @@ pub mod backup;
 pub mod claims;
 pub mod conditions;
 pub mod demovolume;
+pub mod duration;
 pub mod failover;
 pub mod meta;
 pub mod pods;
