@@ -228,10 +228,13 @@ clusterDomain: $cluster_domain
 resolvConf: $d/resolv.conf
 podLogsDir: $d/pod-logs
 # Nothing here can pull an image again: never collect them, and do not evict
-# pods because a shared CI disk is fuller than a production node's would be.
+# pods (or taint the node disk-pressure, which stops every scheduling on it)
+# because a shared CI disk is fuller than a production node's would be: these
+# disks are 252G with anything from 80G to a few hundred MiB free, so a
+# percentage (1% = 2.5G) tainted the node for a whole CI run. Absolute floors.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+evictionHard: {memory.available: 100Mi, nodefs.available: 100Mi, imagefs.available: 100Mi, nodefs.inodesFree: 1%}
 maxPods: 110
 serializeImagePulls: false
 registerNode: true

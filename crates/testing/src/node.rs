@@ -62,7 +62,34 @@ pub async fn require_real_node(client: &kube::Client) {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .is_some_and(|c| c.status == "True");
-    assert!(ready, "the real node {REAL_NODE} is not Ready: {:?}", node.status.and_then(|s| s.conditions));
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+    assert!(ready, "the real node {REAL_NODE} is not Ready: {conditions:?}");
+    // A Ready node can still refuse every pod: the kubelet's disk, memory or PID
+    // pressure taints it NoSchedule. Say so now, with the node's own words and the
+    // disk's free space, rather than as a pod Pending for minutes.
+    let blocking: Vec<String> = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != REAL_NODE_LABEL)
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    if !blocking.is_empty() {
+        let pressure: Vec<String> = conditions
+            .iter()
+            .filter(|c| c.type_ != "Ready" && c.status == "True")
+            .map(|c| format!("{}: {}", c.type_, c.message.as_deref().unwrap_or("")))
+            .collect();
+        let df = std::process::Command::new("df")
+            .args(["-h", "/"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!(
+            "the real node {REAL_NODE} is Ready but tainted {blocking:?}, so no pod is scheduled there: {pressure:?}\n{df}"
+        );
+    }
 }
 
 /// A container's state as the kubelet reported it.
