@@ -4,23 +4,26 @@
 //! Stage of the PostgreSQL pipeline: assess the pods ([`build::assess`]) → when the
 //! primary is lost, ask each Ready standby for its WAL position → persist the decision
 //! (`status.currentPrimary`, before any label moves) → move the labels, the old
-//! primary's first → promote the new primary (its instance also promotes itself on
-//! its label, so a bosun that dies here has still done enough) → event and metrics.
-//! Every step after the decision is idempotent, so a restarted bosun finishes it.
+//! primary's first → await the promotion, which the new primary's instance does
+//! itself when its label reaches it → event and metrics. The role label is the only
+//! way bosun promotes or demotes an instance, so an instance never holds a role its
+//! label does not say, and a bosun that dies after the labels has done enough. Every
+//! step after the decision is idempotent, so a restarted bosun finishes it.
 //!
 //! A switchover (the annotation [`SWITCHOVER_ANNOTATION`]) is the same with the old
 //! primary alive: decision → the old primary's label goes (the Service has no endpoint,
 //! its instance stops with a fast shutdown, which sends every WAL record to the
-//! connected standbys) → wait until it no longer serves → the target's label → promote
-//! → the annotation removed. A switchover interrupted before the old primary lost its
-//! label is abandoned (its label holder is Ready) and, the annotation still being
-//! there, started again.
+//! connected standbys) → proof that it no longer serves (else the switchover is
+//! undone: labels and status back, a `SwitchoverFailed` event) → the target's label →
+//! its promotion → the annotation removed. A switchover interrupted before the old
+//! primary lost its label is abandoned (its label holder is Ready) and, the
+//! annotation still being there, started again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::{PostgreSQL, PrimaryChange, SWITCHOVER_ANNOTATION};
-use bosun_resources::failover::{self as build, POSITION_SQL, PROMOTE_SQL, Position};
+use bosun_resources::failover::{self as build, POSITION_SQL, Position, RECOVERY_SQL};
 use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -40,6 +43,8 @@ use crate::status::update_status;
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a demoted primary may take to stop serving (its fast shutdown).
 const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long bosun waits for a promotion it asked for before recording it anyway.
+const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The primary after this stage.
 #[derive(Clone, Debug, Default)]
@@ -80,26 +85,27 @@ pub async fn ensure(
         match most_advanced(db, ctx, &assessment.candidates).await {
             Some(to) => {
                 let pair = (primary.name.as_str(), to.as_str());
-                let change = change_primary(controller, db, ctx, &refs, Kind::Failover, pair, reason, now).await?;
+                primary.change = change_primary(controller, db, ctx, &refs, Kind::Failover, pair, reason, now).await?;
                 primary.name = to;
-                primary.change = Some(change);
             }
             None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
         }
     }
     if let (None, Some((to, why))) = (&assessment.lost, build::scale_down_switchover(db, &assessment)) {
         let pair = (primary.name.as_str(), to.as_str());
-        let change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
-        primary.name = to;
-        primary.change = Some(change);
+        primary.change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
+        if primary.change.is_some() {
+            primary.name = to;
+        }
     } else if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
         match build::switchover(&assessment, to) {
             build::Switchover::Go => {
                 let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
                 let pair = (primary.name.as_str(), to);
-                let change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
-                primary.name = to.to_owned();
-                primary.change = Some(change);
+                primary.change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
+                if primary.change.is_some() {
+                    primary.name = to.to_owned();
+                }
                 forget_switchover(db, ctx).await?;
             }
             build::Switchover::Wait(why) => info!(db = %db.name_any(), why, "a switchover waits"),
@@ -181,8 +187,9 @@ impl Kind {
 
 /// Make the standby `to` the primary in place of `from`, because `why`: the decision
 /// persisted first (whatever happens next, a restarted bosun finishes it); for a
-/// switchover, the old primary's label taken and its stop awaited; then the label
-/// given, the promotion, the record.
+/// switchover, the old primary's label taken and its stop proved (or the switchover
+/// undone when it still serves); then the label given, and the promotion that the
+/// instance does on it awaited; the record. `None`: a switchover undone.
 #[allow(clippy::too_many_arguments)] // the steps of one decision, all of it needed
 async fn change_primary(
     controller: &'static str,
@@ -193,7 +200,7 @@ async fn change_primary(
     (from, to): (&str, &str),
     why: &str,
     now: Timestamp,
-) -> Result<PrimaryChange, Error> {
+) -> Result<Option<PrimaryChange>, Error> {
     let clock = Instant::now();
     let ns = db.namespace().unwrap_or_default();
     let mut change = PrimaryChange {
@@ -204,7 +211,8 @@ async fn change_primary(
         started: now.to_string(),
         seconds: None,
     };
-    let mut status = db.status.clone().unwrap_or_default();
+    let before = db.status.clone().unwrap_or_default();
+    let mut status = before.clone();
     status.current_primary = Some(to.to_owned());
     status.last_primary_change = Some(change.clone());
     update_status(ctx, controller, db, &status).await?;
@@ -212,12 +220,25 @@ async fn change_primary(
         // The old primary's label first: no endpoint, and its instance stops.
         let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
         label(ctx, &others, to).await?;
-        await_demotion(db, ctx, from).await;
+        if !await_serving(ctx, &ns, from, false, DEMOTE_TIMEOUT).await {
+            // Never two primaries: it keeps the role it still holds.
+            let note = format!(
+                "the switchover from {from} to {to} is undone: {from} still served writes {}s after it was made a standby (or could not be asked)",
+                DEMOTE_TIMEOUT.as_secs()
+            );
+            warn!(db = %db.name_any(), from, to, "{note}");
+            label(ctx, pods, from).await?;
+            let mut db = db.clone();
+            db.status = Some(status);
+            update_status(ctx, controller, &db, &before).await?;
+            ctx.events.refused(&db.object_ref(&()), "SwitchoverFailed", &note);
+            return Ok(None);
+        }
     }
     label(ctx, pods, to).await?;
-    if let Err(err) = instances::sql(&ctx.client, &ns, to, CONTAINER, PROMOTE_SQL, instances::TIMEOUT).await {
-        // Its instance promotes itself on its label: this was the fast path.
-        warn!(db = %db.name_any(), primary = to, %err, "promoting the new primary directly failed");
+    if !await_serving(ctx, &ns, to, true, PROMOTE_TIMEOUT).await {
+        // Its instance promotes itself when its label reaches it; nothing to undo.
+        warn!(db = %db.name_any(), primary = to, "the new primary does not serve writes yet");
     }
     let seconds = (clock.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
     change.seconds = Some(seconds);
@@ -231,24 +252,27 @@ async fn change_primary(
     let note = format!("{verb} from {from} to {to} in {seconds:.1}s: {why}");
     ctx.events.primary_changed(&db.object_ref(&()), pod, (reason, warning), note);
     info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
-    Ok(change)
+    Ok(Some(change))
 }
 
-/// Wait until the demoted primary `from` no longer serves (it answers from recovery,
-/// or not at all), up to [`DEMOTE_TIMEOUT`].
-async fn await_demotion(db: &PostgreSQL, ctx: &Context, from: &str) {
-    let ns = db.namespace().unwrap_or_default();
-    let deadline = Instant::now() + DEMOTE_TIMEOUT;
+/// Wait until instance `pod` serves writes (`serving`), or provably does not (it
+/// answers from recovery, or its psql cannot connect: the server is down or shutting
+/// down), up to `timeout`. An instance that cannot be asked proves nothing.
+async fn await_serving(ctx: &Context, ns: &str, pod: &str, serving: bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
     loop {
-        match instances::sql(&ctx.client, &ns, from, CONTAINER, "SELECT pg_is_in_recovery()", ASK_TIMEOUT).await {
-            Ok(answer) if answer == "t" => return,
-            Err(_) => return,
-            Ok(_) if Instant::now() > deadline => {
-                warn!(db = %db.name_any(), from, "the old primary still serves after its demotion: promoting anyway, it stops on its label");
-                return;
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        let now = match instances::sql(&ctx.client, ns, pod, CONTAINER, RECOVERY_SQL, ASK_TIMEOUT).await {
+            Ok(answer) => Some(answer == "f"),
+            Err(instances::SqlError::Refused(_)) => Some(false),
+            Err(instances::SqlError::Unreachable(_)) => None,
+        };
+        if now == Some(serving) {
+            return true;
         }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -191,9 +191,8 @@ pub struct Position {
 /// What each candidate is asked, answering `t|0/3000148|0/3000148`.
 pub const POSITION_SQL: &str = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
 
-/// Promote a standby and wait (up to 60 s) until it accepts writes; a server already
-/// out of recovery answers `t` without promoting again.
-pub const PROMOTE_SQL: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN pg_promote(true, 60) ELSE true END";
+/// Whether an instance is a standby (`t`) or serves writes (`f`).
+pub const RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
 
 /// An LSN as PostgreSQL prints it (`16/B374D848`).
 pub fn parse_lsn(text: &str) -> Option<u64> {

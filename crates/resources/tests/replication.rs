@@ -5,7 +5,8 @@
 //! it, rows streamed; then the primary killed, the standby made primary (it promotes
 //! itself), the old primary started again as a replica (rewound, it follows the new
 //! timeline); then a switchover back (the running primary made a replica stops and
-//! rejoins) — real streaming replication, no cluster needed.
+//! rejoins); then a promotion the label did not ask for undone — real streaming
+//! replication, no cluster needed.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
 use std::net::{TcpListener, TcpStream};
@@ -299,6 +300,20 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert_eq!(in_recovery(pb), "t");
     assert_eq!(ok(sql(pb, "postgres", PASSWORD, "SELECT count(*) FROM t"), "count"), "4", "every row survives");
     assert!(b.child.try_wait().unwrap().is_none(), "b's instance manager ran on through its demotion");
+
+    // The label is the only authority: b promoted behind bosun's back (by hand), its
+    // label still `replica`, does not stay a primary: it stops and rejoins a.
+    let promote = command(&format!("{BIN}/pg_ctl")).args(["promote", "--no-wait", "-D"]).arg(&b_data).output().unwrap();
+    ok(promote, "pg_ctl promote by hand");
+    wait_until("b to rejoin after a promotion its label did not ask for", &b, Duration::from_secs(60), || {
+        in_recovery(pb) == "t"
+    });
+    ok(sql(pa, "postgres", PASSWORD, "INSERT INTO t VALUES (5, 'after the stray promotion')"), "write on a");
+    wait_until("b to stream from a again", &b, Duration::from_secs(60), || {
+        sql(pb, "postgres", PASSWORD, "SELECT count(*) FROM t").stdout == b"5\n"
+    });
+    let log = std::fs::read_to_string(&b.log).unwrap();
+    assert_eq!(log.matches("bosun made this instance a standby: stopping the primary").count(), 2, "{log}");
     drop(b);
     drop(a);
     let hba = std::fs::read_to_string(a_data.join("pg_hba.conf")).unwrap();

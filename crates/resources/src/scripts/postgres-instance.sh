@@ -133,17 +133,16 @@ while :; do
   [ -z "$stopping" ] || exit 0
   "$@" -c "primary_conninfo=$primary_conninfo" &
   pid=$!
-  demoted='' seen=$current
-  # Act on a change of the label only: bosun may promote this instance directly a
-  # moment before the file shows its new label, and a stale label must not undo that.
+  demoted='' promoting=''
+  # The label is the one source of the role, and the instance follows what it says
+  # now, not only its changes: a label that changed twice between two looks (or
+  # while the kubelet was slow to update the file) still ends in the state it names.
+  # bosun never promotes or demotes an instance any other way.
   while kill -0 "$pid" 2>/dev/null; do
     sleep 0.2
-    now=$(role)
-    [ "$now" != "$seen" ] || continue
-    seen=$now
-    case $now in
+    case $(role) in
     replica)
-      if [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ]; then
+      if [ -z "$demoted" ] && [ -s "$PGDATA/PG_VERSION" ] && [ ! -e "$PGDATA/standby.signal" ]; then
         demoted=1
         log "bosun made this instance a standby: stopping the primary (fast shutdown) to rejoin as a standby"
         kill -INT "$pid"
@@ -151,10 +150,10 @@ while :; do
       ;;
     primary)
       if [ -e "$PGDATA/standby.signal" ]; then
-        log "bosun made this instance the primary: promoting it"
-        until pg_ctl promote -D "$PGDATA" >&2 || [ ! -e "$PGDATA/standby.signal" ] || ! kill -0 "$pid" 2>/dev/null; do
-          sleep 0.2
-        done
+        [ -n "$promoting" ] || log "bosun made this instance the primary: promoting it"
+        promoting=1
+        # Waits for the promotion to end; a server still starting refuses it: again.
+        pg_ctl promote -D "$PGDATA" >&2 || sleep 0.5
       fi
       ;;
     esac
