@@ -2,7 +2,8 @@
 //! a writer pod inserts a numbered row through the read-write Service every ~20 ms and
 //! logs each id whose commit was acknowledged; faults are injected into the primary
 //! (its pod force-deleted, its postmaster killed, a setting it cannot start with,
-//! bosun killed mid-failover, a switchover asked for). After each, exactly one
+//! bosun killed mid-failover, a switchover asked for, a rolling change of the pod
+//! template). After each, exactly one
 //! instance is out of recovery, the Service has exactly that one endpoint, every
 //! other instance streams from it, and the status and events say what happened. The
 //! write outage (the longest gap between acknowledged writes) and the acknowledged
@@ -381,6 +382,88 @@ async fn with_synchronous_replication_no_acknowledged_row_is_lost() {
             assert!(start.elapsed() < Duration::from_secs(60), "not all instances end Ready");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    })
+    .await;
+}
+
+/// One look at the instances' pods: (name, uid, role label, being deleted).
+async fn pod_states(env: &Env) -> Vec<(String, String, String, bool)> {
+    let list =
+        env.api::<Pod>().list(&ListParams::default().labels("app.kubernetes.io/instance=test-db")).await.unwrap();
+    list.items
+        .iter()
+        .map(|p| {
+            let role = p.labels().get("database.example.com/role").cloned().unwrap_or_default();
+            (p.name_any(), p.uid().unwrap_or_default(), role, p.metadata.deletion_timestamp.is_some())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rolling_change_restarts_the_standbys_then_switches_over_then_restarts_the_old_primary() {
+    e2e("failover-roll", |env| async move {
+        let (_bosun, first) = database(&env, ", synchronous: {number: 1}").await;
+        start_writer(&env).await;
+        let before: std::collections::BTreeMap<String, String> =
+            pod_states(&env).await.into_iter().map(|(name, uid, _, _)| (name, uid)).collect();
+        assert_eq!(before.len(), 3);
+        // A change of the pod template (the server's synchronous_standby_names).
+        let at = unix_now();
+        let (ok, out) = env.kubectl_apply(&manifest(", synchronous: {number: 2}"));
+        assert!(ok, "{out}");
+        // Watch every pod until each one runs anew and is Ready again.
+        let mut uids: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut deleted_as_primary = Vec::new();
+        let start = Instant::now();
+        loop {
+            let states = pod_states(&env).await;
+            for (name, uid, role, deleting) in &states {
+                let seen = uids.entry(name.clone()).or_default();
+                if seen.last() != Some(uid) {
+                    seen.push(uid.clone());
+                }
+                if *deleting && role == "primary" {
+                    deleted_as_primary.push(name.clone());
+                }
+            }
+            let pods = env.api::<Pod>().list(&ListParams::default().labels("app.kubernetes.io/instance=test-db")).await.unwrap();
+            let renewed = pods.items.len() == 3
+                && pods.items.iter().all(|p| {
+                    before.get(&p.name_any()) != p.uid().as_ref() && bosun_testing::node::pod_ready(p)
+                });
+            if renewed {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(300), "the roll did not end: {uids:?}\n{}", diagnostics(&env));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let primary = wait_converged(&env, "after the rolling change", Duration::from_secs(180)).await;
+        assert!(deleted_as_primary.is_empty(), "deleted while the primary: {deleted_as_primary:?}");
+        for (name, seen) in &uids {
+            assert_eq!(seen.len(), 2, "{name} was not restarted exactly once: {seen:?}");
+        }
+        assert_ne!(primary, first, "the old primary was handed over, not restarted as the primary");
+        let change = db(&env).await.status.unwrap().last_primary_change.unwrap();
+        assert_eq!((change.kind.as_str(), change.from.as_str()), ("Switchover", first.as_str()), "{change:?}");
+        assert!(change.reason.contains("rolling change"), "{change:?}");
+        let restarted = events(&env, "Restarted").await;
+        assert_eq!(restarted.len(), 3, "one event per restarted instance: {restarted:?}");
+        let settings = psql(&env, &primary, "SHOW synchronous_standby_names").unwrap();
+        assert_eq!(settings, "ANY 2 (*)", "the new template runs");
+        wait_until("writes to succeed again", Duration::from_secs(60), || {
+            acks(&env).last().is_some_and(|(_, t)| *t > unix_now() - 1.0)
+        })
+        .await;
+        let acked = acks(&env);
+        let missing = lost(&env, &primary, &acked);
+        eprintln!(
+            "failover: rolling change of 3 instances: {:.1} s, longest write outage {:.2} s, {} acknowledged rows, {} lost",
+            start.elapsed().as_secs_f64(),
+            outage(&acked, at),
+            acked.len(),
+            missing.len()
+        );
+        assert!(missing.is_empty(), "acknowledged rows lost in a rolling change: {missing:?}");
     })
     .await;
 }

@@ -211,18 +211,27 @@ where
     let Some(cached) = owned.get(namespace, name).filter(|c| children::controlled_by(c.as_ref(), owner)) else {
         return Ok(());
     };
+    if delete_exactly(ctx, cached.as_ref()).await? {
+        ctx.events.deleted(&owner.object_ref(&()), cached.object_ref(&()));
+    }
+    Ok(())
+}
+
+/// Delete `target` — that very object (a uid precondition): whether it was deleted
+/// now (not when it was gone already, or replaced by another of its name).
+pub async fn delete_exactly<C>(ctx: &Context, target: &C) -> Result<bool, Error>
+where
+    C: crate::guard::Reconciled,
+{
+    let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
     let params = DeleteParams {
-        preconditions: Some(Preconditions { uid: cached.meta().uid.clone(), resource_version: None }),
+        preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version: None }),
         ..DeleteParams::default()
     };
-    match Api::<C>::namespaced(ctx.client.clone(), namespace).delete(name, &params).await {
-        Ok(_) => {
-            ctx.events.deleted(&owner.object_ref(&()), cached.object_ref(&()));
-            Ok(())
-        }
-        // Gone already, or replaced by an object that is not this one.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Apply { kind: C::kind(&()).into_owned(), name: name.to_owned(), source }),
+    match Api::<C>::namespaced(ctx.client.clone(), &namespace).delete(&name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(source) => Err(Error::Apply { kind: C::kind(&()).into_owned(), name, source }),
     }
 }
 

@@ -138,6 +138,11 @@ impl Events {
         }
     }
 
+    /// An instance of `owner` (its pod, `related`) was restarted by a rolling change.
+    pub fn instance_restarted(&self, owner: &ObjectReference, related: ObjectReference, why: &str) {
+        self.normal(owner, "Restarted", "Restart", format!("restarted: {why}"), Some(related));
+    }
+
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
     pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
         self.warn(owner, reason, message.to_owned());

@@ -18,6 +18,10 @@
 //! its promotion → the annotation removed. A switchover interrupted before the old
 //! primary lost its label is abandoned (its label holder is Ready) and, the
 //! annotation still being there, started again.
+//!
+//! A rolling change (a new pod template; the StatefulSet is `OnDelete`) is the last
+//! step, when nothing else changed the primary: one instance at a time, standbys
+//! first, then a switchover, then the old primary as a standby ([`build::roll`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,13 +30,14 @@ use bosun_api::postgresql::{PostgreSQL, PrimaryChange, SWITCHOVER_ANNOTATION};
 use bosun_resources::failover::{self as build, POSITION_SQL, Position, RECOVERY_SQL};
 use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL};
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::apply::merge_into;
+use crate::apply::{delete_exactly, merge_into};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
@@ -71,7 +76,7 @@ pub async fn ensure(
     controller: &'static str,
     db: &PostgreSQL,
     ctx: &Context,
-    pods: &Owned<Pod>,
+    (sts, pods): (&StatefulSet, &Owned<Pod>),
     now: Timestamp,
 ) -> Result<Primary, Error> {
     let mine = instance_pods(db, pods);
@@ -116,7 +121,47 @@ pub async fn ensure(
         }
     }
     label(ctx, &refs, &primary.name).await?;
+    if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
+        primary.change = roll(controller, db, ctx, sts, &refs, &assessment, now).await?;
+        if let Some(change) = &primary.change {
+            primary.name = change.to.clone();
+        }
+    }
     Ok(primary)
+}
+
+/// The next step of rolling a new pod template out ([`build::roll`]): restart a
+/// standby, or hand the primary over so that its old pod restarts as a standby's.
+async fn roll(
+    controller: &'static str,
+    db: &PostgreSQL,
+    ctx: &Context,
+    sts: &StatefulSet,
+    pods: &[&Pod],
+    assessment: &build::Assessment,
+    now: Timestamp,
+) -> Result<Option<PrimaryChange>, Error> {
+    match build::roll(sts, pods, assessment) {
+        build::Roll::Done => Ok(None),
+        build::Roll::Wait(why) => {
+            info!(db = %db.name_any(), why, "a rolling change waits");
+            Ok(None)
+        }
+        build::Roll::Restart(name, why) => {
+            let Some(pod) = pods.iter().find(|p| p.name_any() == name) else { return Ok(None) };
+            if delete_exactly(ctx, *pod).await? {
+                info!(db = %db.name_any(), pod = name, why, "restarting an instance");
+                ctx.events.instance_restarted(&db.object_ref(&()), pod.object_ref(&()), &why);
+            }
+            Ok(None)
+        }
+        build::Roll::Switchover(to) => {
+            let why =
+                "a rolling change: every standby runs the new pod template, the primary restarts last, as a standby";
+            let pair = (assessment.primary.as_str(), to.as_str());
+            change_primary(controller, db, ctx, pods, Kind::Switchover, pair, why, now).await
+        }
+    }
 }
 
 /// The instance a switchover is asked to, if one is.

@@ -65,8 +65,9 @@ pub const PERMISSIONS: &[Permission] = &{
         // Data claims grown in place; the claim of dumps created once.
         Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
         // The role label of each instance: the instance acts on it, the Services select it.
-        Permission::new("", "pods", &["list", "watch", "patch"]),
-        // A standby's WAL position before a failover, and the promotion (psql in the pod).
+        // Each instance restarted in turn by a rolling change (the StatefulSet is OnDelete).
+        Permission::new("", "pods", &["list", "watch", "patch", "delete"]),
+        // A standby's WAL position before a failover; whether an instance serves (psql in the pod).
         Permission::new("", "pods/exec", &["create", "get"]),
         // Why an instance that does not start waits (a volume that does not mount).
         Permission::new("", "events", &["list"]),
@@ -140,7 +141,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     };
     // Whatever runs keeps a primary, a refused change or not.
     let primary = match &sts {
-        Some(_) => Some(failover::ensure(CONTROLLER, db, &ctx, &children.pods, now).await?),
+        Some(sts) => Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), now).await?),
         None => None,
     };
     let (backup, backup_conflict) = match &refusal {

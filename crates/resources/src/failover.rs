@@ -6,6 +6,7 @@
 //!  status.currentPrimary (the intent) + pods ──assess──▶ primary, lost?, candidates, recheck
 //!  candidates' (in recovery, received, replayed) ──most_advanced──▶ the one to promote
 //!  primary + pods ──relabels──▶ role labels to patch, the old primary's first
+//!  StatefulSet revision + pods ──roll──▶ the next instance to restart, or a switchover
 //! ```
 //!
 //! The role label is what instances act on and what the read-write Service selects;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use bosun_api::postgresql::PostgreSQL;
 use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
@@ -246,6 +248,71 @@ pub fn relabels<'a>(pods: &[&'a Pod], primary: &str) -> Vec<(&'a Pod, &'static s
     changes
 }
 
+/// The label the StatefulSet controller puts on each pod: the revision it runs.
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// The next step of a rolling change of the instances (a new pod template: image,
+/// resources, settings). The StatefulSet is `OnDelete`: bosun restarts each instance
+/// itself, so that the primary restarts once, last, and never while it is the primary
+/// (unless it is the only instance).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Roll {
+    /// Every instance runs the StatefulSet's revision (or the revision is not known yet).
+    Done,
+    /// Restart this instance (delete its pod; the StatefulSet recreates it on the new
+    /// revision), because of the second field.
+    Restart(String, String),
+    /// Every standby runs the new revision: hand the primary over to this one, whose
+    /// old pod is then a standby's.
+    Switchover(String),
+    /// An instance is not back yet: the next step waits for it.
+    Wait(String),
+}
+
+/// The next step of rolling `sts`'s revision out to `pods` (the instances' pods),
+/// `assessment` saying which is the primary and which standbys are Ready.
+pub fn roll(sts: &StatefulSet, pods: &[&Pod], assessment: &Assessment) -> Roll {
+    let status = sts.status.as_ref();
+    let observed = status.and_then(|s| s.observed_generation) == sts.metadata.generation;
+    let Some(revision) = status.and_then(|s| s.update_revision.as_deref()).filter(|_| observed) else {
+        return Roll::Done;
+    };
+    let outdated = |p: &&&Pod| p.labels().get(REVISION_LABEL).map(String::as_str) != Some(revision);
+    if !pods.iter().any(|p| outdated(&p)) {
+        return Roll::Done;
+    }
+    if let Some(p) = pods.iter().find(|p| deleting(p)) {
+        return Roll::Wait(format!("{} is restarting", p.name_any()));
+    }
+    let wanted = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    if (pods.len() as i32) < wanted {
+        return Roll::Wait(format!("{} of {wanted} instances exist", pods.len()));
+    }
+    let primary = assessment.primary.as_str();
+    let why = |p: &str, role: &str| format!("{p} ({role}) runs an old revision of the pod template, not {revision}");
+    let mut standbys: Vec<&&Pod> = pods.iter().filter(|p| p.name_any() != primary && outdated(p)).collect();
+    // Highest ordinal first, as a StatefulSet would.
+    standbys.sort_by_key(|p| std::cmp::Reverse(p.name_any()));
+    // A standby that is down anyway restarts at once; a serving one when all serve.
+    if let Some(p) = standbys.iter().find(|p| !readiness(p).0) {
+        return Roll::Restart(p.name_any(), why(&p.name_any(), "a standby, not ready"));
+    }
+    if let Some(p) = pods.iter().find(|p| !readiness(p).0) {
+        return Roll::Wait(format!("{} is not ready", p.name_any()));
+    }
+    if let Some(p) = standbys.first() {
+        return Roll::Restart(p.name_any(), why(&p.name_any(), "a standby"));
+    }
+    // Only the primary is left on the old revision.
+    if pods.len() == 1 {
+        return Roll::Restart(primary.to_owned(), why(primary, "the only instance"));
+    }
+    match assessment.candidates.iter().min() {
+        Some(to) => Roll::Switchover(to.clone()),
+        None => Roll::Wait("no standby is ready to take the primary's place".to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -410,5 +477,103 @@ mod tests {
         }
         d.spec.failover_delay = None;
         assert_eq!(failover_delay(&d), Duration::from_secs(30));
+    }
+    fn sts(replicas: i32, revision: &str, observed: bool) -> StatefulSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "ns", "generation": 2},
+            "spec": {"replicas": replicas, "serviceName": "db", "selector": {}, "template": {}},
+            "status": {"replicas": replicas, "observedGeneration": if observed {2} else {1}, "updateRevision": revision},
+        }))
+        .unwrap()
+    }
+
+    fn on(mut pod: Pod, revision: &str) -> Pod {
+        pod.labels_mut().insert(REVISION_LABEL.to_owned(), revision.to_owned());
+        pod
+    }
+
+    /// The steps of a rolling change of three instances, db-1 the primary: each
+    /// returned step is carried out (a restart: the pod on the new revision, Ready; a
+    /// switchover: the roles swapped) until the roll is done.
+    #[test]
+    fn a_roll_restarts_the_standbys_highest_first_then_switches_over_then_restarts_the_old_primary() {
+        let set = sts(3, "new", true);
+        let mut pods = vec![
+            on(pod("db-0", Some(ROLE_REPLICA), true, T0), "old"),
+            on(pod("db-1", Some(ROLE_PRIMARY), true, T0), "old"),
+            on(pod("db-2", Some(ROLE_REPLICA), true, T0), "old"),
+        ];
+        let mut primary = "db-1".to_owned();
+        let mut steps = Vec::new();
+        loop {
+            let d = db(3, Some(&primary));
+            let refs: Vec<&Pod> = pods.iter().collect();
+            let a = assess(&d, &refs, at(T0));
+            match roll(&set, &refs, &a) {
+                Roll::Done => break,
+                Roll::Restart(name, why) => {
+                    assert!(why.contains("not new"), "{why}");
+                    assert_ne!(name, primary, "the primary restarted while primary");
+                    steps.push(format!("restart {name}"));
+                    let p = pods.iter_mut().find(|p| p.name_any() == name).unwrap();
+                    p.labels_mut().insert(REVISION_LABEL.to_owned(), "new".to_owned());
+                }
+                Roll::Switchover(to) => {
+                    steps.push(format!("switchover to {to}"));
+                    for p in &mut pods {
+                        let role = if p.name_any() == to { ROLE_PRIMARY } else { ROLE_REPLICA };
+                        p.labels_mut().insert(ROLE_LABEL.to_owned(), role.to_owned());
+                    }
+                    primary = to;
+                }
+                Roll::Wait(why) => panic!("nothing to wait for: {why}"),
+            }
+            assert!(steps.len() < 10, "{steps:?}");
+        }
+        assert_eq!(steps, ["restart db-2", "restart db-0", "switchover to db-0", "restart db-1"]);
+    }
+
+    #[test]
+    fn a_roll_waits_for_a_restarted_instance_and_restarts_a_down_standby_at_once() {
+        let set = sts(3, "new", true);
+        let d = db(3, Some("db-0"));
+        let p0 = on(pod("db-0", Some(ROLE_PRIMARY), true, T0), "old");
+        let p1 = on(pod("db-1", Some(ROLE_REPLICA), true, T0), "old");
+        let p2 = on(pod("db-2", Some(ROLE_REPLICA), false, T0), "new");
+        let refs = [&p0, &p1, &p2];
+        let a = assess(&d, &refs, at(T0));
+        assert_eq!(roll(&set, &refs, &a), Roll::Wait("db-2 is not ready".to_owned()));
+        // A standby already down (crash-looping on the old template) is not waited for.
+        let p1_down = on(pod("db-1", Some(ROLE_REPLICA), false, T0), "old");
+        let refs = [&p0, &p1_down, &p2];
+        let a = assess(&d, &refs, at(T0));
+        assert!(matches!(roll(&set, &refs, &a), Roll::Restart(n, _) if n == "db-1"));
+        // A missing instance (the StatefulSet recreating it) is waited for.
+        let refs = [&p0, &p1];
+        let a = assess(&d, &refs, at(T0));
+        assert_eq!(roll(&set, &refs, &a), Roll::Wait("2 of 3 instances exist".to_owned()));
+    }
+
+    #[test]
+    fn a_roll_of_one_instance_restarts_it_and_an_unobserved_revision_rolls_nothing() {
+        let d = db(1, Some("db-0"));
+        let p0 = on(pod("db-0", Some(ROLE_PRIMARY), true, T0), "old");
+        let a = assess(&d, &[&p0], at(T0));
+        assert!(
+            matches!(roll(&sts(1, "new", true), &[&p0], &a), Roll::Restart(n, why) if n == "db-0" && why.contains("only instance"))
+        );
+        assert_eq!(roll(&sts(1, "new", false), &[&p0], &a), Roll::Done, "the revision of an older generation");
+        let current = on(pod("db-0", Some(ROLE_PRIMARY), true, T0), "new");
+        assert_eq!(roll(&sts(1, "new", true), &[&current], &a), Roll::Done);
+    }
+
+    #[test]
+    fn a_roll_never_switches_over_to_a_standby_that_is_not_ready() {
+        let set = sts(2, "new", true);
+        let d = db(2, Some("db-0"));
+        let p0 = on(pod("db-0", Some(ROLE_PRIMARY), true, T0), "old");
+        let p1 = on(pod("db-1", Some(ROLE_REPLICA), false, T0), "new");
+        let a = assess(&d, &[&p0, &p1], at(T0));
+        assert_eq!(roll(&set, &[&p0, &p1], &a), Roll::Wait("db-1 is not ready".to_owned()));
     }
 }

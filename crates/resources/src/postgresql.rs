@@ -32,7 +32,9 @@ use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Version};
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, Lifecycle, LifecycleHandler,
     PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
@@ -399,6 +401,12 @@ pub fn desired_statefulset(
                 }),
             },
             volume_claim_templates: Some(vec![claim]),
+            // bosun restarts the instances itself, standbys first and the primary
+            // after a switchover (`failover::roll`); the StatefulSet only recreates.
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
             persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
                 when_deleted: Some(when_deleted.to_owned()),
                 when_scaled: Some("Retain".to_owned()),
