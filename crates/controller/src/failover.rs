@@ -5,16 +5,20 @@
 //! primary is lost, ask each Ready standby for its WAL position → persist the decision
 //! (`status.currentPrimary`, before any label moves) → move the labels, the old
 //! primary's first → await the promotion, which the new primary's instance does
-//! itself when its label reaches it → event and metrics. The role label is the only
-//! way bosun promotes or demotes an instance, so an instance never holds a role its
-//! label does not say, and a bosun that dies after the labels has done enough. Every
+//! itself when its label reaches it (bosun also tells it at once over exec, which
+//! stands only until the kubelet refreshes the label's file) → event and metrics. The
+//! role label is the only authority on an instance's role, so an instance never holds
+//! a role its label does not say for longer than the kubelet takes to show it, and a
+//! bosun that dies after the labels has done enough. Every
 //! step after the decision is idempotent, so a restarted bosun finishes it.
 //!
 //! A switchover (the annotation [`SWITCHOVER_ANNOTATION`]) is the same with the old
 //! primary alive: decision → the old primary's label goes (the Service has no endpoint,
 //! its instance stops with a fast shutdown, which sends every WAL record to the
 //! connected standbys) → proof that it no longer serves (else the switchover is
-//! undone: labels and status back, a `SwitchoverFailed` event) → the target's label →
+//! undone: labels and `status.currentPrimary` back, the attempt in
+//! `status.lastPrimaryChange`, a `SwitchoverFailed` event, and bosun's own next
+//! switchover [`build::SWITCHOVER_RETRY`] later) → the target's label →
 //! its promotion → the annotation removed. A switchover interrupted before the old
 //! primary lost its label is abandoned (its label holder is Ready) and, the
 //! annotation still being there, started again.
@@ -28,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::{PostgreSQL, PrimaryChange, SWITCHOVER_ANNOTATION};
 use bosun_resources::failover::{self as build, POSITION_SQL, Position, RECOVERY_SQL};
-use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL};
+use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL, TELL_ROLE};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -46,10 +50,13 @@ use crate::status::update_status;
 
 /// How long a standby may take to say where it is in the WAL.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long telling an instance its role may take (it has its label anyway).
+const TELL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a demoted primary may take to stop serving (its fast shutdown).
 const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long bosun waits for a promotion it asked for before recording it anyway.
-const PROMOTE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long bosun waits for a promotion it asked for before recording it anyway (the
+/// instance promotes itself whenever its label reaches it; this bounds the reconcile).
+const PROMOTE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The primary after this stage.
 #[derive(Clone, Debug, Default)]
@@ -96,7 +103,13 @@ pub async fn ensure(
             None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
         }
     }
-    if let (None, Some((to, why))) = (&assessment.lost, build::scale_down_switchover(db, &assessment)) {
+    // bosun's own switchovers (scale-down, rolling change) wait a while after one it undid.
+    let backoff = build::switchover_backoff(db, now);
+    if let Some(wait) = backoff {
+        primary.recheck = Some(primary.recheck.map_or(wait, |r| r.min(wait)));
+    }
+    let scale_down = build::scale_down_switchover(db, &assessment).filter(|_| backoff.is_none());
+    if let (None, Some((to, why))) = (&assessment.lost, scale_down) {
         let pair = (primary.name.as_str(), to.as_str());
         primary.change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
         if primary.change.is_some() {
@@ -122,7 +135,7 @@ pub async fn ensure(
     }
     label(ctx, &refs, &primary.name).await?;
     if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
-        primary.change = roll(controller, db, ctx, sts, &refs, &assessment, now).await?;
+        primary.change = roll(controller, db, ctx, (sts, &refs), &assessment, backoff.is_none(), now).await?;
         if let Some(change) = &primary.change {
             primary.name = change.to.clone();
         }
@@ -136,9 +149,9 @@ async fn roll(
     controller: &'static str,
     db: &PostgreSQL,
     ctx: &Context,
-    sts: &StatefulSet,
-    pods: &[&Pod],
+    (sts, pods): (&StatefulSet, &[&Pod]),
     assessment: &build::Assessment,
+    may_switch_over: bool,
     now: Timestamp,
 ) -> Result<Option<PrimaryChange>, Error> {
     match build::roll(sts, pods, assessment) {
@@ -153,6 +166,10 @@ async fn roll(
                 info!(db = %db.name_any(), pod = name, why, "restarting an instance");
                 ctx.events.instance_restarted(&db.object_ref(&()), pod.object_ref(&()), &why);
             }
+            Ok(None)
+        }
+        build::Roll::Switchover(_) if !may_switch_over => {
+            info!(db = %db.name_any(), "a rolling change waits: the last switchover was undone a moment ago");
             Ok(None)
         }
         build::Roll::Switchover(to) => {
@@ -275,7 +292,10 @@ async fn change_primary(
             label(ctx, pods, from).await?;
             let mut db = db.clone();
             db.status = Some(status);
-            update_status(ctx, controller, &db, &before).await?;
+            let mut undone = before;
+            change.reason = format!("{why}; {note}");
+            undone.last_primary_change = Some(change);
+            update_status(ctx, controller, &db, &undone).await?;
             ctx.events.refused(&db.object_ref(&()), "SwitchoverFailed", &note);
             return Ok(None);
         }
@@ -324,14 +344,27 @@ async fn await_serving(ctx: &Context, ns: &str, pod: &str, serving: bool, timeou
 /// Label each instance's role so that `primary` alone is the primary, the others'
 /// labels first. A pod replaced meanwhile is left to its successor's event.
 async fn label(ctx: &Context, pods: &[&Pod], primary: &str) -> Result<(), Error> {
+    let mut told = Vec::new();
     for (pod, role) in build::relabels(pods, primary) {
         let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
         match merge_into::<PostgreSQL, _>(ctx, pod, patch).await {
             Err(err) if err.is_precondition_failed() => {}
-            other => {
-                other?;
-            }
+            Ok(_) => told.push(tell(ctx, pod, role)),
+            Err(err) => return Err(err),
         }
     }
+    // The instances are also told at once (the label's file may take seconds); what
+    // they were told only stands until the file is refreshed, so the label decides.
+    futures::future::join_all(told).await;
     Ok(())
+}
+
+/// Tell `pod`'s instance its new `role` directly ([`TELL_ROLE`]); best effort: a pod
+/// that cannot be reached goes by its label's file.
+async fn tell(ctx: &Context, pod: &Pod, role: &str) {
+    let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+    let command = ["bash", "-c", TELL_ROLE, role];
+    if let Err(err) = instances::run(&ctx.client, (&ns, &name, CONTAINER), &command, TELL_TIMEOUT).await {
+        info!(pod = name, role, %err, "the instance could not be told its role: it goes by its label");
+    }
 }

@@ -3,7 +3,7 @@
 //! pod is needed, so it works in-cluster and from `make run` alike). Used only where a
 //! decision must come from the database itself: the WAL position of each standby
 //! before a failover, and whether an instance serves writes (a demotion or a
-//! promotion done).
+//! promotion done); and telling an instance its new role at once.
 
 use std::time::Duration;
 
@@ -44,11 +44,22 @@ pub async fn sql(
     sql: &str,
     timeout: Duration,
 ) -> Result<String, SqlError> {
+    run(client, (ns, pod, container), &["bash", "-c", PSQL, sql], timeout).await
+}
+
+/// Run `command` in `container` of pod `ns/pod` within `timeout`: its output, trimmed,
+/// or why not.
+pub async fn run(
+    client: &kube::Client,
+    (ns, pod, container): (&str, &str, &str),
+    command: &[&str],
+    timeout: Duration,
+) -> Result<String, SqlError> {
     let unreachable = |e: &dyn std::fmt::Display| SqlError::Unreachable(e.to_string());
     let run = async {
         let api = Api::<Pod>::namespaced(client.clone(), ns);
         let params = AttachParams::default().container(container).stdout(true).stderr(true);
-        let mut process = api.exec(pod, ["bash", "-c", PSQL, sql], &params).await.map_err(|e| unreachable(&e))?;
+        let mut process = api.exec(pod, command.to_vec(), &params).await.map_err(|e| unreachable(&e))?;
         let status = process.take_status();
         let read = |stream: Option<tokio::io::ReadHalf<tokio::io::SimplexStream>>| async move {
             let mut text = String::new();
@@ -66,8 +77,12 @@ pub async fn sql(
         };
         process.join().await.map_err(|e| unreachable(&e))?;
         match status {
-            Some(s) if s.status.as_deref() != Some("Success") => {
+            // The kubelet's word for a command that ran and exited non-zero.
+            Some(s) if s.status.as_deref() != Some("Success") && s.reason.as_deref() == Some("NonZeroExitCode") => {
                 Err(SqlError::Refused(format!("{}: {}", s.message.unwrap_or_default(), err.trim())))
+            }
+            Some(s) if s.status.as_deref() != Some("Success") => {
+                Err(SqlError::Unreachable(format!("{}: {}", s.message.unwrap_or_default(), err.trim())))
             }
             _ => Ok(out.trim().to_owned()),
         }

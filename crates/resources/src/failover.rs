@@ -152,6 +152,26 @@ pub fn scale_down_switchover(db: &PostgreSQL, assessment: &Assessment) -> Option
     Some((to.clone(), why))
 }
 
+/// How long after a switchover bosun had to undo (the old primary did not stop
+/// serving) it waits before starting another of its own (a rolling change, a
+/// scale-down); one asked for by annotation goes at once.
+pub const SWITCHOVER_RETRY: Duration = Duration::from_secs(120);
+
+/// How much longer bosun's own switchovers wait: `Some` within [`SWITCHOVER_RETRY`] of
+/// an undone one (`status.lastPrimaryChange` a switchover away from the primary that
+/// `status.currentPrimary` still names).
+pub fn switchover_backoff(db: &PostgreSQL, now: Timestamp) -> Option<Duration> {
+    let status = db.status.as_ref()?;
+    let last = status.last_primary_change.as_ref()?;
+    let current = status.current_primary.as_deref()?;
+    if last.kind != "Switchover" || last.from != current || last.to == current {
+        return None;
+    }
+    let started: Timestamp = last.started.parse().ok()?;
+    let since = now.duration_since(started).unsigned_abs();
+    SWITCHOVER_RETRY.checked_sub(since).filter(|d| !d.is_zero())
+}
+
 /// What becomes of a switchover asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Switchover {
@@ -575,5 +595,24 @@ mod tests {
         let p1 = on(pod("db-1", Some(ROLE_REPLICA), false, T0), "new");
         let a = assess(&d, &[&p0, &p1], at(T0));
         assert_eq!(roll(&set, &[&p0, &p1], &a), Roll::Wait("db-1 is not ready".to_owned()));
+    }
+
+    #[test]
+    fn after_an_undone_switchover_bosun_waits_before_its_own_next_one() {
+        let mut d = db(3, Some("db-0"));
+        let change = |to: &str| bosun_api::postgresql::PrimaryChange {
+            from: "db-0".into(),
+            to: to.into(),
+            kind: "Switchover".into(),
+            reason: "a rolling change; undone".into(),
+            started: T0.into(),
+            seconds: None,
+        };
+        d.status.as_mut().unwrap().last_primary_change = Some(change("db-1"));
+        assert_eq!(switchover_backoff(&d, at("2026-11-25T10:00:30Z")), Some(Duration::from_secs(90)));
+        assert_eq!(switchover_backoff(&d, at("2026-11-25T10:02:00Z")), None, "retried after SWITCHOVER_RETRY");
+        // A switchover that happened (the status names its target) holds nothing back.
+        d.status.as_mut().unwrap().current_primary = Some("db-1".into());
+        assert_eq!(switchover_backoff(&d, at("2026-11-25T10:00:30Z")), None);
     }
 }

@@ -89,6 +89,16 @@ pub const CREDENTIALS_DIGEST: &str = "database.example.com/credentials-digest";
 /// Where an instance reads its role (the downward-API volume's mount and file).
 pub const PODINFO_MOUNT: &str = "/etc/bosun";
 pub const ROLE_FILE: &str = "/etc/bosun/role";
+/// Where bosun tells a running instance its new role directly (over exec) when it
+/// changes the label, because the kubelet may refresh the downward-API file seconds
+/// later: `<role> <generation>`, where the generation is the file's (the target of the
+/// volume's `..data` link) at the time. The instance believes it only while the file
+/// is still that generation; any refresh of the file makes the label the word again,
+/// so the two can never disagree for longer than the kubelet takes.
+pub const ROLE_TOLD_FILE: &str = "/tmp/bosun.role";
+/// The command (`bash -c TELL_ROLE <role>`, in the instance's environment) that writes
+/// [`ROLE_TOLD_FILE`] atomically.
+pub const TELL_ROLE: &str = r#"f=${BOSUN_ROLE_FILE:-/etc/bosun/role} t=${BOSUN_ROLE_TOLD:-/tmp/bosun.role}; g=$(readlink "${f%/*}/..data") && printf '%s %s\n' "$0" "$g" > "$t.new" && mv -f "$t.new" "$t""#;
 /// `spec.failoverDelay`'s default: long enough for a primary restarting in place (a
 /// container restart and crash recovery take seconds; the readiness probe needs ~6 s
 /// to call it not Ready) to come back without a failover, which would also force the
@@ -823,8 +833,9 @@ fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<
 ///
 /// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT` (the read-write Service),
 /// `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`, `REPLICATION_PASSWORD`,
-/// `BOSUN_ROLE_FILE` (the role), `BOSUN_PGPASS` (where it writes the passfile its
-/// connections use, `/tmp/bosun.pgpass`).
+/// `BOSUN_ROLE_FILE` (the role), `BOSUN_ROLE_TOLD` (what bosun told it directly,
+/// [`ROLE_TOLD_FILE`]), `BOSUN_PGPASS` (where it writes the passfile its connections
+/// use, `/tmp/bosun.pgpass`).
 pub fn instance_script() -> String {
     include_str!("scripts/postgres-instance.sh").to_owned()
 }

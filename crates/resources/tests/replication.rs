@@ -5,8 +5,9 @@
 //! it, rows streamed; then the primary killed, the standby made primary (it promotes
 //! itself), the old primary started again as a replica (rewound, it follows the new
 //! timeline); then a switchover back (the running primary made a replica stops and
-//! rejoins); then a promotion the label did not ask for undone — real streaming
-//! replication, no cluster needed.
+//! rejoins); then a promotion the label did not ask for undone, and a role told over
+//! exec obeyed until the label's file is refreshed — real streaming replication, no
+//! cluster needed.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
 use std::net::{TcpListener, TcpStream};
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_resources::postgresql::{instance_script, setup_script};
+use bosun_resources::postgresql::{TELL_ROLE, instance_script, setup_script};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PASSWORD: &str = "Sup3r-secret";
@@ -97,6 +98,7 @@ fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
         .env("PATH", path_env())
         .env("PGDATA", pgdata)
         .env("BOSUN_ROLE_FILE", role_file(dir, port))
+        .env("BOSUN_ROLE_TOLD", told_file(dir, port))
         .env("BOSUN_PGPASS", dir.join(format!("pgpass-{port}")))
         .envs([("POSTGRES_USER", "postgres"), ("POSTGRES_PASSWORD", PASSWORD), ("REPLICATION_USER", "replicator")])
         .envs([("REPLICATION_PASSWORD", REPLICATION_PASSWORD), ("PRIMARY_HOST", "127.0.0.1")])
@@ -108,16 +110,43 @@ fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
     Server { child, log }
 }
 
+/// The instance's role file, laid out as the kubelet writes a downward-API volume:
+/// `role -> ..data/role`, `..data -> ..<generation>`.
 fn role_file(dir: &Path, port: u16) -> PathBuf {
-    dir.join(format!("role-{port}"))
+    dir.join(format!("podinfo-{port}/role"))
 }
 
-/// Give the instance on `port` its role, as bosun's label would.
+/// Give the instance on `port` its role, as bosun's label would: a new generation of
+/// the volume, swapped in atomically, as the kubelet does.
 fn set_role(dir: &Path, port: u16, role: &str) {
-    let path = role_file(dir, port);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, role).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    use std::sync::atomic::AtomicU32;
+    static GENERATION: AtomicU32 = AtomicU32::new(0);
+    let volume = dir.join(format!("podinfo-{port}"));
+    let generation = format!("..gen{}", GENERATION.fetch_add(1, Ordering::SeqCst));
+    std::fs::create_dir_all(volume.join(&generation)).unwrap();
+    std::fs::write(volume.join(&generation).join("role"), role).unwrap();
+    let _ = std::fs::remove_file(volume.join("..data.tmp"));
+    std::os::unix::fs::symlink(&generation, volume.join("..data.tmp")).unwrap();
+    std::fs::rename(volume.join("..data.tmp"), volume.join("..data")).unwrap();
+    if std::fs::symlink_metadata(volume.join("role")).is_err() {
+        std::os::unix::fs::symlink("..data/role", volume.join("role")).unwrap();
+    }
+}
+
+fn told_file(dir: &Path, port: u16) -> PathBuf {
+    dir.join(format!("told-{port}"))
+}
+
+/// Tell the instance on `port` its role directly, as bosun does over exec: the very
+/// command bosun runs, in the instance's environment.
+fn tell(dir: &Path, port: u16, role: &str) {
+    let out = Command::new("bash")
+        .args(["-c", TELL_ROLE, role])
+        .env("BOSUN_ROLE_FILE", role_file(dir, port))
+        .env("BOSUN_ROLE_TOLD", told_file(dir, port))
+        .output()
+        .unwrap();
+    ok(out, "tell");
 }
 
 /// A TCP forwarder on a free port to whichever port `target` holds: the read-write
@@ -162,8 +191,9 @@ fn wait_until(what: &str, server: &Server, timeout: Duration, mut done: impl FnM
     }
 }
 
+/// `t` or `f`; empty while the server does not answer (stopped to rejoin).
 fn in_recovery(port: u16) -> String {
-    ok(sql(port, "postgres", PASSWORD, "SELECT pg_is_in_recovery()"), "pg_is_in_recovery")
+    String::from_utf8_lossy(&sql(port, "postgres", PASSWORD, "SELECT pg_is_in_recovery()").stdout).trim().to_owned()
 }
 
 #[test]
@@ -314,6 +344,19 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     });
     let log = std::fs::read_to_string(&b.log).unwrap();
     assert_eq!(log.matches("bosun made this instance a standby: stopping the primary").count(), 2, "{log}");
+
+    // Told directly, before the label's file shows it: b promotes at once; the file
+    // then refreshed with another role (a label that moved on) wins over what b was
+    // told: b stops and rejoins. A tell never outlives a refresh of the file.
+    ok(sql(pa, "postgres", PASSWORD, "CHECKPOINT"), "checkpoint");
+    tell(&dir, pb, "primary");
+    wait_until("b to promote on what it was told", &b, Duration::from_secs(30), || in_recovery(pb) == "f");
+    set_role(&dir, pb, "replica");
+    wait_until("b to follow its refreshed file and rejoin", &b, Duration::from_secs(60), || in_recovery(pb) == "t");
+    ok(sql(pa, "postgres", PASSWORD, "INSERT INTO t VALUES (6, 'after the tell')"), "write on a");
+    wait_until("b to stream from a after the tell", &b, Duration::from_secs(60), || {
+        sql(pb, "postgres", PASSWORD, "SELECT count(*) FROM t").stdout == b"6\n"
+    });
     drop(b);
     drop(a);
     let hba = std::fs::read_to_string(a_data.join("pg_hba.conf")).unwrap();

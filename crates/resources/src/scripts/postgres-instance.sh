@@ -10,8 +10,20 @@ stop() {
 }
 trap stop TERM INT
 
+told_file=${BOSUN_ROLE_TOLD:-/tmp/bosun.role}
+
+# The role: the label's file, or what bosun told this instance directly (over exec)
+# while the file is still the generation it was when told: the kubelet may refresh
+# the file seconds after a label change, and any refresh makes the label the word.
 role() {
-  local r=
+  local r='' told='' generation=''
+  if [ -r "$told_file" ]; then
+    read -r told generation <"$told_file"
+    if [ -n "$generation" ] && [ "$generation" = "$(readlink "${role_file%/*}/..data" 2>/dev/null)" ]; then
+      printf '%s' "$told"
+      return
+    fi
+  fi
   [ -r "$role_file" ] && r=$(<"$role_file")
   printf '%s' "$r"
 }
