@@ -592,6 +592,7 @@ EOF
     --service-cluster-ip-range="$service_cidr" \
     --cluster-name=bosun-local \
     --controllers='*' \
+    --node-monitor-grace-period=120s \
     --kube-api-qps=100 --kube-api-burst=200 \
     --profiling=false
 
@@ -608,7 +609,11 @@ EOF
   mv "$state/kubeconfig.tmp" "$state/kubeconfig"
 
   # Node leases (renewed every 10 s) keep the node lifecycle controller from
-  # marking the fake nodes unreachable between the rare status heartbeats.
+  # marking the fake nodes unreachable between the rare status heartbeats. After
+  # an apiserver outage kwok's lease retries back off for half a minute or more;
+  # the controller manager's grace period (120 s, not 50) outlasts that, because a
+  # fake node once marked unreachable has its pods marked not Ready, and kwok never
+  # makes them Ready again (a test after chaos.rs's apiserver restart saw that).
   start kwok \
     --kubeconfig="$state/kubeconfig" \
     --config="$state/kwok/kwok.yaml" \

@@ -254,6 +254,27 @@ async fn reconciling_resumes_within_seconds_of_an_apiserver_restart() {
         env.wait_for::<Deployment>("before", "replicas 2", |d| d.spec.as_ref().and_then(|s| s.replicas) == Some(2))
             .await;
         wait_readyz(&bosun, 200, Duration::from_secs(30)).await;
+        // The next test of this binary starts on fake nodes that hold their leases
+        // again (kwok backs off while the API is away).
+        let back_at = jiff::Timestamp::now();
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(env.client.clone(), "kube-node-lease");
+        let start = Instant::now();
+        loop {
+            let list = leases.list(&ListParams::default()).await.expect("node leases");
+            let stale: Vec<String> = list
+                .items
+                .iter()
+                .filter(|l| l.name_any().starts_with("kwok-"))
+                .filter(|l| l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).is_none_or(|t| t.0 < back_at))
+                .map(|l| l.name_any())
+                .collect();
+            if stale.is_empty() {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(90), "fake nodes without a renewed lease: {stale:?}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     })
     .await;
 }

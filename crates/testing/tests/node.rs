@@ -298,8 +298,20 @@ async fn postgresql_15_serves_sql_and_keeps_its_data_across_a_pod_delete() {
         let kept = env.exec_ok("test-db-0", &["psql", "-U", "postgres", "-tAc", "SELECT note FROM kept WHERE id = 1"]);
         assert_eq!(kept.trim(), "über die Brücke", "the row survived the pod");
 
+        // wrong-probe-0 (its claim provisioned and its pod started independently of
+        // test-db-0's) serves on 5432 like the other; its probe of 5433 keeps failing.
+        env.wait_pod("wrong-probe-0", "Running", START, |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .await;
+        let serving = Instant::now();
+        while !env.exec("wrong-probe-0", &["pg_isready", "-U", "postgres", "-h", "127.0.0.1"]).0 {
+            assert!(serving.elapsed() < START, "wrong-probe-0's server never accepted connections");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        // Several probe periods (1 s) after the server is up, still not Ready.
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let wrong = env.api::<Pod>().get("wrong-probe-0").await.expect("pod wrong-probe-0");
-        assert_eq!(wrong.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Running"));
         assert!(!pod_ready(&wrong), "a probe of a port nothing serves keeps the pod un-Ready");
     })
     .await;
