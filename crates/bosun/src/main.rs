@@ -56,10 +56,19 @@ enum Command {
     /// Load a backup into a database (the Restore Job's runner).
     #[command(subcommand)]
     Restore(bosun_runner::cli::RestoreCommand),
+    /// Archive or restore a PostgreSQL's WAL (its archive_command and restore_command).
+    #[command(subcommand)]
+    Wal(bosun_runner::cli::WalCommand),
+    /// Copy this binary to PATH: how a database pod gets `bosun wal` without a change
+    /// to its image (an init container of the runner image runs it).
+    Install {
+        /// Where to put the copy (made executable).
+        path: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
-    use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand};
+    use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand, WalCommand};
     let cli = Cli::parse();
     match cli.command {
         Command::Crd { out_dir: None } => print!("{}", bosun_controller::kinds::crds_yaml()?),
@@ -100,8 +109,28 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             let outcome = runner_runtime()?.block_on(runner::restore_run(&args));
             return Ok(runner::report(outcome, args.result_file.as_ref()));
         }
+        Command::Wal(WalCommand::Push(args)) => {
+            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_push(&args)), None));
+        }
+        Command::Wal(WalCommand::Fetch(args)) => {
+            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_fetch(&args)), None));
+        }
+        Command::Install { path } => install(&path)?,
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `bosun install PATH`: this executable copied to PATH, mode 0755, through a
+/// temporary name so a reader never runs half a binary.
+fn install(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let me = std::env::current_exe().context("finding this executable")?;
+    let partial = path.with_extension("partial");
+    std::fs::copy(&me, &partial).with_context(|| format!("copying {} to {}", me.display(), partial.display()))?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("making {} executable", partial.display()))?;
+    std::fs::rename(&partial, path).with_context(|| format!("renaming {} to {}", partial.display(), path.display()))?;
+    Ok(())
 }
 
 /// The runners stream one pipeline: two workers let compression and part uploads
@@ -167,4 +196,15 @@ fn render(file: &PathBuf) -> anyhow::Result<String> {
         out.push_str(&serde_yaml_ng::to_string(&child)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of every subcommand (duplicate names, conflicting flags), which
+    /// otherwise fail only when that subcommand is run.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

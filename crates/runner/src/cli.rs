@@ -16,6 +16,7 @@ use crate::restore::{Pick, Restore};
 use crate::retention::parse_retention;
 use crate::store::{Endpoint, Store};
 use crate::tool::Password;
+use crate::wal::{self, Archive};
 
 #[derive(Subcommand, Debug)]
 pub enum BackupCommand {
@@ -23,6 +24,42 @@ pub enum BackupCommand {
     Run(BackupRunArgs),
     /// List the good backups of one Backup, oldest first.
     List(BackupListArgs),
+}
+
+/// A PostgreSQL's continuous archiving: its `archive_command` and `restore_command`.
+#[derive(Subcommand, Debug)]
+pub enum WalCommand {
+    /// Archive one WAL file (`archive_command = 'bosun wal push %p'`).
+    Push(WalPushArgs),
+    /// Restore one archived WAL file (`restore_command = 'bosun wal fetch %f %p'`).
+    Fetch(WalFetchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WalPushArgs {
+    /// The WAL file (the server's `%p`).
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    #[command(flatten)]
+    pub folder: FolderArgs,
+    /// Leave a failed push's error in this file (removed by the next good push), for
+    /// whoever watches the server: its own statistics name only the file that failed.
+    #[arg(long, env = "BOSUN_WAL_ERROR_FILE")]
+    pub error_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct WalFetchArgs {
+    /// The WAL file's name (the server's `%f`).
+    #[arg(value_name = "FILE")]
+    pub file: String,
+    /// Where to write it (the server's `%p`).
+    pub dest: PathBuf,
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    #[command(flatten)]
+    pub folder: FolderArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -168,6 +205,36 @@ pub async fn restore_run(args: &RestoreRunArgs) -> Result<crate::restore::Report
         overwrite: args.overwrite,
     };
     restore.run().await
+}
+
+impl FolderArgs {
+    /// The database's WAL folder, `<namespace>/<name>/wal` (`--name` names the database).
+    fn archive(&self, destination: &DestinationArgs) -> Result<Archive, Error> {
+        let folder = self.folder(None)?;
+        let (namespace, name) = folder.split_once('/').unwrap_or((&folder, ""));
+        Ok(Archive { store: destination.open()?, folder: wal::folder(namespace, name) })
+    }
+}
+
+/// `bosun wal push`.
+pub async fn wal_push(args: &WalPushArgs) -> Result<wal::Report, Error> {
+    let pushed = match args.folder.archive(&args.destination) {
+        Ok(archive) => archive.push(&args.path).await,
+        Err(e) => Err(e),
+    };
+    if let Some(file) = &args.error_file {
+        // Best effort: the push's own outcome is what the server acts on.
+        let _ = match &pushed {
+            Ok(_) => tokio::fs::remove_file(file).await,
+            Err(e) => tokio::fs::write(file, e.to_string()).await,
+        };
+    }
+    pushed
+}
+
+/// `bosun wal fetch`.
+pub async fn wal_fetch(args: &WalFetchArgs) -> Result<wal::Report, Error> {
+    args.folder.archive(&args.destination)?.fetch(&args.file, &args.dest).await
 }
 
 /// Print a run's outcome as one JSON line on stdout (success) or a message on stderr

@@ -8,6 +8,7 @@
 //! backup ──── dump → zstd → upload → verify → manifest → retention
 //! restore ─── download → zstd -d → restore tool     catalogue ── a Backup's folder
 //! retention ─ which dumps a good run may delete (pure)
+//! wal ─────── a PostgreSQL's archive_command and restore_command: WAL written once
 //! ```
 
 pub mod backup;
@@ -19,6 +20,7 @@ pub mod restore;
 pub use bosun_backup_model::retention;
 pub mod store;
 pub mod tool;
+pub mod wal;
 
 /// Why a run failed; the message says which step.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,9 @@ pub enum Error {
     },
     #[error("refused: {0}")]
     Refused(String),
+    /// A WAL file asked for is not in the archive (the server asks past its end).
+    #[error("not archived: {0}")]
+    NotArchived(String),
 }
 
 /// Map an object store error to the step it failed in.

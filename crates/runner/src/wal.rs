@@ -1,0 +1,266 @@
+//! Continuous archiving of a PostgreSQL's write-ahead log: `bosun wal push` is the
+//! server's `archive_command`, `bosun wal fetch` its `restore_command`.
+//!
+//! ```text
+//! pg_wal/<file> ──► zstd (frame checksum) ──► put-if-absent <folder>/wal/<file>.zst
+//!                                                │ already there
+//!                                                └─► same bytes? fine : refused, loudly
+//! <folder>/wal/<file>.zst ──► zstd -d (checksum checked) ──► <dest>.bosun-partial ──► rename
+//! ```
+//!
+//! A WAL file is written once and never overwritten: a second push of identical bytes
+//! (the server retrying after a crash between upload and its bookkeeping) succeeds,
+//! and a push of different bytes under an archived name fails and keeps failing, so
+//! the server stops recycling its WAL and the condition is visible in
+//! `pg_stat_archiver` (and in the PostgreSQL's status). No Kubernetes in here.
+
+use std::path::Path;
+
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+
+use crate::store::Store;
+use crate::{Error, storage};
+
+/// Where one database's WAL lives, relative to the destination's prefix.
+pub fn folder(namespace: &str, database: &str) -> String {
+    format!("{namespace}/{database}/wal")
+}
+
+/// The archive of one database.
+#[derive(Debug, Clone)]
+pub struct Archive {
+    pub store: Store,
+    /// [`folder`].
+    pub folder: String,
+}
+
+/// What a push or a fetch did (one JSON line on stdout).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The object's key, as found in the bucket.
+    pub key: String,
+    /// The WAL file's size.
+    pub size: u64,
+    /// The size stored (compressed).
+    pub stored: u64,
+    /// The push found the same bytes already archived.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub already_archived: bool,
+}
+
+/// Whether `name` is a file PostgreSQL archives: a segment (24 hex digits, maybe
+/// `.partial`), a timeline history (`<8 hex>.history`) or a backup label
+/// (`<24 hex>.<8 hex>.backup`). Anything else is refused: a key is built from it.
+pub fn is_wal_name(name: &str) -> bool {
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase());
+    let (stem, suffix) = name.split_once('.').unwrap_or((name, ""));
+    match suffix {
+        "" | "partial" => hex(stem, 24),
+        "history" => hex(stem, 8),
+        _ => suffix.strip_suffix(".backup").is_some_and(|offset| hex(offset, 8)) && hex(stem, 24),
+    }
+}
+
+fn checked_name(flag: &str, name: &str) -> Result<(), Error> {
+    if is_wal_name(name) {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "{flag} {name:?}: not a WAL file name (24 hex digits, maybe .partial; <timeline>.history; or a .backup label)"
+        )))
+    }
+}
+
+impl Archive {
+    fn key(&self, name: &str) -> String {
+        format!("{}/{name}.zst", self.folder)
+    }
+
+    /// Archive the WAL file at `path` (`archive_command = 'bosun wal push %p'`).
+    pub async fn push(&self, path: &Path) -> Result<Report, Error> {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        checked_name("PATH", name)?;
+        let bytes =
+            tokio::fs::read(path).await.map_err(|e| Error::Usage(format!("reading {}: {e}", path.display())))?;
+        let compressed = compress(&bytes).await?;
+        let key = self.key(name);
+        let location = self.store.path(&key);
+        let stored = compressed.len() as u64;
+        let create = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        let already_archived = match self.store.objects.put_opts(&location, PutPayload::from(compressed), create).await
+        {
+            Ok(_) => false,
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let archived = self.read(&key).await?;
+                if archived != bytes {
+                    return Err(Error::Refused(format!(
+                        "{} is already archived with different contents ({} bytes there, {} here); WAL is never overwritten: archiving stops until an operator looks (is another database archiving to the same place?)",
+                        self.store.full_key(&key),
+                        archived.len(),
+                        bytes.len()
+                    )));
+                }
+                true
+            }
+            Err(e) => return Err(storage("archiving WAL")(e)),
+        };
+        Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived })
+    }
+
+    /// Restore the archived WAL file `name` to `dest` (`restore_command = 'bosun wal
+    /// fetch %f %p'`). A file that is not archived is [`Error::NotArchived`]: the
+    /// server asks for files past the end of the archive as a matter of course.
+    pub async fn fetch(&self, name: &str, dest: &Path) -> Result<Report, Error> {
+        checked_name("NAME", name)?;
+        let key = self.key(name);
+        let bytes = self.read(&key).await?;
+        // Written beside the destination and renamed: the server never sees half a file.
+        let partial = dest.with_extension("bosun-partial");
+        let write = async {
+            tokio::fs::write(&partial, &bytes).await?;
+            tokio::fs::rename(&partial, dest).await
+        };
+        if let Err(e) = write.await {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(Error::Usage(format!("writing {}: {e}", dest.display())));
+        }
+        let stored = 0;
+        Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived: false })
+    }
+
+    /// The archived bytes of `key`, decompressed (the frame checksum checked).
+    async fn read(&self, key: &str) -> Result<Vec<u8>, Error> {
+        let got = match self.store.objects.get(&self.store.path(key)).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(Error::NotArchived(self.store.full_key(key)));
+            }
+            Err(e) => return Err(storage("reading archived WAL")(e)),
+        };
+        let compressed = got.bytes().await.map_err(storage("reading archived WAL"))?;
+        decompress(&compressed)
+            .await
+            .map_err(|e| Error::Verify(format!("{} does not decompress: {e}", self.store.full_key(key))))
+    }
+}
+
+/// zstd with a frame checksum, as the dumps are.
+async fn compress(bytes: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut encoder = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
+        bytes,
+        async_compression::Level::Default,
+        &[async_compression::zstd::CParameter::checksum_flag(true)],
+    );
+    let mut out = Vec::with_capacity(bytes.len() / 4);
+    encoder.read_to_end(&mut out).await.map_err(|e| Error::Tool { tool: "zstd", detail: e.to_string() })?;
+    Ok(out)
+}
+
+async fn decompress(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut decoder = async_compression::tokio::bufread::ZstdDecoder::new(bytes);
+    let mut out = Vec::new();
+    decoder.read_to_end(&mut out).await?;
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::location::Destination;
+    use crate::store::Endpoint;
+
+    fn archive(dir: &Path) -> Archive {
+        let destination = Destination::parse(&format!("file://{}", dir.display())).unwrap();
+        Archive { store: Store::open(&destination, &Endpoint::default()).unwrap(), folder: folder("ns", "db") }
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("bosun-wal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("pg_wal")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn only_wal_file_names_are_taken() {
+        for good in [
+            "000000010000000000000001",
+            "00000002000000A10000003F.partial",
+            "00000002.history",
+            "000000010000000000000002.00000028.backup",
+        ] {
+            assert!(is_wal_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "00000001000000000000001",
+            "000000010000000000000001.zst",
+            "0000000100000000000000ab",
+            "../../etc/passwd",
+            "00000002.history.backup",
+            "000000010000000000000002.backup",
+            "RECOVERYHISTORY",
+        ] {
+            assert!(!is_wal_name(bad), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_segment_round_trips_and_is_written_once() {
+        let dir = scratch("once");
+        let a = archive(&dir.join("bucket"));
+        let segment = dir.join("pg_wal/000000010000000000000003");
+        let mut bytes = vec![0u8; 16 * 1024 * 1024];
+        bytes[..11].copy_from_slice(b"first write");
+        std::fs::write(&segment, &bytes).unwrap();
+
+        let pushed = a.push(&segment).await.unwrap();
+        assert_eq!(pushed.size, bytes.len() as u64);
+        assert!(pushed.stored < pushed.size / 100, "a mostly empty segment compresses: {pushed:?}");
+        assert!(pushed.key.ends_with("ns/db/wal/000000010000000000000003.zst"), "{pushed:?}");
+        // The server retries a push it did not see finish: the same bytes are fine.
+        assert!(a.push(&segment).await.unwrap().already_archived);
+        // Different bytes under an archived name are refused, and the archive keeps the first.
+        bytes[..11].copy_from_slice(b"other write");
+        std::fs::write(&segment, &bytes).unwrap();
+        let refused = a.push(&segment).await.unwrap_err().to_string();
+        assert!(refused.contains("different contents") && refused.contains("000000010000000000000003"), "{refused}");
+
+        let restored = dir.join("pg_wal/RECOVERYXLOG");
+        let fetched = a.fetch("000000010000000000000003", &restored).await.unwrap();
+        assert_eq!(fetched.size, bytes.len() as u64);
+        assert_eq!(&std::fs::read(&restored).unwrap()[..11], b"first write");
+        assert!(!dir.join("pg_wal/RECOVERYXLOG.bosun-partial").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_corrupted_file_is_not_restored() {
+        let dir = scratch("missing");
+        let a = archive(&dir.join("bucket"));
+        let dest = dir.join("pg_wal/RECOVERYXLOG");
+        let missing = a.fetch("000000010000000000000009", &dest).await.unwrap_err();
+        assert!(matches!(missing, Error::NotArchived(_)), "{missing}");
+        assert!(!dest.exists());
+
+        let history = dir.join("pg_wal/00000002.history");
+        std::fs::write(&history, "1\t0/3000000\tno recovery target specified\n").unwrap();
+        a.push(&history).await.unwrap();
+        let stored = dir.join("bucket/ns/db/wal/00000002.history.zst");
+        let mut raw = std::fs::read(&stored).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 0xff;
+        std::fs::write(&stored, raw).unwrap();
+        let corrupt = a.fetch("00000002.history", &dest).await.unwrap_err().to_string();
+        assert!(corrupt.contains("does not decompress"), "{corrupt}");
+        assert!(!dest.exists(), "nothing half-written is left for the server");
+
+        let bad = a.push(&dir.join("pg_wal/archive_status")).await.unwrap_err().to_string();
+        assert!(bad.contains("not a WAL file name"), "{bad}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
