@@ -112,6 +112,12 @@ pub mod reasons {
     pub const WAITING_FOR_DATABASE: &str = "WaitingForDatabase";
     /// The Backup exists and is not Ready (yet): its own condition says why.
     pub const BACKUP_NOT_READY: &str = "BackupNotReady";
+    /// WAL files reach the archive.
+    pub const ARCHIVING: &str = "Archiving";
+    /// The last WAL file the primary tried to archive failed.
+    pub const ARCHIVING_FAILED: &str = "ArchivingFailed";
+    /// Nothing was asked of the primary's archiver yet (it is not Ready).
+    pub const ARCHIVER_UNKNOWN: &str = "ArchiverUnknown";
 
     pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT, CREDENTIALS_MISSING];
     /// The reasons of a `Ready=False` that only the user can end: a GitOps rollout
@@ -144,4 +150,6 @@ pub mod backup_types {
 pub mod postgresql_types {
     /// Whether the scheduled backups asked for are in place.
     pub const BACKUP_CONFIGURED: &str = "BackupConfigured";
+    /// Whether continuous archiving of the WAL works (only with `spec.backup.continuous`).
+    pub const WAL_ARCHIVING: &str = "WALArchiving";
 }

@@ -90,6 +90,24 @@ pub struct BackupSettings {
     /// `<name>-backups` of the size of `spec.storage`, kept when the PostgreSQL is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<Destination>,
+    /// Continuous archiving of the write-ahead log to `destination`, under
+    /// `<prefix>/<namespace>/<name>/wal/`: every finished WAL file is shipped as soon
+    /// as the server completes it. Needs a `destination` (an object store, or a claim
+    /// every instance can mount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<Continuous>,
+}
+
+/// `spec.backup.continuous`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Continuous {
+    /// The server's `archive_timeout`: a WAL file that is not full is archived anyway
+    /// after this long, e.g. `60s` (the default) or `5m`. It bounds what a loss of
+    /// every instance and its volume can take: the transactions of at most this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 16), regex(pattern = r"^[1-9][0-9]*(s|m|h)$"))]
+    pub archive_timeout: Option<String>,
 }
 
 /// A PostgreSQL database of one major version: a primary and, with `replicas > 1`,
@@ -113,6 +131,8 @@ pub struct BackupSettings {
         .message("metadata.name may have at most 37 characters: its Backup <name>-backup may have at most 44"),
     validation = Rule::new("!has(self.spec.synchronous) || self.spec.synchronous.number < self.spec.replicas")
         .message("spec.synchronous.number must be less than spec.replicas: each synchronous standby is an instance besides the primary"),
+    validation = Rule::new("!has(self.spec.backup) || !has(self.spec.backup.continuous) || has(self.spec.backup.destination)")
+        .message("spec.backup.continuous needs spec.backup.destination: every instance archives WAL there, and the default claim <name>-backups can be mounted by one pod only"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -220,6 +240,10 @@ pub struct PostgreSQLStatus {
     /// The last failover or switchover.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_primary_change: Option<PrimaryChange>,
+    /// Continuous archiving of the WAL (with `spec.backup.continuous`), as the
+    /// primary's archiver reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_archiving: Option<WalArchiving>,
     /// The Secret with the credentials: `username`, `password`, `host`, `port`,
     /// `database`, `uri`, `pgpass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,4 +257,26 @@ impl crate::conditions::Conditioned for PostgreSQLStatus {
     fn conditions(&self) -> &[Condition] {
         &self.conditions
     }
+}
+
+/// `status.walArchiving`: the primary's `pg_stat_archiver`, and the archiver's last
+/// error in its own words.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WalArchiving {
+    /// The newest WAL file archived (since the primary's server started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_wal: Option<String>,
+    /// When it was archived (RFC 3339): the newest point a recovery can reach is at
+    /// most this old plus `archiveTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_archived_time: Option<String>,
+    /// The last WAL file that failed to archive, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_wal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_time: Option<String>,
+    /// Why, as `bosun wal push` said it (kept until a push succeeds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }

@@ -448,3 +448,193 @@ async fn an_instance_that_cannot_start_is_named_in_the_status() {
     })
     .await;
 }
+
+/// The WAL objects in `s3` under `<ns>/test-db/wal/`: their file names.
+async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStore;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(&s3.bucket)
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(&s3.access_key)
+        .with_secret_access_key(&s3.secret_key)
+        .build()
+        .unwrap();
+    let prefix = object_store::path::Path::from(format!("{ns}/test-db/wal"));
+    let mut names: Vec<String> = store
+        .list(Some(&prefix))
+        .map_ok(|m| m.location.filename().unwrap_or_default().trim_end_matches(".zst").to_owned())
+        .try_collect()
+        .await
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The segments of timeline `tli` among `names`, as numbers (log × 256 + segment, for
+/// 16 MiB segments).
+fn segments(names: &[String], tli: &str) -> Vec<u64> {
+    names
+        .iter()
+        .filter(|n| n.len() == 24 && n.starts_with(tli))
+        .filter_map(|n| Some(u64::from_str_radix(&n[8..16], 16).ok()? * 256 + u64::from_str_radix(&n[16..], 16).ok()?))
+        .collect()
+}
+
+/// `bosun wal fetch NAME` from `s3` into a temporary file: its bytes, or the error.
+async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, name: &str) -> Result<Vec<u8>, String> {
+    let dest = std::env::temp_dir().join(format!("bosun-test-{ns}-{name}"));
+    let out = tokio::process::Command::new(bosun_testing::backends::bosun_binary())
+        .args(["wal", "fetch", name])
+        .arg(&dest)
+        .args(["--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
+        .args(["--namespace", ns, "--name", "test-db"])
+        .env_clear()
+        .envs(s3.env())
+        .output()
+        .await
+        .expect("bosun wal fetch");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let bytes = std::fs::read(&dest).unwrap();
+    std::fs::remove_file(&dest).unwrap();
+    Ok(bytes)
+}
+
+fn sql_on(env: &Env, pod: &str, sql: &str) -> String {
+    env.exec_ok(pod, &["psql", "-X", "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-tAc", sql]).trim().to_owned()
+}
+
+fn wal_status(db: &PostgreSQL) -> bosun_api::postgresql::WalArchiving {
+    db.status.as_ref().and_then(|s| s.wal_archiving.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() {
+    e2e("postgresql-wal", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let mut s3 = bosun_testing::backends::Minio::start(bosun_testing::node::BRIDGE_IP);
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let mut data = BTreeMap::new();
+        for (k, v) in s3.env() {
+            data.insert(k.to_owned(), ByteString(v.into_bytes()));
+        }
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta { name: Some("s3-credentials".into()), ..Default::default() },
+            data: Some(data),
+            ..Default::default()
+        };
+        env.apply(&secret).await;
+        let manifest = format!(
+            "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
+             spec:\n  version: \"15\"\n  storage: 1Gi\n  replicas: 2\n  backup:\n    enabled: true\n    \
+             destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}\n    \
+             continuous: {{archiveTimeout: 10s}}\n",
+            s3.bucket, s3.endpoint
+        );
+        let (ok, out) = env.kubectl_apply(&manifest);
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let db = env
+            .wait_for_within::<PostgreSQL>(
+                "test-db",
+                "WALArchiving=True",
+                Duration::from_secs(120),
+                is("WALArchiving", "True", "Archiving"),
+            )
+            .await;
+        assert!(wal_status(&db).last_archived_wal.is_some(), "{:?}", db.status);
+        let primary = db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
+
+        // A segment the primary switched out is in the bucket, the same bytes.
+        sql_on(&env, &primary, "CREATE TABLE t (id int); INSERT INTO t SELECT generate_series(1, 1000)");
+        let segment = sql_on(&env, &primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        sql_on(&env, &primary, "SELECT pg_switch_wal()");
+        let started = Instant::now();
+        let bytes = loop {
+            match fetched(&s3, &env.ns, &segment).await {
+                Ok(bytes) => break bytes,
+                Err(why) => assert!(started.elapsed() < Duration::from_secs(60), "{segment} not archived: {why}"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let there = env.exec_ok(&primary, &["bash", "-c", &format!("sha256sum \"$PGDATA/pg_wal/{segment}\"")]);
+        let here = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(&bytes))
+        };
+        assert!(there.starts_with(&here), "{segment}: archived {here}, the primary's {there}");
+        assert_eq!(bytes.len(), 16 * 1024 * 1024);
+
+        // The store stops: the condition and an event say so, with the runner's error.
+        s3.stop();
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(1001, 2000)");
+        let during = sql_on(&env, &primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        sql_on(&env, &primary, "SELECT pg_switch_wal()");
+        let db = env
+            .wait_for_within::<PostgreSQL>(
+                "test-db",
+                "WALArchiving=False",
+                Duration::from_secs(120),
+                is("WALArchiving", "False", "ArchivingFailed"),
+            )
+            .await;
+        let message = condition(&db, "WALArchiving").unwrap().message.clone();
+        eprintln!("postgresql-wal: the store stopped: {message}");
+        assert!(message.contains(&s3.endpoint) || message.contains("error"), "{message}");
+        assert!(wal_status(&db).last_error.is_some(), "{:?}", db.status);
+        env.wait_warning("test-db", "ArchivingFailed", "failed").await;
+
+        // It starts again: archiving catches up, with no gap on the timeline.
+        s3.restart();
+        let restarted = Instant::now();
+        env.wait_for_within::<PostgreSQL>("test-db", "archiving past the outage", Duration::from_secs(180), |db| {
+            is("WALArchiving", "True", "Archiving")(db)
+                && wal_status(db).last_archived_wal.is_some_and(|w| w.as_str() >= during.as_str())
+        })
+        .await;
+        eprintln!(
+            "postgresql-wal: archiving caught up {:.1} s after the store was back",
+            restarted.elapsed().as_secs_f64()
+        );
+        let names = archived(&s3, &env.ns).await;
+        let first = segments(&names, "00000001");
+        assert!(first.len() >= 2, "{names:?}");
+        assert!(first.windows(2).all(|w| w[1] == w[0] + 1), "a gap in timeline 1: {names:?}");
+        assert!(names.contains(&during), "{during} missing: {names:?}");
+
+        // A switchover: the new primary archives its timeline's history and its WAL.
+        let to = if primary == "test-db-0" { "test-db-1" } else { "test-db-0" };
+        let (ok, out) =
+            env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={to}")]);
+        assert!(ok, "{out}");
+        env.wait_for_within::<PostgreSQL>("test-db", "the switchover", Duration::from_secs(120), |db| {
+            db.status.as_ref().and_then(|s| s.current_primary.as_deref()) == Some(to)
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            // A switch, so a segment of the new timeline finishes (it may be refused
+            // while the promotion is under way; the next look tries again).
+            env.exec(to, &["psql", "-X", "-U", "postgres", "-tAc", "SELECT pg_switch_wal()"]);
+            let names = archived(&s3, &env.ns).await;
+            if names.iter().any(|n| n == "00000002.history") && !segments(&names, "00000002").is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new primary archives nothing: {names:?}");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        env.wait_for_within::<PostgreSQL>(
+            "test-db",
+            "the new timeline in the status",
+            Duration::from_secs(120),
+            |db| wal_status(db).last_archived_wal.is_some_and(|w| w.starts_with("00000002")),
+        )
+        .await;
+    })
+    .await;
+}

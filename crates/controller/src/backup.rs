@@ -18,23 +18,20 @@
 //! bucket, and holds no storage credentials. Deleting a Backup deletes its CronJob and
 //! Jobs, never a dump.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::conditions::{backup_types, reasons};
 use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::{apply_child, claim_child};
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
-use crate::guard::Guarded;
 use crate::kinds::{Served, Type};
 use crate::metrics::BackupLabels;
 use crate::permissions::{self, Permission};
@@ -84,7 +81,8 @@ pub async fn run(
     let (jobs, mut job_changes) = wiring::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
     let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
     let ctrl = wiring::controller_for::<Backup>(CONTROLLER, &ctx, ns);
-    tokio::spawn(export_gauges(ctx.clone(), ctrl.store()));
+    let families = vec![ctx.metrics.backup_last_success.clone(), ctx.metrics.backup_failing.clone()];
+    tokio::spawn(crate::metrics::export_gauges(ctrl.store(), families, gauges));
     let ctrl = wiring::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
     let ctrl = wiring::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
         backup_of(job).into_iter().collect()
@@ -95,34 +93,15 @@ pub async fn run(
     .await;
 }
 
-/// Keep the per-Backup gauges (last success, failing) at what the cached Backups'
-/// statuses say, every 10 s; a Backup's series go with it.
-async fn export_gauges(ctx: Arc<Context>, store: Store<Guarded<Backup>>) {
-    let mut exported: HashSet<BackupLabels> = HashSet::new();
-    loop {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let mut now = HashSet::new();
-        for backup in store.state() {
-            let Guarded(Ok(backup)) = backup.as_ref() else { continue };
-            let labels =
-                BackupLabels { backup_namespace: backup.namespace().unwrap_or_default(), backup: backup.name_any() };
-            let status = backup.status.as_ref();
-            if let Some(good) = status.and_then(|s| s.last_successful_backup.as_ref()) {
-                let at = good.time.0.as_second() as f64;
-                ctx.metrics.backup_last_success.get_or_create(&labels).set(at);
-            }
-            let failing = status
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED))
-                .is_some_and(|c| c.status == "False");
-            ctx.metrics.backup_failing.get_or_create(&labels).set(i64::from(failing));
-            now.insert(labels);
-        }
-        for gone in exported.difference(&now) {
-            ctx.metrics.backup_last_success.remove(gone);
-            ctx.metrics.backup_failing.remove(gone);
-        }
-        exported = now;
-    }
+/// The per-Backup gauges (last success, failing) from a Backup's status.
+fn gauges(backup: &Backup) -> Option<(BackupLabels, Vec<Option<f64>>)> {
+    let labels = BackupLabels { backup_namespace: backup.namespace().unwrap_or_default(), backup: backup.name_any() };
+    let status = backup.status.as_ref();
+    let good = status.and_then(|s| s.last_successful_backup.as_ref()).map(|good| good.time.0.as_second() as f64);
+    let failing = status
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED))
+        .is_some_and(|c| c.status == "False");
+    Some((labels, vec![good, Some(f64::from(u8::from(failing)))]))
 }
 
 /// The Backup whose CronJob started `job`.

@@ -2,9 +2,10 @@
 //! wrapper so every kind gets them.
 //!
 //! Labels are bounded: `controller` (a kind), `result`, and an error `reason` from
-//! [`crate::Error::category`]. The one exception is two gauges per Backup (as
-//! kube-state-metrics has per object), which the backup alerts need to say which
-//! Backup fails or is too old; there are as many as Backups, and they go with them.
+//! [`crate::Error::category`]. The one exception is a few gauges per Backup and per
+//! continuously archived PostgreSQL (as kube-state-metrics has per object), which the
+//! alerts need to say which one fails or lags; there are as many as those objects,
+//! and they go with them ([`export_gauges`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -45,6 +46,16 @@ pub struct BackupLabels {
     pub backup: String,
 }
 
+/// One PostgreSQL (`database_namespace`, as [`BackupLabels`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DatabaseLabels {
+    pub database_namespace: String,
+    pub database: String,
+}
+
+/// A gauge of floating-point values (times in Unix seconds, 0/1 flags).
+pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 /// The controllers' metric families.
 #[derive(Debug)]
 pub struct Metrics {
@@ -57,9 +68,15 @@ pub struct Metrics {
     /// Seconds from taking the lead to the first reconcile.
     pub takeover: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// When each Backup last succeeded (Unix seconds), from its status.
-    pub backup_last_success: Family<BackupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub backup_last_success: Family<BackupLabels, FloatGauge>,
     /// 1 for a Backup whose last run failed (`LastBackupSucceeded=False`), else 0.
-    pub backup_failing: Family<BackupLabels, Gauge>,
+    pub backup_failing: Family<BackupLabels, FloatGauge>,
+    /// When a PostgreSQL's primary last archived a WAL file (Unix seconds).
+    pub wal_last_archived: Family<DatabaseLabels, FloatGauge>,
+    /// 1 while a PostgreSQL's last WAL archiving attempt failed, else 0.
+    pub wal_archiving_failing: Family<DatabaseLabels, FloatGauge>,
+    /// A PostgreSQL's `archive_timeout`, so an alert can tell lagging from idle.
+    pub wal_archive_timeout: Family<DatabaseLabels, FloatGauge>,
     /// Changes of a database's primary, and how long each took.
     pub primary_changes: Family<PrimaryChangeLabels, Counter>,
     pub primary_change_duration: Family<PrimaryChangeLabels, Histogram>,
@@ -79,6 +96,9 @@ impl Default for Metrics {
             takeover: Gauge::default(),
             backup_last_success: Family::default(),
             backup_failing: Family::default(),
+            wal_last_archived: Family::default(),
+            wal_archiving_failing: Family::default(),
+            wal_archive_timeout: Family::default(),
             primary_changes: Family::default(),
             // 0.1 s … ~100 s
             primary_change_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.1, 2.0, 11))),
@@ -115,6 +135,21 @@ impl Metrics {
             self.backup_last_success.clone(),
         );
         r.register("backup_failing", "1 for a Backup whose last run failed, else 0", self.backup_failing.clone());
+        r.register(
+            "postgresql_wal_last_archived_timestamp_seconds",
+            "When the primary of each continuously archived PostgreSQL last archived a WAL file, in Unix seconds",
+            self.wal_last_archived.clone(),
+        );
+        r.register(
+            "postgresql_wal_archiving_failing",
+            "1 for a PostgreSQL whose last WAL archiving attempt failed, else 0",
+            self.wal_archiving_failing.clone(),
+        );
+        r.register(
+            "postgresql_wal_archive_timeout_seconds",
+            "The archive_timeout of each continuously archived PostgreSQL",
+            self.wal_archive_timeout.clone(),
+        );
         r.register(
             "postgresql_primary_changes",
             "Changes of a PostgreSQL's primary, by kind (Failover, Switchover)",
@@ -160,5 +195,44 @@ impl Metrics {
 
     pub fn became_ready(&self, controller: &'static str, seconds_since_creation: f64) {
         self.ready_duration.get_or_create(&ControllerLabels { controller }).observe(seconds_since_creation);
+    }
+}
+
+/// Keep per-object gauges at what the cached objects say, every 10 s: `read` gives an
+/// object's labels and one value per family in `families` (`None`: no series for it
+/// now). The series of an object that is gone, or reads as `None`, go with it.
+pub async fn export_gauges<K, L>(
+    store: kube::runtime::reflector::Store<crate::guard::Guarded<K>>,
+    families: Vec<Family<L, FloatGauge>>,
+    read: impl Fn(&K) -> Option<(L, Vec<Option<f64>>)>,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug,
+{
+    let mut exported: std::collections::HashSet<L> = std::collections::HashSet::new();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        let mut now = std::collections::HashSet::new();
+        for object in store.state() {
+            let crate::guard::Guarded(Ok(object)) = object.as_ref() else { continue };
+            let Some((labels, values)) = read(object) else { continue };
+            for (family, value) in families.iter().zip(values) {
+                match value {
+                    Some(v) => {
+                        family.get_or_create(&labels).set(v);
+                    }
+                    None => {
+                        family.remove(&labels);
+                    }
+                }
+            }
+            now.insert(labels);
+        }
+        for gone in exported.difference(&now) {
+            for family in &families {
+                family.remove(gone);
+            }
+        }
+        exported = now;
     }
 }

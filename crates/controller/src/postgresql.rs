@@ -102,6 +102,9 @@ pub async fn run(
 ) {
     let ns = namespace.as_deref();
     let ctrl = wiring::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
+    let m = &ctx.metrics;
+    let families = vec![m.wal_last_archived.clone(), m.wal_archiving_failing.clone(), m.wal_archive_timeout.clone()];
+    tokio::spawn(crate::metrics::export_gauges(ctrl.store(), families, gauges));
     let (statefulsets, ctrl) = watched(&ctx, ns, ctrl);
     let (services, ctrl) = watched(&ctx, ns, ctrl);
     let (secrets, ctrl) = watched(&ctx, ns, ctrl);
@@ -152,6 +155,10 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Err(err) => return Err(err),
         },
     };
+    let archiving = match &primary {
+        Some(p) if build::continuous_destination(db).is_some() => archiver(db, &ctx, &children.pods, &p.name).await,
+        _ => None,
+    };
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
     let observed = Observed {
         statefulset: sts.as_ref(),
@@ -161,6 +168,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         stuck: stuck.as_ref().map(|(_, cause)| cause.as_str()),
         primary: primary.as_ref().map(|p| p.name.as_str()),
         last_change: primary.as_ref().and_then(|p| p.change.as_ref()),
+        archiving: archiving.as_ref(),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
@@ -172,6 +180,14 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             pod,
             bosun_api::conditions::types::READY,
             &[bosun_api::conditions::reasons::INSTANCE_STUCK],
+            previous,
+            &status.conditions,
+        );
+        ctx.events.condition_failed(
+            &db.object_ref(&()),
+            None,
+            bosun_api::conditions::postgresql_types::WAL_ARCHIVING,
+            &[bosun_api::conditions::reasons::ARCHIVING_FAILED],
             previous,
             &status.conditions,
         );
@@ -187,9 +203,58 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             let recheck = primary.and_then(|p| p.recheck).unwrap_or(crate::read::POD_RECHECK);
             Outcome::Requeue(recheck.min(crate::read::POD_RECHECK))
         }
+        // The archiver's health is asked of the primary on each look.
+        (None, None) if build::continuous_destination(db).is_some() => Outcome::Requeue(ARCHIVER_RECHECK),
         (None, None) => Outcome::Requeue(RECHECK),
     })
 }
+
+/// The continuous-archiving gauges of a PostgreSQL (last archived, failing, archive
+/// timeout) from its status; none without continuous archiving.
+fn gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<Option<f64>>)> {
+    let timeout = build::archive_timeout(db)?;
+    let labels = crate::metrics::DatabaseLabels {
+        database_namespace: db.namespace().unwrap_or_default(),
+        database: db.name_any(),
+    };
+    let archiving = db.status.as_ref().and_then(|s| s.wal_archiving.as_ref());
+    let last = archiving
+        .and_then(|a| a.last_archived_time.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| t.as_second() as f64);
+    let failing = archiving.is_some_and(build::archiving_fails);
+    Some((labels, vec![last, Some(f64::from(u8::from(failing))), Some(timeout as f64)]))
+}
+
+/// How often the primary's archiver is asked, with continuous archiving.
+pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
+
+/// The primary's archiver, asked over exec when its pod is Ready; `None` when it
+/// cannot be asked now (the last answer in the status stands).
+async fn archiver(
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &Owned<Pod>,
+    primary: &str,
+) -> Option<bosun_api::postgresql::WalArchiving> {
+    let ns = db.namespace().unwrap_or_default();
+    let pod = pods.get(&ns, primary)?;
+    if !bosun_resources::failover::pod_ready(&pod) {
+        return None;
+    }
+    let command = ["bash", "-c", build::ARCHIVER_QUERY];
+    let target = (ns.as_str(), primary, build::CONTAINER);
+    match crate::instances::run(&ctx.client, target, &command, ARCHIVER_TIMEOUT).await {
+        Ok(output) => build::wal_archiving(&output),
+        Err(why) => {
+            tracing::debug!(db = %db.name_any(), primary, %why, "the archiver could not be asked");
+            None
+        }
+    }
+}
+
+/// How long asking the archiver may take.
+const ARCHIVER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why serving stopped: the spec is refused (a condition), or an error to retry.
 enum Stop {

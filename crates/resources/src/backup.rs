@@ -299,9 +299,20 @@ pub fn destination_url(d: &Destination) -> String {
     }
 }
 
-/// Variables, volumes and mounts that reach the destination `d` of the dumps of the
-/// Backup `backup` in the pod's own namespace (given by the downward API).
-fn destination_parts(d: &Destination, backup: &str) -> (Vec<EnvVar>, Vec<Volume>, Vec<VolumeMount>) {
+/// What a container needs to reach a destination: variables (the URL, the folder,
+/// the endpoint, and the Secret's keys as the provider's variables), and the
+/// Secret's and the claim's volumes and mounts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reach {
+    pub env: Vec<EnvVar>,
+    pub env_from: Option<Vec<EnvFromSource>>,
+    pub volumes: Vec<Volume>,
+    pub mounts: Vec<VolumeMount>,
+}
+
+/// How to reach the destination `d` of the folder `<namespace>/<name>` (the
+/// namespace is the pod's own, given by the downward API).
+pub fn reach(d: &Destination, name: &str) -> Reach {
     let namespace = EnvVarSource {
         field_ref: Some(ObjectFieldSelector { field_path: "metadata.namespace".to_owned(), api_version: None }),
         ..EnvVarSource::default()
@@ -309,20 +320,17 @@ fn destination_parts(d: &Destination, backup: &str) -> (Vec<EnvVar>, Vec<Volume>
     let mut env = vec![
         value("BOSUN_BACKUP_DESTINATION", destination_url(d)),
         EnvVar { name: "BOSUN_BACKUP_NAMESPACE".to_owned(), value: None, value_from: Some(namespace) },
-        value("BOSUN_BACKUP_NAME", backup),
+        value("BOSUN_BACKUP_NAME", name),
     ];
     env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
     env.extend(d.region.as_ref().map(|r| value("BOSUN_BACKUP_REGION", r.clone())));
-    let mut volumes = vec![Volume {
-        name: "tmp".to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            medium: Some("Memory".to_owned()),
-            size_limit: Some(Quantity("16Mi".to_owned())),
-        }),
-        ..Volume::default()
-    }];
-    let mut mounts =
-        vec![VolumeMount { name: "tmp".to_owned(), mount_path: "/tmp".to_owned(), ..VolumeMount::default() }];
+    let env_from = d.secret_ref.as_ref().map(|s| {
+        vec![EnvFromSource {
+            secret_ref: Some(SecretEnvSource { name: s.name.clone(), optional: Some(false) }),
+            ..EnvFromSource::default()
+        }]
+    });
+    let (mut volumes, mut mounts) = (Vec::new(), Vec::new());
     if let Some(secret) = &d.secret_ref {
         volumes.push(Volume {
             name: "destination-credentials".to_owned(),
@@ -354,7 +362,7 @@ fn destination_parts(d: &Destination, backup: &str) -> (Vec<EnvVar>, Vec<Volume>
             ..VolumeMount::default()
         });
     }
-    (env, volumes, mounts)
+    Reach { env, env_from, volumes, mounts }
 }
 
 /// The pod of one run: `container` runs `bosun <args>` in `image` with `env`, as an
@@ -368,17 +376,23 @@ fn run_pod(
     backup: &str,
     restart_policy: &str,
 ) -> PodSpec {
-    let (dest_env, volumes, mounts) = destination_parts(d, backup);
+    let Reach { env: dest_env, env_from, mut volumes, mut mounts } = reach(d, backup);
     env.extend(dest_env);
     env.push(value("BOSUN_RESULT_FILE", RESULT_FILE));
     env.push(value("TMPDIR", "/tmp"));
     env.push(value("HOME", "/tmp"));
-    let env_from = d.secret_ref.as_ref().map(|s| {
-        vec![EnvFromSource {
-            secret_ref: Some(SecretEnvSource { name: s.name.clone(), optional: Some(false) }),
-            ..EnvFromSource::default()
-        }]
-    });
+    volumes.insert(
+        0,
+        Volume {
+            name: "tmp".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity("16Mi".to_owned())),
+            }),
+            ..Volume::default()
+        },
+    );
+    mounts.insert(0, VolumeMount { name: "tmp".to_owned(), mount_path: "/tmp".to_owned(), ..VolumeMount::default() });
     PodSpec {
         restart_policy: Some(restart_policy.to_owned()),
         automount_service_account_token: Some(false),

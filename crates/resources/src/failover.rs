@@ -69,6 +69,11 @@ fn readiness(pod: &Pod) -> (bool, Option<Timestamp>) {
     }
 }
 
+/// Whether the pod is Ready.
+pub fn pod_ready(pod: &Pod) -> bool {
+    readiness(pod).0
+}
+
 /// Assess the primary of `db` among `pods` (its instances' pods) at `now`.
 pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
     let recorded = db.status.as_ref().and_then(|s| s.current_primary.clone());

@@ -29,16 +29,18 @@ use std::collections::BTreeMap;
 
 use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
-use bosun_api::postgresql::{DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Version};
+use bosun_api::postgresql::{
+    DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Version, WalArchiving,
+};
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, Lifecycle, LifecycleHandler,
-    PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle,
+    LifecycleHandler, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
 };
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -109,6 +111,19 @@ pub const DEFAULT_BACKUP_SCHEDULE: &str = "0 2 * * *";
 pub const DEFAULT_BACKUP_RETENTION: &str = "7d";
 /// The length of a generated password.
 pub const PASSWORD_LENGTH: usize = 32;
+/// `spec.backup.continuous.archiveTimeout`'s default: a minute of transactions is
+/// the most a loss of every instance can take, at the cost of one (mostly empty,
+/// compressed to a few KiB) WAL file a minute on an idle database.
+pub const DEFAULT_ARCHIVE_TIMEOUT: &str = "60s";
+/// Where the runner's binary is put for the server's `archive_command`: an emptyDir
+/// the init container [`RUNNER_CONTAINER`] fills, so the PostgreSQL image is unchanged.
+pub const RUNNER_MOUNT: &str = "/opt/bosun/bin";
+pub const RUNNER_CONTAINER: &str = "bosun-runner";
+const RUNNER_VOLUME: &str = "bosun-runner";
+/// Where `bosun wal push` leaves its last error for bosun to read (gone after a good push).
+pub const WAL_ERROR_FILE: &str = "/tmp/bosun-wal-error";
+/// The most PostgreSQL takes as `archive_timeout`, in seconds (INT_MAX / 2).
+const MAX_ARCHIVE_TIMEOUT: u64 = 1_073_741_823;
 
 /// The keys of the credentials Secret.
 pub mod keys {
@@ -284,7 +299,144 @@ pub fn server_args(db: &PostgreSQL) -> Vec<String> {
     if let Some(sync) = db.spec.synchronous.as_ref().filter(|_| db.spec.replicas > 1) {
         args.extend(["-c".to_owned(), format!("synchronous_standby_names=ANY {} (*)", sync.number)]);
     }
+    if let Some(timeout) = archive_timeout(db) {
+        // Only the primary archives (`on`, not `always`); a promoted standby takes over,
+        // its new timeline's history file first.
+        for setting in [
+            "archive_mode=on".to_owned(),
+            format!("archive_command={RUNNER_MOUNT}/bosun wal push %p"),
+            format!("archive_timeout={timeout}"),
+        ] {
+            args.extend(["-c".to_owned(), setting]);
+        }
+    }
     args
+}
+
+/// The command (`bash -c ARCHIVER_QUERY`, in the primary's container) that reads the
+/// archiver's health: one line `wal|time|failed wal|time` of `pg_stat_archiver`
+/// (times in Unix seconds), then `bosun wal push`'s last error, if it left one.
+pub const ARCHIVER_QUERY: &str = concat!(
+    r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c ""#,
+    "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), ",
+    "coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, '') FROM pg_stat_archiver",
+    r#"" && { cat /tmp/bosun-wal-error 2>/dev/null || true; }"#
+);
+
+/// `status.walArchiving` from the output of [`ARCHIVER_QUERY`]; `None` when it is not
+/// that. The runner's error is kept only while the last failure is newer than the
+/// last success.
+pub fn wal_archiving(output: &str) -> Option<WalArchiving> {
+    let (row, error) = output.split_once('\n').unwrap_or((output, ""));
+    let fields: Vec<&str> = row.trim().split('|').collect();
+    let [archived, archived_at, failed, failed_at] = fields.as_slice() else { return None };
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let time = |s: &str| -> Result<Option<i64>, ()> {
+        if s.is_empty() { Ok(None) } else { s.parse().map(Some).map_err(|_| ()) }
+    };
+    let (archived_at, failed_at) = (time(archived_at).ok()?, time(failed_at).ok()?);
+    let rfc3339 = |t: Option<i64>| t.and_then(|t| Timestamp::from_second(t).ok()).map(|t| t.to_string());
+    let failing = failed_at.is_some_and(|f| archived_at.is_none_or(|a| f >= a));
+    Some(WalArchiving {
+        last_archived_wal: text(archived),
+        last_archived_time: rfc3339(archived_at),
+        last_failed_wal: text(failed),
+        last_failed_time: rfc3339(failed_at),
+        last_error: text(error.trim()).filter(|_| failing),
+    })
+}
+
+/// Whether the last WAL file the primary tried to archive failed.
+pub fn archiving_fails(a: &WalArchiving) -> bool {
+    match (&a.last_failed_time, &a.last_archived_time) {
+        (Some(failed), Some(archived)) => failed >= archived,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// The `WALArchiving` condition, with continuous archiving only.
+fn wal_archiving_condition(db: &PostgreSQL, archiving: Option<&WalArchiving>) -> Option<Desired> {
+    const TYPE: &str = postgresql_types::WAL_ARCHIVING;
+    let destination = crate::backup::destination_url(continuous_destination(db)?);
+    let timeout = archive_timeout(db).unwrap_or_default();
+    Some(match archiving {
+        None => Desired::unknown(
+            TYPE,
+            reasons::ARCHIVER_UNKNOWN,
+            "the primary's archiver is asked once the primary is Ready",
+        ),
+        Some(a) if archiving_fails(a) => Desired::new(
+            TYPE,
+            false,
+            reasons::ARCHIVING_FAILED,
+            format!(
+                "archiving {} to {destination} failed: {}; the primary keeps every WAL file until it is archived, so pg_wal grows meanwhile",
+                a.last_failed_wal.as_deref().unwrap_or("a WAL file"),
+                a.last_error.as_deref().unwrap_or("see the primary's log (bosun wal push)"),
+            ),
+        ),
+        Some(WalArchiving { last_archived_wal: Some(wal), last_archived_time, .. }) => Desired::new(
+            TYPE,
+            true,
+            reasons::ARCHIVING,
+            format!(
+                "{wal} archived to {destination} at {}; a WAL file is archived at most {timeout}s after it began",
+                last_archived_time.as_deref().unwrap_or_default()
+            ),
+        ),
+        Some(_) => Desired::unknown(
+            TYPE,
+            reasons::ARCHIVER_UNKNOWN,
+            format!("no WAL file archived since the primary started; the first goes within {timeout}s"),
+        ),
+    })
+}
+
+/// The destination WAL is archived to, when continuous archiving is asked for (and
+/// backups are enabled).
+pub fn continuous_destination(db: &PostgreSQL) -> Option<&Destination> {
+    let backup = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    backup.continuous.as_ref()?;
+    backup.destination.as_ref()
+}
+
+/// The server's `archive_timeout` in seconds, when continuous archiving is asked for.
+pub fn archive_timeout(db: &PostgreSQL) -> Option<u64> {
+    continuous_destination(db)?;
+    let given = db.spec.backup.as_ref()?.continuous.as_ref()?.archive_timeout.as_deref();
+    let seconds = crate::duration::parse_duration(given.unwrap_or(DEFAULT_ARCHIVE_TIMEOUT))
+        .map_or(MAX_ARCHIVE_TIMEOUT, |d| d.as_secs());
+    Some(seconds.clamp(1, MAX_ARCHIVE_TIMEOUT))
+}
+
+/// The init container that puts the runner's `bosun` into [`RUNNER_MOUNT`].
+fn runner_container(image: &str, postgres: &Container) -> Container {
+    Container {
+        name: RUNNER_CONTAINER.to_owned(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec!["bosun".to_owned(), "install".to_owned(), format!("{RUNNER_MOUNT}/bosun")]),
+        volume_mounts: Some(vec![runner_mount(false)]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("10m".to_owned())),
+                ("memory".to_owned(), Quantity("16Mi".to_owned())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: postgres.security_context.clone(),
+        ..Container::default()
+    }
+}
+
+fn runner_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: RUNNER_VOLUME.to_owned(),
+        mount_path: RUNNER_MOUNT.to_owned(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
 }
 
 /// The StatefulSet of `db`, run as `settings` say. `claim_storage` is
@@ -364,6 +516,29 @@ pub fn desired_statefulset(
         }),
         ..Container::default()
     };
+    let mut init_containers: Vec<Container> =
+        settings.volume_permissions.then(|| volume_permissions(&container)).into_iter().collect();
+    let mut volumes = vec![podinfo_volume()];
+    let mut container = container;
+    if let Some(destination) = continuous_destination(db) {
+        // The runner reaches the archive as a Backup's run does: the same variables,
+        // the Secret's keys, the same mounts; its folder is the database's name.
+        let reach = crate::backup::reach(destination, &name);
+        init_containers.push(runner_container(&settings.runner_image, &container));
+        volumes.push(Volume {
+            name: RUNNER_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+        volumes.extend(reach.volumes);
+        let env = container.env.get_or_insert_with(Vec::new);
+        env.extend(reach.env);
+        env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));
+        container.env_from = reach.env_from;
+        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+        mounts.push(runner_mount(true));
+        mounts.extend(reach.mounts);
+    }
     let storage = claim_storage.map(str::to_owned).unwrap_or_else(|| db.spec.storage.clone());
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -391,9 +566,9 @@ pub fn desired_statefulset(
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    init_containers: settings.volume_permissions.then(|| vec![volume_permissions(&container)]),
+                    init_containers: (!init_containers.is_empty()).then_some(init_containers),
                     containers: vec![container],
-                    volumes: Some(vec![podinfo_volume()]),
+                    volumes: Some(volumes),
                     security_context: Some(PodSecurityContext {
                         run_as_user: Some(RUN_AS),
                         run_as_group: Some(RUN_AS),
@@ -436,11 +611,18 @@ pub struct Settings {
     /// that ignores `fsGroup` (hostPath volumes, as the local cluster's)
     /// (`--postgres-volume-permissions`).
     pub volume_permissions: bool,
+    /// The image whose `bosun` archives WAL, copied into each instance with
+    /// continuous archiving (`--runner-image`).
+    pub runner_image: String,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { image: DEFAULT_IMAGE.to_owned(), volume_permissions: false }
+        Self {
+            image: DEFAULT_IMAGE.to_owned(),
+            volume_permissions: false,
+            runner_image: crate::backup::DEFAULT_RUNNER_IMAGE.to_owned(),
+        }
     }
 }
 
@@ -728,6 +910,8 @@ pub struct Observed<'a> {
     /// The primary ([`crate::failover`]) and the last change of primary.
     pub primary: Option<&'a str>,
     pub last_change: Option<&'a PrimaryChange>,
+    /// The primary's archiver, when it was asked (continuous archiving only).
+    pub archiving: Option<&'a WalArchiving>,
 }
 
 /// The status a PostgreSQL should have.
@@ -770,6 +954,11 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         },
     };
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    // Asked on most looks; between them (the primary not Ready, bosun restarted) the
+    // last answer stands.
+    let wal_archiving = continuous_destination(db)
+        .and_then(|_| observed.archiving.cloned().or_else(|| previous_status(db)?.wal_archiving.clone()));
+    let archiving_condition = wal_archiving_condition(db, wal_archiving.as_ref());
     PostgreSQLStatus {
         observed_generation: generation,
         phase: Some(phase),
@@ -777,10 +966,14 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         endpoint: Some(endpoint(db)),
         current_primary: observed.primary.map(str::to_owned).or_else(|| previous_status(db)?.current_primary.clone()),
         last_primary_change: observed.last_change.cloned().or_else(|| previous_status(db)?.last_primary_change.clone()),
+        wal_archiving,
         secret_name: Some(secret_name(db)),
         conditions: conditions::merge(
             previous,
-            vec![ready, backup_configured(db, observed.backup, observed.backup_conflict)],
+            [Some(ready), Some(backup_configured(db, observed.backup, observed.backup_conflict)), archiving_condition]
+                .into_iter()
+                .flatten()
+                .collect(),
             generation,
             now,
         ),
@@ -976,7 +1169,8 @@ mod tests {
 
     #[test]
     fn volume_permissions_are_one_chown_of_the_volume_root() {
-        let settings = Settings { image: "localhost/postgres:15".into(), volume_permissions: true };
+        let settings =
+            Settings { image: "localhost/postgres:15".into(), volume_permissions: true, ..Settings::default() };
         let sts = desired_statefulset(&example(), &settings, None, "d");
         let pod = sts.spec.unwrap().template.spec.unwrap();
         let init = &pod.init_containers.unwrap()[0];
@@ -1010,6 +1204,105 @@ mod tests {
         assert!(sync.contains(&"synchronous_standby_names=ANY 1 (*)".to_owned()), "{sync:?}");
         let alone = args(r#"{version: "15", storage: 1Gi, replicas: 1, synchronous: {number: 1}}"#);
         assert!(!alone.iter().any(|a| a.starts_with("synchronous_standby_names")), "no standby to wait for");
+    }
+
+    #[test]
+    fn continuous_archiving_puts_the_runner_beside_the_server_and_reaches_the_destination() {
+        const CONTINUOUS: &str = r#"{version: "15", storage: 1Gi, replicas: 2, backup: {enabled: true,
+            destination: {type: s3, bucket: wal, prefix: team, endpoint: "http://minio:9000", secretRef: {name: s3}},
+            continuous: {archiveTimeout: 2m}}}"#;
+        let plain = desired_statefulset(&example(), &Settings::default(), None, "d");
+        let spec = plain.spec.unwrap().template.spec.unwrap();
+        assert_eq!(spec.init_containers, None, "nothing changes for a database without it");
+        assert!(!server_args(&example()).iter().any(|a| a.starts_with("archive")));
+
+        let db = db(CONTINUOUS);
+        let settings = Settings { runner_image: "runner:1".into(), ..Settings::default() };
+        let sts = desired_statefulset(&db, &settings, None, "d");
+        let spec = sts.spec.unwrap().template.spec.unwrap();
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!((init.name.as_str(), init.image.as_deref()), (RUNNER_CONTAINER, Some("runner:1")));
+        assert_eq!(init.command.as_ref().unwrap(), &["bosun", "install", "/opt/bosun/bin/bosun"]);
+        let postgres = &spec.containers[0];
+        let args = postgres.command.as_ref().unwrap();
+        for setting in ["archive_mode=on", "archive_command=/opt/bosun/bin/bosun wal push %p", "archive_timeout=120"] {
+            assert!(args.contains(&setting.to_owned()), "{setting}: {args:?}");
+        }
+        let env: BTreeMap<&str, Option<&str>> =
+            postgres.env.as_ref().unwrap().iter().map(|e| (e.name.as_str(), e.value.as_deref())).collect();
+        assert_eq!(env["BOSUN_BACKUP_DESTINATION"], Some("s3://wal/team"));
+        assert_eq!(env["BOSUN_BACKUP_ENDPOINT"], Some("http://minio:9000"));
+        assert_eq!(env["BOSUN_BACKUP_NAME"], Some("test-db"), "the WAL goes under <namespace>/<name>/wal");
+        assert_eq!(env["BOSUN_WAL_ERROR_FILE"], Some(WAL_ERROR_FILE));
+        assert!(ARCHIVER_QUERY.contains(WAL_ERROR_FILE), "bosun reads where the runner writes");
+        let from = postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap();
+        assert_eq!(from.name, "s3");
+        let mounts: Vec<&str> =
+            postgres.volume_mounts.as_ref().unwrap().iter().map(|m| m.mount_path.as_str()).collect();
+        assert!(mounts.contains(&RUNNER_MOUNT), "{mounts:?}");
+        let volumes: Vec<&str> = spec.volumes.as_ref().unwrap().iter().map(|v| v.name.as_str()).collect();
+        assert!(volumes.contains(&"bosun-runner") && volumes.contains(&"destination-credentials"), "{volumes:?}");
+
+        // Off while backups are off; the default timeout; absurd ones clamped to PostgreSQL's limit.
+        let mut off = db.clone();
+        off.spec.backup.as_mut().unwrap().enabled = false;
+        assert_eq!(archive_timeout(&off), None);
+        let mut default = db.clone();
+        default.spec.backup.as_mut().unwrap().continuous = Some(Default::default());
+        assert_eq!(archive_timeout(&default), Some(60));
+        let mut huge = db.clone();
+        huge.spec.backup.as_mut().unwrap().continuous.as_mut().unwrap().archive_timeout = Some("99999999h".into());
+        assert_eq!(archive_timeout(&huge), Some(MAX_ARCHIVE_TIMEOUT));
+    }
+
+    #[test]
+    fn the_archivers_answer_becomes_the_status_and_the_condition() {
+        let db = db(r#"{version: "15", storage: 1Gi, backup: {enabled: true,
+            destination: {type: s3, bucket: wal}, continuous: {}}}"#);
+        let healthy = wal_archiving("000000010000000000000007|1764158400||\n").unwrap();
+        assert_eq!(healthy.last_archived_wal.as_deref(), Some("000000010000000000000007"));
+        assert_eq!(healthy.last_archived_time.as_deref(), Some("2025-11-26T12:00:00Z"));
+        assert!(!archiving_fails(&healthy) && healthy.last_error.is_none());
+        let c = wal_archiving_condition(&db, Some(&healthy)).unwrap();
+        assert_eq!((c.status, c.reason), ("True", reasons::ARCHIVING));
+
+        // A failure newer than the last success is the state, with the runner's words.
+        let failing = wal_archiving(
+            "000000010000000000000007|1764158400|000000010000000000000008|1764158460\nupload failed: connection refused\n",
+        )
+        .unwrap();
+        assert!(archiving_fails(&failing));
+        let c = wal_archiving_condition(&db, Some(&failing)).unwrap();
+        assert_eq!((c.status, c.reason), ("False", reasons::ARCHIVING_FAILED));
+        assert!(
+            c.message.contains("000000010000000000000008") && c.message.contains("connection refused"),
+            "{}",
+            c.message
+        );
+        // An older failure, since overtaken, is history: no error, True.
+        let recovered =
+            wal_archiving("000000010000000000000009|1764158520|000000010000000000000008|1764158460\nold\n").unwrap();
+        assert!(!archiving_fails(&recovered) && recovered.last_error.is_none());
+        // Nothing archived yet, or not asked: Unknown. Without continuous archiving: none.
+        let fresh = wal_archiving("|||\n").unwrap();
+        assert_eq!(wal_archiving_condition(&db, Some(&fresh)).unwrap().status, "Unknown");
+        assert_eq!(wal_archiving_condition(&db, None).unwrap().status, "Unknown");
+        assert_eq!(wal_archiving_condition(&example(), Some(&healthy)), None);
+        // Not the query's output: nothing.
+        assert_eq!(wal_archiving("psql: error: connection refused"), None);
+        assert_eq!(wal_archiving("a|notatime||"), None);
+
+        // The status keeps the last answer while the archiver cannot be asked.
+        let mut asked = db.clone();
+        asked.status =
+            Some(status(&db, Observed { archiving: Some(&healthy), ..Default::default() }, Timestamp::UNIX_EPOCH));
+        let later = status(&asked, Observed::default(), Timestamp::UNIX_EPOCH);
+        assert_eq!(later.wal_archiving.as_ref(), Some(&healthy));
+        assert_eq!(
+            status(&example(), Observed { archiving: Some(&healthy), ..Default::default() }, Timestamp::UNIX_EPOCH)
+                .wal_archiving,
+            None
+        );
     }
 
     #[test]
@@ -1054,6 +1347,7 @@ mod tests {
                 region: None,
                 secret_ref: None,
             }),
+            continuous: None,
         });
         assert!(desired_backup_claim(&given).is_none());
         let b = desired_backup(&given).unwrap();

@@ -274,6 +274,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
         schedule: db.backup.schedule.clone(),
         retention: db.backup.retention.clone(),
         destination: None,
+        continuous: None,
     });
     let mut pg = PostgreSQL::new(
         &plan.database_name(),

@@ -75,6 +75,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     ctx.settings.runner_image = args.runner_image.clone();
     ctx.settings.postgres.image = args.postgres_image.clone();
     ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
+    ctx.settings.postgres.runner_image = args.runner_image.clone();
     ctx.settings.stack =
         bosun_resources::stacks::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
     ctx.settings.rollout_pace.settle = args.appconfig_settle;

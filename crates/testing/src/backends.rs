@@ -280,10 +280,13 @@ pub fn unique(prefix: &str) -> String {
 /// A MinIO of its own for a test, on `ip` (e.g. the real node's bridge address, so
 /// pods reach it), a free port and a fresh data directory with one empty bucket;
 /// stopped and removed when dropped. The binary is the shared set's (built by
-/// `hack/backends.sh`, which [`backends`] runs).
+/// `hack/backends.sh`, which [`backends`] runs). It can be stopped and started again
+/// on the same address and data, as an outage of the store.
 #[derive(Debug)]
 pub struct Minio {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
+    binary: PathBuf,
+    address: String,
     dir: PathBuf,
     /// `http://IP:PORT`.
     pub endpoint: String,
@@ -296,7 +299,7 @@ impl Minio {
     pub fn start(ip: &str) -> Minio {
         let shared = backends();
         let bin_dirs = std::fs::read_to_string(shared.state.join("bin-dirs")).expect("backends' bin-dirs");
-        let minio = Path::new(bin_dirs.lines().next().expect("minio's directory")).join("minio");
+        let binary = Path::new(bin_dirs.lines().next().expect("minio's directory")).join("minio");
         let port = std::net::TcpListener::bind((ip, 0))
             .and_then(|l| l.local_addr())
             .unwrap_or_else(|e| panic!("no free port on {ip} (is the real node up?): {e}"))
@@ -305,23 +308,32 @@ impl Minio {
         let bucket = "backups".to_owned();
         // MinIO makes a bucket of each top-level directory of a fresh drive.
         std::fs::create_dir_all(dir.join("data").join(&bucket)).expect("minio data directory");
-        let log = std::fs::File::create(dir.join("minio.log")).expect("minio log");
         let (access_key, secret_key) = ("bosun-test".to_owned(), "bosun-test-secret".to_owned());
-        let child = std::process::Command::new(&minio)
-            .args(["server", "--quiet", "--address", &format!("{ip}:{port}")])
-            .arg(dir.join("data"))
+        let address = format!("{ip}:{port}");
+        let endpoint = format!("http://{address}");
+        let mut m = Minio { child: None, binary, address, dir, endpoint, bucket, access_key, secret_key };
+        m.run();
+        m
+    }
+
+    /// Start the server and wait until it is ready.
+    fn run(&mut self) {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("minio.log")).expect("minio log");
+        let child = std::process::Command::new(&self.binary)
+            .args(["server", "--quiet", "--address", &self.address])
+            .arg(self.dir.join("data"))
             .env_clear()
-            .env("HOME", &dir)
-            .env("MINIO_ROOT_USER", &access_key)
-            .env("MINIO_ROOT_PASSWORD", &secret_key)
+            .env("HOME", &self.dir)
+            .env("MINIO_ROOT_USER", &self.access_key)
+            .env("MINIO_ROOT_PASSWORD", &self.secret_key)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", minio.display()));
-        let endpoint = format!("http://{ip}:{port}");
-        let m = Minio { child, dir, endpoint, bucket, access_key, secret_key };
-        let ready = format!("{}/minio/health/ready", m.endpoint);
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.binary.display()));
+        self.child = Some(child);
+        let ready = format!("{}/minio/health/ready", self.endpoint);
         for _ in 0..300 {
             let ok = std::process::Command::new("curl")
                 .args(["-sf", "--max-time", "2", &ready])
@@ -329,15 +341,29 @@ impl Minio {
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return m;
+                return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!(
             "MinIO on {} did not become ready: {}",
-            m.endpoint,
-            std::fs::read_to_string(m.dir.join("minio.log")).unwrap_or_default()
+            self.endpoint,
+            std::fs::read_to_string(self.dir.join("minio.log")).unwrap_or_default()
         );
+    }
+
+    /// Stop the server; its data stays for [`Minio::restart`].
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start a stopped server again, on the same address with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.run();
     }
 
     /// The variables that reach it, as the runner reads them.
@@ -352,8 +378,7 @@ impl Minio {
 
 impl Drop for Minio {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
