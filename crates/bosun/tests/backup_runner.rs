@@ -616,3 +616,96 @@ wal_round_trips! {
     wal_is_written_once_azure: Azure;
     wal_is_written_once_file: File;
 }
+
+// --- base backups -------------------------------------------------------------------
+
+/// `bosun backup run --method base` of the real PostgreSQL into `dest`: a tar of the
+/// data directory (with the WAL from its start to its end) under
+/// `<namespace>/<name>/base/`, a manifest naming that WAL, and a backup that
+/// PostgreSQL's own `pg_verifybackup` accepts, WAL included.
+async fn base_backup(dest: Dest) {
+    let b = backends();
+    let name = unique(&format!("base_{}", dest.short()));
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, dest, &format!("bosun-tests/{name}"));
+    let result = bosun_ok(&b, &backup_args(&db, &place, "physical", &name, &["--method", "base"])).await;
+    let key = place.relative(result["key"].as_str().unwrap());
+    assert!(key.starts_with(&format!("physical/{name}/base/")) && key.ends_with(".base.tar.zst"), "{result}");
+    let m = place.manifest(&manifest_key_of(&key).unwrap()).await.expect("a manifest beside the base backup");
+    let wal = m.wal.clone().expect("the manifest names the WAL range");
+    assert!(wal.timeline >= 1 && wal.start_wal <= wal.end_wal, "{wal:?}");
+    assert_eq!(result["wal"]["startWal"], wal.start_wal.as_str());
+
+    let dir = std::env::temp_dir().join(format!("bosun-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tar = dir.join("base.tar");
+    std::fs::write(&tar, zstd::stream::decode_all(place.get(&key).await.as_slice()).unwrap()).unwrap();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    b.ok("tar", &["-xf", tar.to_str().unwrap(), "-C", data.to_str().unwrap()]).await;
+    for file in ["PG_VERSION", "backup_label", "backup_manifest"] {
+        assert!(data.join(file).exists(), "{file} is not in the base backup");
+    }
+    let first_wal = data.join("pg_wal").join(&wal.start_wal);
+    assert!(first_wal.exists(), "the WAL from the start point ({}) is inside", wal.start_wal);
+    let verified = b.run("/usr/lib/postgresql/15/bin/pg_verifybackup", &[data.to_str().unwrap()]).await;
+    assert!(verified.ok, "pg_verifybackup refuses the base backup: {verified}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    place.clear().await;
+}
+
+#[tokio::test]
+async fn a_base_backup_to_s3_is_what_pg_verifybackup_accepts() {
+    let _timed = Timed::start("a_base_backup_to_s3_is_what_pg_verifybackup_accepts");
+    base_backup(Dest::S3).await;
+}
+
+#[tokio::test]
+async fn a_base_backup_to_a_directory_is_what_pg_verifybackup_accepts() {
+    let _timed = Timed::start("a_base_backup_to_a_directory_is_what_pg_verifybackup_accepts");
+    base_backup(Dest::File).await;
+}
+
+#[tokio::test]
+async fn a_base_backup_of_anything_but_postgresql_is_refused_naming_the_flag() {
+    let b = backends();
+    let args = [
+        "backup",
+        "run",
+        "--source",
+        "mysql://root@127.0.0.1/shop",
+        "--destination",
+        "file:///tmp/never",
+        "--method",
+        "base",
+    ];
+    let out = b.bosun(&args).await;
+    assert!(!out.ok && out.stderr.contains("--method base") && out.stderr.contains("mysql"), "{out}");
+    assert!(!std::path::Path::new("/tmp/never/shop").exists(), "nothing was written");
+}
+
+/// The temporary replication slot a base backup holds the server's WAL with exists
+/// while it is held, and is gone with its session: nothing is left to retain WAL.
+#[tokio::test]
+async fn a_base_backup_holds_the_servers_wal_only_while_it_runs() {
+    use bosun_runner::location::Database;
+    use bosun_runner::tool::{Password, hold_wal};
+    let b = backends();
+    let name = unique("hold");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    let file = std::env::temp_dir().join(format!("bosun-{name}-password"));
+    std::fs::write(&file, b.var("PGPASSWORD")).unwrap();
+    let password = Password::resolve(bosun_runner::location::Engine::Postgresql, Some(&file)).unwrap();
+    let source = Database::parse("--source", &db.url()).unwrap();
+    let slots = "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'bosun_base_%' AND temporary AND restart_lsn IS NOT NULL";
+    let hold = hold_wal(&source, &password).await.unwrap();
+    assert_eq!(psql(&b, &name, slots).await.trim(), "1");
+    drop(hold);
+    let start = std::time::Instant::now();
+    while psql(&b, &name, slots).await.trim() != "0" {
+        assert!(start.elapsed() < Duration::from_secs(10), "the slot outlived its session");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&file).unwrap();
+}

@@ -45,6 +45,18 @@ pub struct Backup {
     pub folder: String,
     pub retention: Option<SignedDuration>,
     pub keep_last: usize,
+    pub method: Method,
+}
+
+/// What a run stores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Method {
+    /// A logical dump (`pg_dump`, `mysqldump`, `mongodump`): restorable into any server.
+    #[default]
+    Dump,
+    /// A physical base backup (`pg_basebackup`, PostgreSQL only): the data directory,
+    /// the base of point-in-time recovery from archived WAL.
+    Base,
 }
 
 /// The result of a good run (also what the controller reads from the termination message).
@@ -64,6 +76,9 @@ pub struct Report {
     /// Set when retention could not finish; the backup itself is good.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_error: Option<String>,
+    /// For a base backup: the WAL it starts and ends at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wal: Option<crate::base::WalRange>,
 }
 
 impl Backup {
@@ -74,9 +89,17 @@ impl Backup {
         let server_version = tool::server_version(&self.source, &self.password)
             .await
             .map_err(tool::connecting("source", &self.source))?;
-        let dump = tool::dump(&self.source, &self.password)?;
+        // A base backup's WAL stays on the server until the backup has read it.
+        let _hold = match self.method {
+            Method::Dump => None,
+            Method::Base => Some(tool::hold_wal(&self.source, &self.password).await?),
+        };
+        let (dump, extension) = match self.method {
+            Method::Dump => (tool::dump(&self.source, &self.password)?, self.source.engine.extension()),
+            Method::Base => (tool::base_backup(&self.source, &self.password), "base.tar"),
+        };
         let tool_version = tool::tool_version(dump.program).await;
-        let (key, manifest_key) = manifest::keys(&self.folder, started, self.source.engine.extension());
+        let (key, manifest_key) = manifest::keys(&self.folder, started, extension);
         let path = self.store.path(&key);
 
         let mut running = dump.spawn(false, true)?;
@@ -105,11 +128,11 @@ impl Backup {
         drop(zstd);
         // The tool's verdict comes before the upload is completed: a dump that died
         // mid-way must never become an object.
-        let exited = running.finish().await;
+        let exited = running.finish_reporting().await;
         // A dump tool that dies ends the stream (its stdout closes), so a broken stream
         // is the upload's (or zstd's) fault, and the tool's exit is only its stopping.
-        let (size, sha256) = match streamed.and_then(|sums| exited.map(|()| sums)) {
-            Ok(sums) => sums,
+        let ((size, sha256), report) = match streamed.and_then(|sums| exited.map(|report| (sums, report))) {
+            Ok(done) => done,
             Err(e) => {
                 // Nothing was completed yet: parts uploaded so far are dropped.
                 let _ = upload.abort().await;
@@ -122,6 +145,20 @@ impl Backup {
             return Err(Error::Upload(format!("completing the upload of {key} to {}: {e}", self.store.destination)));
         }
 
+        // A base backup is only good with the WAL range it needs.
+        let wal = match self.method {
+            Method::Dump => None,
+            Method::Base => match crate::base::wal_range(&report) {
+                Some(range) => Some(range),
+                None => {
+                    let _ = self.store.objects.delete(&path).await;
+                    return Err(Error::Tool {
+                        tool: dump.program,
+                        detail: format!("it reported no write-ahead log start and end point: {report}"),
+                    });
+                }
+            },
+        };
         if let Err(e) = verify(&self.store, &key, size, &sha256).await {
             let _ = self.store.objects.delete(&path).await;
             return Err(e);
@@ -139,6 +176,7 @@ impl Backup {
             server_version,
             started,
             finished,
+            wal: wal.clone(),
         };
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Upload(format!("manifest: {e}")))?;
         if let Err(e) = self.store.objects.put(&self.store.path(&manifest_key), PutPayload::from(body)).await {
@@ -160,6 +198,7 @@ impl Backup {
             duration_seconds: finished.duration_since(started).as_secs_f64(),
             deleted,
             retention_error,
+            wal,
         })
     }
 

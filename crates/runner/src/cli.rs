@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::Error;
-use crate::backup::Backup;
+use crate::backup::{Backup, Method};
 use crate::catalogue::Catalogue;
 use crate::location::{Database, Destination};
 use crate::manifest::{Manifest, folder};
@@ -115,6 +115,10 @@ pub struct BackupRunArgs {
     /// Also write the result (or the error) as JSON here, e.g. /dev/termination-log.
     #[arg(long, env = "BOSUN_RESULT_FILE")]
     pub result_file: Option<PathBuf>,
+    /// `dump` (a logical dump, the default) or `base` (a physical base backup of a
+    /// PostgreSQL server, into `<namespace>/<name>/base/`; the user needs REPLICATION).
+    #[arg(long, env = "BOSUN_BACKUP_METHOD", value_enum, default_value_t = Method::Dump)]
+    pub method: Method,
 }
 
 #[derive(Args, Debug)]
@@ -173,13 +177,25 @@ pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, E
     let source = Database::parse("--source", &args.source)?;
     let retention =
         args.retention.as_deref().map(|r| parse_retention("--retention", r).map_err(Error::Usage)).transpose()?;
+    if args.method == Method::Base && source.engine != crate::location::Engine::Postgresql {
+        return Err(Error::Usage(format!(
+            "--method base: a physical base backup is for postgresql:// sources only, not {}",
+            source.engine.as_str()
+        )));
+    }
+    let mut folder = args.folder.folder(Some(&source.name))?;
+    if args.method == Method::Base {
+        // Beside the database's archived WAL (`<namespace>/<name>/wal`).
+        folder.push_str("/base");
+    }
     let backup = Backup {
         password: Password::resolve(source.engine, args.password_file.as_ref())?,
         store: args.destination.open()?,
-        folder: args.folder.folder(Some(&source.name))?,
+        folder,
         source,
         retention,
         keep_last: args.keep_last,
+        method: args.method,
     };
     backup.run().await
 }

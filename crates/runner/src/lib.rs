@@ -6,12 +6,14 @@
 //! location ── what the URLs name        tool ── the databases' own dump/restore programs
 //! store ───── object_store per provider  manifest ── keys and what a good backup is
 //! backup ──── dump → zstd → upload → verify → manifest → retention
+//! base ────── a physical base backup (pg_basebackup) instead of a dump: its WAL range
 //! restore ─── download → zstd -d → restore tool     catalogue ── a Backup's folder
 //! retention ─ which dumps a good run may delete (pure)
 //! wal ─────── a PostgreSQL's archive_command and restore_command: WAL written once
 //! ```
 
 pub mod backup;
+pub mod base;
 pub mod catalogue;
 pub mod cli;
 pub mod location;

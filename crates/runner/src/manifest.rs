@@ -30,6 +30,9 @@ pub struct Manifest {
     pub server_version: String,
     pub started: Timestamp,
     pub finished: Timestamp,
+    /// For a base backup: the WAL it starts and ends at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal: Option<crate::base::WalRange>,
 }
 
 /// The folder of one Backup's dumps, relative to the destination's prefix.

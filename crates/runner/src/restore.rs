@@ -54,6 +54,11 @@ impl Restore {
     pub async fn run(&self) -> Result<Report, Error> {
         let started = Timestamp::now();
         let (key, manifest) = self.choose().await?;
+        if manifest.as_ref().is_some_and(|m| m.wal.is_some()) || key.ends_with(".base.tar.zst") {
+            return Err(Error::Refused(format!(
+                "{key} is a physical base backup: it becomes a data directory (PostgreSQL's recovery), it is not loaded into a running database"
+            )));
+        }
         if manifest.as_ref().is_some_and(|m| m.engine != self.target.engine.as_str()) {
             let engine = manifest.as_ref().map(|m| m.engine.clone()).unwrap_or_default();
             return Err(Error::Refused(format!(

@@ -138,7 +138,12 @@ pub struct Running {
 
 impl Running {
     /// Wait for it; an unsuccessful exit becomes an error quoting its stderr.
-    pub async fn finish(mut self) -> Result<(), Error> {
+    pub async fn finish(self) -> Result<(), Error> {
+        self.finish_reporting().await.map(drop)
+    }
+
+    /// [`Running::finish`], giving the tail of what it wrote on stderr (its report).
+    pub async fn finish_reporting(mut self) -> Result<String, Error> {
         let status = self
             .child
             .wait()
@@ -149,10 +154,10 @@ impl Running {
         if let Some(reader) = self.reader.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), reader).await;
         }
-        if status.success() {
-            return Ok(());
-        }
         let stderr = self.stderr.lock().map(|t| tail_text(&t)).unwrap_or_default();
+        if status.success() {
+            return Ok(stderr);
+        }
         Err(Error::Tool { tool: self.program, detail: format!("{}: {stderr}", describe(status)) })
     }
 }
@@ -216,6 +221,27 @@ pub fn dump(db: &Database, password: &Password) -> Result<Tool, Error> {
     })
 }
 
+/// A physical base backup of a PostgreSQL server: a tar of its data directory on
+/// stdout, with the WAL from start to end inside, and the WAL range on stderr
+/// (`crate::base::wal_range`). `db.user` needs the REPLICATION attribute.
+pub fn base_backup(db: &Database, password: &Password) -> Tool {
+    Tool::new("pg_basebackup", db, password).args([
+        "--pgdata=-",
+        "--format=tar",
+        "--wal-method=fetch",
+        "--checkpoint=fast",
+        "--verbose",
+        "--no-password",
+        "--label=bosun",
+        "--host",
+        &db.host,
+        "--port",
+        &port(db),
+        "--username",
+        &db.user,
+    ])
+}
+
 /// The restore, reading a dump made by [`dump`] on stdin. `overwrite` replaces what
 /// the dump contains (the caller has checked the target is empty otherwise).
 pub fn restore(db: &Database, password: &Password, overwrite: bool) -> Result<Tool, Error> {
@@ -254,6 +280,66 @@ pub fn restore(db: &Database, password: &Password, overwrite: bool) -> Result<To
             mongo_tool("mongorestore", db, None, password, extra)?
         }
     })
+}
+
+/// A session holding a temporary physical replication slot on a PostgreSQL server:
+/// the server keeps every WAL file from the slot's creation on while it lives, so a
+/// base backup's own WAL (`--wal-method=fetch`, read at its end) cannot be recycled
+/// by a checkpoint meanwhile. Dropped with the session — when this is dropped, or the
+/// runner dies — so it never holds WAL for longer.
+#[derive(Debug)]
+pub struct WalHold {
+    _session: Child,
+}
+
+/// Open a [`WalHold`] on `db` (its user needs REPLICATION).
+pub async fn hold_wal(db: &Database, password: &Password) -> Result<WalHold, Error> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let psql = Tool::new("psql", db, password).args([
+        "-X",
+        "-q",
+        "-tA",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "--no-password",
+        "--host",
+        &db.host,
+        "--port",
+        &port(db),
+        "--username",
+        &db.user,
+        "--dbname",
+        &db.name,
+    ]);
+    let failed = |detail: String| Error::Tool { tool: "psql", detail };
+    let mut session = psql
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("could not start it ({e})")))?;
+    let slot = format!("bosun_base_{}", std::process::id());
+    let sql = format!("SELECT lsn FROM pg_create_physical_replication_slot('{slot}', true, true);\n");
+    let (Some(stdin), Some(stdout)) = (session.stdin.as_mut(), session.stdout.take()) else {
+        return Err(failed("no pipes".into()));
+    };
+    stdin.write_all(sql.as_bytes()).await.map_err(|e| failed(format!("holding WAL: {e}")))?;
+    stdin.flush().await.map_err(|e| failed(format!("holding WAL: {e}")))?;
+    // The slot's first LSN, once created; nothing (stdout closed) when it failed.
+    let mut line = String::new();
+    let read = BufReader::new(stdout).read_line(&mut line).await;
+    if !matches!(read, Ok(n) if n > 0) || line.trim().is_empty() {
+        let mut err = String::new();
+        if let Some(mut stderr) = session.stderr.take() {
+            let _ = stderr.read_to_string(&mut err).await;
+        }
+        return Err(failed(format!(
+            "creating a temporary replication slot to hold WAL: {}",
+            tail_text(err.as_bytes())
+        )));
+    }
+    Ok(WalHold { _session: session })
 }
 
 /// The tool's own version line, e.g. `pg_dump (PostgreSQL) 15.14`.

@@ -241,6 +241,7 @@ impl Place {
                 server_version: "seeded by the test".into(),
                 started,
                 finished: started + SignedDuration::from_secs(1),
+                wal: None,
             };
             self.put(&manifest_key, serde_json::to_vec_pretty(&m).expect("manifest")).await;
             keys.push(key);
