@@ -20,8 +20,8 @@
 //! has no label and starts nothing until bosun gives it one, so a replaced primary
 //! never accepts a write on its own, whether bosun runs or not. The read-write Service
 //! selects the label `primary`, which bosun moves only after taking it from the old
-//! primary. Each instance's `postStart` hook runs [`setup_script`] (passwords and the
-//! replication role, on the primary only). Both scripts take everything from the
+//! primary. Each time it starts the server, the instance manager runs [`setup_script`]
+//! beside it (passwords and the replication role, on the primary only). Both scripts take everything from the
 //! environment, so the same text runs in the pod and, in a test, on the host against
 //! Debian's PostgreSQL binaries.
 
@@ -38,9 +38,9 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, Lifecycle,
-    LifecycleHandler, PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
+    PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
 };
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -475,6 +475,7 @@ pub fn desired_statefulset(
             env("PRIMARY_HOST", name.clone()),
             env("PRIMARY_PORT", PORT.to_string()),
             env("BOSUN_ROLE_FILE", ROLE_FILE),
+            env("BOSUN_SETUP_SCRIPT", setup_script()),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("postgres".to_owned()),
@@ -495,13 +496,6 @@ pub fn desired_statefulset(
         startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
         readiness_probe: Some(exec_probe(READY, 2, 3)),
         liveness_probe: Some(exec_probe(READY, 10, 6)),
-        lifecycle: Some(Lifecycle {
-            post_start: Some(LifecycleHandler {
-                exec: Some(ExecAction { command: Some(vec!["bash".to_owned(), "-c".to_owned(), setup_script()]) }),
-                ..LifecycleHandler::default()
-            }),
-            ..Lifecycle::default()
-        }),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_owned(), Quantity("100m".to_owned())),
@@ -1033,13 +1027,15 @@ pub fn instance_script() -> String {
     include_str!("scripts/postgres-instance.sh").to_owned()
 }
 
-/// The primary's setup (each instance's `postStart` hook; a standby has nothing to
-/// do): once the server accepts connections on its socket, set the superuser's
+/// The primary's setup (run in the background by the instance manager each time it
+/// starts the server, from `BOSUN_SETUP_SCRIPT`; a standby has nothing to do). Not a
+/// `postStart` hook: the kubelet holds the whole pod — even its deletion — until a
+/// hook returns, and this one waits for the server for up to ten minutes. Once the server accepts connections on its socket, set the superuser's
 /// password from `POSTGRES_PASSWORD` (so a password edited in the Secret takes effect
 /// on the next start), create or update the replication role `REPLICATION_USER` with
 /// `REPLICATION_PASSWORD`, and admit its replication connections in `pg_hba.conf`.
 /// Idempotent. Retries until `BOSUN_SETUP_TIMEOUT` seconds (600) have passed, then
-/// gives up with a message — never failing the hook, which would kill the server.
+/// gives up with a message — never stopping the server.
 ///
 /// Environment: `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`,
 /// `REPLICATION_PASSWORD` (empty: no replication role), `PGPORT`, `PGHOST` (the socket

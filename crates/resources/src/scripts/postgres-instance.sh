@@ -145,6 +145,10 @@ while :; do
   [ -z "$stopping" ] || exit 0
   "$@" -c "primary_conninfo=$primary_conninfo" &
   pid=$!
+  # The primary's setup (passwords, the replication role) beside the server, never
+  # blocking it: as a postStart hook its wait for the server held the kubelet's
+  # handling of the whole pod, even a deletion, for up to ten minutes.
+  if [ -n "${BOSUN_SETUP_SCRIPT:-}" ]; then bash -c "$BOSUN_SETUP_SCRIPT" & fi
   demoted='' promoting=''
   # The label is the one source of the role, and the instance follows what it says
   # now, not only its changes: a label that changed twice between two looks (or
