@@ -182,23 +182,25 @@ fn port(db: &Database) -> String {
     db.port.to_string()
 }
 
+/// How a libpq tool (pg_dump, pg_restore, pg_basebackup, psql) reaches `db`: never
+/// asking for a password (it is in `PGPASSWORD`), host, port, user and, with
+/// `database`, the database.
+fn libpq(db: &Database, database: bool) -> Vec<String> {
+    let mut args =
+        ["--no-password", "--host", &db.host, "--port", &port(db), "--username", &db.user].map(String::from).to_vec();
+    if database {
+        args.extend(["--dbname".to_owned(), db.name.clone()]);
+    }
+    args
+}
+
 /// The dump: stdout is the whole dump, in a format the matching restore reads.
 pub fn dump(db: &Database, password: &Password) -> Result<Tool, Error> {
     Ok(match db.engine {
         // Custom format (pg_restore can reorder, clean, pick), uncompressed: zstd does that.
-        Engine::Postgresql => Tool::new("pg_dump", db, password).args([
-            "--format=custom",
-            "--compress=0",
-            "--no-password",
-            "--host",
-            &db.host,
-            "--port",
-            &port(db),
-            "--username",
-            &db.user,
-            "--dbname",
-            &db.name,
-        ]),
+        Engine::Postgresql => {
+            Tool::new("pg_dump", db, password).args(["--format=custom", "--compress=0"]).args(libpq(db, true))
+        }
         // One consistent snapshot without locking InnoDB tables; no CREATE DATABASE,
         // so the dump loads into a database of any name.
         Engine::Mysql => Tool::new("mysqldump", db, password).args([
@@ -225,21 +227,9 @@ pub fn dump(db: &Database, password: &Password) -> Result<Tool, Error> {
 /// stdout, with the WAL from start to end inside, and the WAL range on stderr
 /// (`crate::base::wal_range`). `db.user` needs the REPLICATION attribute.
 pub fn base_backup(db: &Database, password: &Password) -> Tool {
-    Tool::new("pg_basebackup", db, password).args([
-        "--pgdata=-",
-        "--format=tar",
-        "--wal-method=fetch",
-        "--checkpoint=fast",
-        "--verbose",
-        "--no-password",
-        "--label=bosun",
-        "--host",
-        &db.host,
-        "--port",
-        &port(db),
-        "--username",
-        &db.user,
-    ])
+    Tool::new("pg_basebackup", db, password)
+        .args(["--pgdata=-", "--format=tar", "--wal-method=fetch", "--checkpoint=fast", "--verbose", "--label=bosun"])
+        .args(libpq(db, false))
 }
 
 /// The restore, reading a dump made by [`dump`] on stdin. `overwrite` replaces what
@@ -247,14 +237,10 @@ pub fn base_backup(db: &Database, password: &Password) -> Tool {
 pub fn restore(db: &Database, password: &Password, overwrite: bool) -> Result<Tool, Error> {
     Ok(match db.engine {
         Engine::Postgresql => {
-            let mut args =
-                vec!["--no-owner", "--no-privileges", "--exit-on-error", "--no-password", "--host", &db.host, "--port"];
-            let p = port(db);
-            args.extend([p.as_str(), "--username", &db.user, "--dbname", &db.name]);
-            if overwrite {
-                args.extend(["--clean", "--if-exists"]);
-            }
-            Tool::new("pg_restore", db, password).args(args)
+            let tool = Tool::new("pg_restore", db, password)
+                .args(["--no-owner", "--no-privileges", "--exit-on-error"])
+                .args(libpq(db, true));
+            if overwrite { tool.args(["--clean", "--if-exists"]) } else { tool }
         }
         // mysqldump writes DROP TABLE IF EXISTS before each table: the dump overwrites.
         Engine::Mysql => Tool::new("mysql", db, password).args([
@@ -295,22 +281,7 @@ pub struct WalHold {
 /// Open a [`WalHold`] on `db` (its user needs REPLICATION).
 pub async fn hold_wal(db: &Database, password: &Password) -> Result<WalHold, Error> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-    let psql = Tool::new("psql", db, password).args([
-        "-X",
-        "-q",
-        "-tA",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "--no-password",
-        "--host",
-        &db.host,
-        "--port",
-        &port(db),
-        "--username",
-        &db.user,
-        "--dbname",
-        &db.name,
-    ]);
+    let psql = Tool::new("psql", db, password).args(["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1"]).args(libpq(db, true));
     let failed = |detail: String| Error::Tool { tool: "psql", detail };
     let mut session = psql
         .command()
@@ -398,22 +369,9 @@ pub async fn table_count(db: &Database, password: &Password) -> Result<u64, Erro
 
 async fn query_postgres(db: &Database, password: &Password, sql: &str) -> Result<String, Error> {
     Tool::new("psql", db, password)
-        .args([
-            "--no-password",
-            "--no-psqlrc",
-            "--tuples-only",
-            "--no-align",
-            "--host",
-            &db.host,
-            "--port",
-            &port(db),
-            "--username",
-            &db.user,
-            "--dbname",
-            &db.name,
-            "--command",
-            sql,
-        ])
+        .args(["--no-psqlrc", "--tuples-only", "--no-align"])
+        .args(libpq(db, true))
+        .args(["--command", sql])
         .output()
         .await
 }
