@@ -175,22 +175,13 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     if announce {
         let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let pod = stuck.map(|(pod, _)| ObjectRef::<Pod>::new(&pod).within(&ns).into());
-        ctx.events.condition_failed(
-            &db.object_ref(&()),
-            pod,
-            bosun_api::conditions::types::READY,
-            &[bosun_api::conditions::reasons::INSTANCE_STUCK],
-            previous,
-            &status.conditions,
-        );
-        ctx.events.condition_failed(
-            &db.object_ref(&()),
-            None,
-            bosun_api::conditions::postgresql_types::WAL_ARCHIVING,
-            &[bosun_api::conditions::reasons::ARCHIVING_FAILED],
-            previous,
-            &status.conditions,
-        );
+        use bosun_api::conditions::{postgresql_types, reasons, types};
+        for (related, type_, reason) in [
+            (pod, types::READY, reasons::INSTANCE_STUCK),
+            (None, postgresql_types::WAL_ARCHIVING, reasons::ARCHIVING_FAILED),
+        ] {
+            ctx.events.condition_failed(&db.object_ref(&()), related, type_, &[reason], previous, &status.conditions);
+        }
     }
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
@@ -242,7 +233,8 @@ async fn archiver(
     if !bosun_resources::failover::pod_ready(&pod) {
         return None;
     }
-    let command = ["bash", "-c", build::ARCHIVER_QUERY];
+    let query = build::archiver_query();
+    let command = ["bash", "-c", query.as_str()];
     let target = (ns.as_str(), primary, build::CONTAINER);
     match crate::instances::run(&ctx.client, target, &command, ARCHIVER_TIMEOUT).await {
         Ok(output) => build::wal_archiving(&output),

@@ -313,17 +313,17 @@ pub fn server_args(db: &PostgreSQL) -> Vec<String> {
     args
 }
 
-/// The command (`bash -c ARCHIVER_QUERY`, in the primary's container) that reads the
+/// The command (`bash -c <this>`, in the primary's container) that reads the
 /// archiver's health: one line `wal|time|failed wal|time` of `pg_stat_archiver`
-/// (times in Unix seconds), then `bosun wal push`'s last error, if it left one.
-pub const ARCHIVER_QUERY: &str = concat!(
-    r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c ""#,
-    "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), ",
-    "coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, '') FROM pg_stat_archiver",
-    r#"" && { cat /tmp/bosun-wal-error 2>/dev/null || true; }"#
-);
+/// (times in Unix seconds), then `bosun wal push`'s last error ([`WAL_ERROR_FILE`]),
+/// if it left one.
+pub fn archiver_query() -> String {
+    format!(
+        r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, '') FROM pg_stat_archiver" && {{ cat {WAL_ERROR_FILE} 2>/dev/null || true; }}"#
+    )
+}
 
-/// `status.walArchiving` from the output of [`ARCHIVER_QUERY`]; `None` when it is not
+/// `status.walArchiving` from the output of [`archiver_query`]; `None` when it is not
 /// that. The runner's error is kept only while the last failure is newer than the
 /// last success.
 pub fn wal_archiving(output: &str) -> Option<WalArchiving> {
@@ -336,14 +336,17 @@ pub fn wal_archiving(output: &str) -> Option<WalArchiving> {
     };
     let (archived_at, failed_at) = (time(archived_at).ok()?, time(failed_at).ok()?);
     let rfc3339 = |t: Option<i64>| t.and_then(|t| Timestamp::from_second(t).ok()).map(|t| t.to_string());
-    let failing = failed_at.is_some_and(|f| archived_at.is_none_or(|a| f >= a));
-    Some(WalArchiving {
+    let mut archiving = WalArchiving {
         last_archived_wal: text(archived),
         last_archived_time: rfc3339(archived_at),
         last_failed_wal: text(failed),
         last_failed_time: rfc3339(failed_at),
-        last_error: text(error.trim()).filter(|_| failing),
-    })
+        last_error: None,
+    };
+    if archiving_fails(&archiving) {
+        archiving.last_error = text(error.trim());
+    }
+    Some(archiving)
 }
 
 /// Whether the last WAL file the primary tried to archive failed.
@@ -1230,7 +1233,7 @@ mod tests {
         assert_eq!(env["BOSUN_BACKUP_ENDPOINT"], Some("http://minio:9000"));
         assert_eq!(env["BOSUN_BACKUP_NAME"], Some("test-db"), "the WAL goes under <namespace>/<name>/wal");
         assert_eq!(env["BOSUN_WAL_ERROR_FILE"], Some(WAL_ERROR_FILE));
-        assert!(ARCHIVER_QUERY.contains(WAL_ERROR_FILE), "bosun reads where the runner writes");
+        assert!(archiver_query().contains(WAL_ERROR_FILE), "bosun reads where the runner writes");
         let from = postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap();
         assert_eq!(from.name, "s3");
         let mounts: Vec<&str> =

@@ -89,14 +89,14 @@ impl Backup {
         let server_version = tool::server_version(&self.source, &self.password)
             .await
             .map_err(tool::connecting("source", &self.source))?;
-        // A base backup's WAL stays on the server until the backup has read it.
-        let _hold = match self.method {
-            Method::Dump => None,
-            Method::Base => Some(tool::hold_wal(&self.source, &self.password).await?),
-        };
-        let (dump, extension) = match self.method {
-            Method::Dump => (tool::dump(&self.source, &self.password)?, self.source.engine.extension()),
-            Method::Base => (tool::base_backup(&self.source, &self.password), "base.tar"),
+        // A base backup's WAL stays on the server (`_hold`) until the backup has read it.
+        let (dump, extension, _hold) = match self.method {
+            Method::Dump => (tool::dump(&self.source, &self.password)?, self.source.engine.extension(), None),
+            Method::Base => (
+                tool::base_backup(&self.source, &self.password),
+                "base.tar",
+                Some(tool::hold_wal(&self.source, &self.password).await?),
+            ),
         };
         let tool_version = tool::tool_version(dump.program).await;
         let (key, manifest_key) = manifest::keys(&self.folder, started, extension);

@@ -226,9 +226,7 @@ pub async fn restore_run(args: &RestoreRunArgs) -> Result<crate::restore::Report
 impl FolderArgs {
     /// The database's WAL folder, `<namespace>/<name>/wal` (`--name` names the database).
     fn archive(&self, destination: &DestinationArgs) -> Result<Archive, Error> {
-        let folder = self.folder(None)?;
-        let (namespace, name) = folder.split_once('/').unwrap_or((&folder, ""));
-        Ok(Archive { store: destination.open()?, folder: wal::folder(namespace, name) })
+        Ok(Archive { store: destination.open()?, folder: wal::folder(&self.folder(None)?) })
     }
 }
 

@@ -23,9 +23,10 @@ use tokio::io::AsyncReadExt;
 use crate::store::Store;
 use crate::{Error, storage};
 
-/// Where one database's WAL lives, relative to the destination's prefix.
-pub fn folder(namespace: &str, database: &str) -> String {
-    format!("{namespace}/{database}/wal")
+/// Where one database's WAL lives, relative to the destination's prefix: beside
+/// its base backups, in its folder (`<namespace>/<name>`, [`crate::manifest::folder`]).
+pub fn folder(database_folder: &str) -> String {
+    format!("{database_folder}/wal")
 }
 
 /// The archive of one database.
@@ -94,7 +95,7 @@ impl Archive {
         {
             Ok(_) => false,
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let archived = self.read(&key).await?;
+                let (archived, _) = self.read(&key).await?;
                 if archived != bytes {
                     return Err(Error::Refused(format!(
                         "{} is already archived with different contents ({} bytes there, {} here); WAL is never overwritten: archiving stops until an operator looks (is another database archiving to the same place?)",
@@ -116,7 +117,7 @@ impl Archive {
     pub async fn fetch(&self, name: &str, dest: &Path) -> Result<Report, Error> {
         checked_name("NAME", name)?;
         let key = self.key(name);
-        let bytes = self.read(&key).await?;
+        let (bytes, stored) = self.read(&key).await?;
         // Written beside the destination and renamed: the server never sees half a file.
         let partial = dest.with_extension("bosun-partial");
         let write = async {
@@ -127,12 +128,12 @@ impl Archive {
             let _ = tokio::fs::remove_file(&partial).await;
             return Err(Error::Usage(format!("writing {}: {e}", dest.display())));
         }
-        let stored = 0;
         Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived: false })
     }
 
-    /// The archived bytes of `key`, decompressed (the frame checksum checked).
-    async fn read(&self, key: &str) -> Result<Vec<u8>, Error> {
+    /// The archived bytes of `key`, decompressed (the frame checksum checked), and
+    /// the size stored.
+    async fn read(&self, key: &str) -> Result<(Vec<u8>, u64), Error> {
         let got = match self.store.objects.get(&self.store.path(key)).await {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => {
@@ -141,9 +142,10 @@ impl Archive {
             Err(e) => return Err(storage("reading archived WAL")(e)),
         };
         let compressed = got.bytes().await.map_err(storage("reading archived WAL"))?;
-        decompress(&compressed)
+        let bytes = decompress(&compressed)
             .await
-            .map_err(|e| Error::Verify(format!("{} does not decompress: {e}", self.store.full_key(key))))
+            .map_err(|e| Error::Verify(format!("{} does not decompress: {e}", self.store.full_key(key))))?;
+        Ok((bytes, compressed.len() as u64))
     }
 }
 
@@ -175,7 +177,10 @@ mod tests {
 
     fn archive(dir: &Path) -> Archive {
         let destination = Destination::parse(&format!("file://{}", dir.display())).unwrap();
-        Archive { store: Store::open(&destination, &Endpoint::default()).unwrap(), folder: folder("ns", "db") }
+        Archive {
+            store: Store::open(&destination, &Endpoint::default()).unwrap(),
+            folder: folder(&crate::manifest::folder("ns", "db")),
+        }
     }
 
     fn scratch(name: &str) -> std::path::PathBuf {
