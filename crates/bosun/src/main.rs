@@ -59,6 +59,9 @@ enum Command {
     /// Archive or restore a PostgreSQL's WAL (its archive_command and restore_command).
     #[command(subcommand)]
     Wal(bosun_runner::cli::WalCommand),
+    /// Make a new PostgreSQL data directory from a base backup and the archived WAL,
+    /// set to recover to a target and be promoted there (a new database's first start).
+    Recover(bosun_runner::cli::RecoverArgs),
     /// Copy this binary to PATH: how a database pod gets `bosun wal` without a change
     /// to its image (an init container of the runner image runs it).
     Install {
@@ -114,6 +117,11 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         }
         Command::Wal(WalCommand::Fetch(args)) => {
             return Ok(runner::report(runner_runtime()?.block_on(runner::wal_fetch(&args)), None));
+        }
+        Command::Recover(args) => {
+            init_logging(cli.log_format);
+            let outcome = runner_runtime()?.block_on(runner::recover(&args));
+            return Ok(runner::report(outcome, args.result_file.as_ref()));
         }
         Command::Install { path } => install(&path)?,
     }

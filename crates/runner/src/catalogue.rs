@@ -31,8 +31,11 @@ impl Catalogue {
                 pre => full.strip_prefix(&format!("{pre}/")).unwrap_or(&full).to_owned(),
             }
         };
+        // This folder's own objects: a database's base backups and WAL live in
+        // folders under its dumps' (`base/`, `wal/`) and are not its dumps.
+        let own = |key: &String| key.rsplit_once('/').is_some_and(|(parent, _)| parent == folder.trim_end_matches('/'));
         let keys: std::collections::BTreeMap<String, &object_store::ObjectMeta> =
-            objects.iter().map(|m| (strip(&m.location), m)).collect();
+            objects.iter().map(|m| (strip(&m.location), m)).filter(|(k, _)| own(k)).collect();
         let mut catalogue = Catalogue::default();
         for (key, meta) in &keys {
             let Some(manifest_key) = manifest_key_of(key) else { continue };

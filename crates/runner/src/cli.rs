@@ -62,6 +62,34 @@ pub struct WalFetchArgs {
     pub folder: FolderArgs,
 }
 
+/// `bosun recover`: a new data directory from a PostgreSQL's base backups and WAL.
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    /// `--name`: the database whose archive to recover from (its folder `<namespace>/<name>`).
+    #[command(flatten)]
+    pub folder: FolderArgs,
+    /// The data directory to create: it must not exist or be empty.
+    #[arg(long, env = "PGDATA")]
+    pub pgdata: PathBuf,
+    /// Where to write the server's settings for its recovering start (`name=value` lines).
+    #[arg(long, env = "BOSUN_RECOVERY_SETTINGS")]
+    pub settings_file: PathBuf,
+    /// Stop at the last transaction committed at or before this time (RFC 3339, e.g.
+    /// `2026-11-26T14:03:00Z`); none of the three: recover everything archived.
+    #[arg(long, env = "BOSUN_RECOVERY_TARGET_TIME", group = "target")]
+    pub target_time: Option<String>,
+    /// Stop at this WAL position (`0/5000028`).
+    #[arg(long, env = "BOSUN_RECOVERY_TARGET_LSN", group = "target")]
+    pub target_lsn: Option<String>,
+    /// Stop at this restore point (`pg_create_restore_point`).
+    #[arg(long, env = "BOSUN_RECOVERY_TARGET_NAME", group = "target")]
+    pub target_name: Option<String>,
+    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum RestoreCommand {
     /// Load a dump (a key, or the latest good one) into a database.
@@ -249,6 +277,52 @@ pub async fn wal_push(args: &WalPushArgs) -> Result<wal::Report, Error> {
 /// `bosun wal fetch`.
 pub async fn wal_fetch(args: &WalFetchArgs) -> Result<wal::Report, Error> {
     args.folder.archive(&args.destination)?.fetch(&args.file, &args.dest).await
+}
+
+/// `bosun recover`.
+pub async fn recover(args: &RecoverArgs) -> Result<crate::recover::Report, Error> {
+    use crate::recover::{Recovery, Target};
+    let target = match (&args.target_time, &args.target_lsn, &args.target_name) {
+        (Some(t), _, _) => Target::Time(t.parse().map_err(|e| {
+            Error::Usage(format!("--target-time {t:?}: not an RFC 3339 time such as 2026-11-26T14:03:00Z ({e})"))
+        })?),
+        (_, Some(lsn), _) => Target::Lsn(lsn.clone()),
+        (_, _, Some(name)) if !name.is_empty() && !name.contains(['\n', '\0']) => Target::Name(name.clone()),
+        (_, _, Some(name)) => return Err(Error::Usage(format!("--target-name {name:?}: not a restore point's name"))),
+        (None, None, None) => Target::Latest,
+    };
+    let folder = args.folder.folder(None)?;
+    let recovery = Recovery {
+        store: args.destination.open()?,
+        restore_command: restore_command(&args.destination, &args.folder.namespace, args.folder.name.as_deref())?,
+        folder,
+        target,
+        pgdata: args.pgdata.clone(),
+        settings_file: args.settings_file.clone(),
+    };
+    recovery.run().await
+}
+
+/// The server's `restore_command`: this executable's `wal fetch` of the same archive.
+fn restore_command(destination: &DestinationArgs, namespace: &str, name: Option<&str>) -> Result<String, Error> {
+    let me = std::env::current_exe().map_err(|e| Error::Usage(format!("finding this executable: {e}")))?;
+    let mut words = vec![me.display().to_string(), "wal".into(), "fetch".into()];
+    let flags = [
+        ("--destination", Some(destination.destination.as_str())),
+        ("--endpoint", destination.endpoint.as_deref()),
+        ("--region", destination.region.as_deref()),
+        ("--namespace", Some(namespace)),
+        ("--name", name),
+    ];
+    for (flag, value) in flags {
+        if let Some(value) = value {
+            words.extend([flag.to_owned(), value.to_owned()]);
+        }
+    }
+    // The server runs it with sh, after replacing %f, %p and %% (so a value's own % is doubled).
+    let quoted: Vec<String> =
+        words.iter().map(|w| format!("'{}'", w.replace('\'', "'\\''").replace('%', "%%"))).collect();
+    Ok(format!("{} %f %p", quoted.join(" ")))
 }
 
 /// Print a run's outcome as one JSON line on stdout (success) or a message on stderr

@@ -10,6 +10,7 @@
 //! restore ─── download → zstd -d → restore tool     catalogue ── a Backup's folder
 //! retention ─ which dumps a good run may delete (pure)
 //! wal ─────── a PostgreSQL's archive_command and restore_command: WAL written once
+//! recover ─── a new data directory from a base backup, to recover to a target
 //! ```
 
 pub mod backup;
@@ -18,6 +19,7 @@ pub mod catalogue;
 pub mod cli;
 pub mod location;
 pub mod manifest;
+pub mod recover;
 pub mod restore;
 pub use bosun_backup_model::retention;
 pub mod store;

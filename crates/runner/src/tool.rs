@@ -313,6 +313,12 @@ pub async fn hold_wal(db: &Database, password: &Password) -> Result<WalHold, Err
     Ok(WalHold { _session: session })
 }
 
+/// `tar` unpacking its stdin into `dir` (a base backup's data directory).
+pub fn untar(dir: &std::path::Path) -> Tool {
+    let tool = Tool { program: "tar", args: Vec::new(), env: Vec::new(), _keep: None };
+    tool.args(["-x", "-f", "-", "-C"]).args([dir.display().to_string()])
+}
+
 /// The tool's own version line, e.g. `pg_dump (PostgreSQL) 15.14`.
 pub async fn tool_version(program: &'static str) -> String {
     let tool = Tool { program, args: vec!["--version".into()], env: Vec::new(), _keep: None };
