@@ -176,6 +176,21 @@ pub fn retention_rule(field: &str) -> Rule {
     )))
 }
 
+/// What a Backup's runs store.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// A logical dump (`pg_dump`, `mysqldump`, `mongodump`), restorable into any
+    /// server of the engine (a Restore loads it).
+    #[default]
+    Dump,
+    /// A physical base backup of a PostgreSQL server (`pg_basebackup`), under
+    /// `<prefix>/<namespace>/<name>/base/`: with the WAL archived beside it, the start
+    /// of a point-in-time recovery (`spec.bootstrap.recovery` of a PostgreSQL). The
+    /// user needs the REPLICATION attribute and a `replication` line in `pg_hba.conf`.
+    Base,
+}
+
 /// Scheduled dumps of a database into object storage, pruned by age.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -193,7 +208,9 @@ pub fn retention_rule(field: &str) -> Rule {
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 44")
-        .message("metadata.name may have at most 44 characters: the CronJob <name>-cronjob may have at most 52")
+        .message("metadata.name may have at most 44 characters: the CronJob <name>-cronjob may have at most 52"),
+    validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || self.spec.source.type == 'postgresql'")
+        .message("spec.method base is a physical base backup of a PostgreSQL server: spec.source.type must be postgresql")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
@@ -226,6 +243,9 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 60, max = 604800))]
     pub active_deadline_seconds: Option<i64>,
+    /// `dump` (default): a logical dump. `base`: a physical base backup (PostgreSQL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<Method>,
 }
 
 /// The newest dump known to be good.

@@ -50,6 +50,9 @@ pub mod reasons {
     /// A smaller size was asked for than a claim already has: Kubernetes cannot shrink
     /// a claim, so the change is not applied.
     pub const SHRINK_REFUSED: &str = "ShrinkRefused";
+    /// A PostgreSQL to recover (`spec.bootstrap.recovery`) finds data already there, or
+    /// an archive it cannot reach beside its own: nothing is started or written.
+    pub const RECOVERY_REFUSED: &str = "RecoveryRefused";
     /// A Backup's CronJob is in place and schedules runs.
     pub const SCHEDULED: &str = "Scheduled";
     /// A Backup's CronJob is in place and suspended: nothing runs, nothing is deleted.
@@ -131,6 +134,7 @@ pub mod reasons {
         TEMPLATE_ERROR,
         CONFLICT,
         SHRINK_REFUSED,
+        RECOVERY_REFUSED,
         DATABASE_TYPE_CHANGE_REFUSED,
         VERSION_CHANGE_REFUSED,
         BACKUP_NOT_FOUND,

@@ -133,6 +133,10 @@ pub struct Continuous {
         .message("spec.synchronous.number must be less than spec.replicas: each synchronous standby is an instance besides the primary"),
     validation = Rule::new("!has(self.spec.backup) || !has(self.spec.backup.continuous) || has(self.spec.backup.destination)")
         .message("spec.backup.continuous needs spec.backup.destination: every instance archives WAL there, and the default claim <name>-backups can be mounted by one pod only"),
+    validation = Rule::new("!has(self.spec.bootstrap) || !has(self.spec.bootstrap.recovery) || has(self.spec.bootstrap.recovery.destination) || (has(self.spec.backup) && has(self.spec.backup.destination))")
+        .message("spec.bootstrap.recovery needs a destination: spec.bootstrap.recovery.destination, or spec.backup.destination when the archive is there"),
+    validation = Rule::new("has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap)")
+        .message("spec.bootstrap is immutable: it says how the database was first made; create a new PostgreSQL to recover again"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -167,10 +171,60 @@ pub struct PostgreSQLSpec {
     /// Scheduled backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSettings>,
+    /// How the database is first made: empty (`initdb`, without this), or recovered
+    /// from another PostgreSQL's base backups and archived WAL. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Bootstrap>,
     /// `Retain` (default): deleting the PostgreSQL keeps its data claims. `Delete`:
     /// they go with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.bootstrap`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Bootstrap {
+    /// Recover the database from a continuous backup (`spec.backup.continuous` of the
+    /// PostgreSQL it comes from), to a point in time or to the end of its archive, then
+    /// promote it. Only a database whose data does not exist yet is recovered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// `spec.bootstrap.recovery`: at most one of `targetTime`, `targetLSN` and
+/// `targetName`; none of them recovers everything archived.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("[has(self.targetTime), has(self.targetLSN), has(self.targetName)].filter(t, t).size() <= 1").message("spec.bootstrap.recovery: set at most one of targetTime, targetLSN and targetName"))]
+pub struct Recovery {
+    /// The name of the PostgreSQL (in this namespace) whose archive to recover from; it
+    /// may be gone. Its base backups and WAL are under
+    /// `<prefix>/<namespace>/<source>-backup/` of the destination.
+    #[schemars(length(min = 1, max = 37), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub source: String,
+    /// Where that archive is; default: `spec.backup.destination`. When this database
+    /// also archives (`spec.backup.continuous`), both must use the same Secret (and
+    /// claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<Destination>,
+    /// Recover up to the last transaction committed at or before this time (RFC 3339,
+    /// e.g. `2026-11-26T14:03:00Z`). It must lie between the end of the oldest base
+    /// backup and the last archived WAL, and a transaction must have been committed
+    /// after it (else recovery cannot tell it got there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
+    ))]
+    pub target_time: Option<String>,
+    /// Recover up to this WAL position (`pg_current_wal_lsn()`, e.g. `0/5000028`).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "targetLSN")]
+    #[schemars(regex(pattern = r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$"))]
+    pub target_lsn: Option<String>,
+    /// Recover up to this restore point (`SELECT pg_create_restore_point('name')`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub target_name: Option<String>,
 }
 
 fn one() -> i32 {

@@ -449,7 +449,7 @@ async fn an_instance_that_cannot_start_is_named_in_the_status() {
     .await;
 }
 
-/// The WAL objects in `s3` under `<ns>/test-db/wal/`: their file names.
+/// The WAL objects in `s3` under `<ns>/test-db-backup/wal/`: their file names.
 async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> {
     use futures::TryStreamExt;
     use object_store::ObjectStore;
@@ -462,7 +462,7 @@ async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> 
         .with_secret_access_key(&s3.secret_key)
         .build()
         .unwrap();
-    let prefix = object_store::path::Path::from(format!("{ns}/test-db/wal"));
+    let prefix = object_store::path::Path::from(format!("{ns}/test-db-backup/wal"));
     let mut names: Vec<String> = store
         .list(Some(&prefix))
         .map_ok(|m| m.location.filename().unwrap_or_default().trim_end_matches(".zst").to_owned())
@@ -483,14 +483,15 @@ fn segments(names: &[String], tli: &str) -> Vec<u64> {
         .collect()
 }
 
-/// `bosun wal fetch NAME` from `s3` into a temporary file: its bytes, or the error.
-async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, name: &str) -> Result<Vec<u8>, String> {
+/// `bosun wal fetch NAME` of the PostgreSQL `db` from `s3` into a temporary file: its
+/// bytes, or the error.
+async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, db: &str, name: &str) -> Result<Vec<u8>, String> {
     let dest = std::env::temp_dir().join(format!("bosun-test-{ns}-{name}"));
     let out = tokio::process::Command::new(bosun_testing::backends::bosun_binary())
         .args(["wal", "fetch", name])
         .arg(&dest)
         .args(["--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
-        .args(["--namespace", ns, "--name", "test-db"])
+        .args(["--namespace", ns, "--name", &format!("{db}-backup")])
         .env_clear()
         .envs(s3.env())
         .output()
@@ -502,6 +503,36 @@ async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, name: &str) -> R
     let bytes = std::fs::read(&dest).unwrap();
     std::fs::remove_file(&dest).unwrap();
     Ok(bytes)
+}
+
+/// A MinIO of the test's own where the real node's pods reach it, and the Secret
+/// `s3-credentials` holding its keys as the provider's variables.
+async fn store_for(env: &Env) -> bosun_testing::backends::Minio {
+    let s3 = bosun_testing::backends::Minio::start(bosun_testing::node::BRIDGE_IP);
+    let data = s3.env().into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("s3-credentials".into()), ..Default::default() },
+        data: Some(data),
+        ..Default::default()
+    };
+    env.apply(&secret).await;
+    s3
+}
+
+/// A PostgreSQL 15 of `replicas` archiving its WAL (every 10 s at least) to `s3`, with
+/// base backups on a schedule that never comes during a test; `extra` is more of its
+/// spec (indented two spaces).
+fn archiving_database(name: &str, s3: &bosun_testing::backends::Minio, replicas: i32, extra: &str) -> String {
+    format!(
+        "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: {name}}}\n\
+         spec:\n  version: \"15\"\n  storage: 1Gi\n  replicas: {replicas}\n  backup:\n    enabled: true\n    \
+         schedule: \"0 3 1 1 *\"\n    destination: {}\n    continuous: {{archiveTimeout: 10s}}\n{extra}",
+        s3_destination(s3)
+    )
+}
+
+fn s3_destination(s3: &bosun_testing::backends::Minio) -> String {
+    format!("{{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}", s3.bucket, s3.endpoint)
 }
 
 fn sql_on(env: &Env, pod: &str, sql: &str) -> String {
@@ -517,25 +548,9 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
     e2e("postgresql-wal", |env| async move {
         env.use_real_node().await;
         bosun_testing::node::import_runner_image();
-        let mut s3 = bosun_testing::backends::Minio::start(bosun_testing::node::BRIDGE_IP);
+        let mut s3 = store_for(&env).await;
         let _bosun = env.start_bosun(REAL_NODE).await;
-        let mut data = BTreeMap::new();
-        for (k, v) in s3.env() {
-            data.insert(k.to_owned(), ByteString(v.into_bytes()));
-        }
-        let secret = Secret {
-            metadata: kube::api::ObjectMeta { name: Some("s3-credentials".into()), ..Default::default() },
-            data: Some(data),
-            ..Default::default()
-        };
-        env.apply(&secret).await;
-        let manifest = format!(
-            "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
-             spec:\n  version: \"15\"\n  storage: 1Gi\n  replicas: 2\n  backup:\n    enabled: true\n    \
-             destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}\n    \
-             continuous: {{archiveTimeout: 10s}}\n",
-            s3.bucket, s3.endpoint
-        );
+        let manifest = archiving_database("test-db", &s3, 2, "");
         let (ok, out) = env.kubectl_apply(&manifest);
         assert!(ok, "{out}");
         wait_ready(&env, "test-db", Duration::from_secs(300)).await;
@@ -556,7 +571,7 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
         sql_on(&env, &primary, "SELECT pg_switch_wal()");
         let started = Instant::now();
         let bytes = loop {
-            match fetched(&s3, &env.ns, &segment).await {
+            match fetched(&s3, &env.ns, "test-db", &segment).await {
                 Ok(bytes) => break bytes,
                 Err(why) => assert!(started.elapsed() < Duration::from_secs(60), "{segment} not archived: {why}"),
             }
@@ -635,6 +650,106 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
             |db| wal_status(db).last_archived_wal.is_some_and(|w| w.starts_with("00000002")),
         )
         .await;
+    })
+    .await;
+}
+
+/// Point-in-time recovery on the real node: rows written, a time T noted, more rows,
+/// `DROP TABLE`; a new PostgreSQL recovered to T from the base backup (taken by the
+/// schedule's Job from the standby) and the archived WAL has exactly the rows
+/// committed before T. A target before the first base backup is refused naming the
+/// recoverable range, and the spec's own mistakes are refused by the apiserver.
+#[tokio::test]
+async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
+    e2e("postgresql-pitr", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let s3 = store_for(&env).await;
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&archiving_database("src", &s3, 2, ""));
+        assert!(ok, "{out}");
+        let db = wait_ready(&env, "src", Duration::from_secs(300)).await;
+        let primary = db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
+        // Base backups, from the standbys while one is ready.
+        env.wait_for::<Backup>("src-backup", "a base backup from the standbys", |b| {
+            b.spec.method == Some(bosun_api::backup::Method::Base) && b.spec.source.connection.host == "src-ro"
+        })
+        .await;
+        sql_on(&env, &primary, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)");
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/src-backup-cronjob", "base-1"]);
+        assert!(ok, "{out}");
+        let backup = env
+            .wait_for_within::<Backup>("src-backup", "a good base backup", Duration::from_secs(180), |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let key = backup.status.unwrap().last_successful_backup.unwrap().key;
+        assert!(key.starts_with(&format!("{}/src-backup/base/", env.ns)) && key.ends_with(".base.tar.zst"), "{key}");
+
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(101, 200)");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let target =
+            sql_on(&env, &primary, r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(201, 300)");
+        sql_on(&env, &primary, "DROP TABLE t");
+        let segment = sql_on(&env, &primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        sql_on(&env, &primary, "SELECT pg_switch_wal()");
+        let started = Instant::now();
+        while let Err(why) = fetched(&s3, &env.ns, "src", &segment).await {
+            assert!(started.elapsed() < Duration::from_secs(60), "{segment} not archived: {why}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+
+        // The spec's own mistakes: refused by the apiserver, naming the field.
+        let recovery = |name: &str, target: &str| {
+            format!(
+                "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: {name}}}\n\
+                 spec:\n  version: \"15\"\n  storage: 1Gi\n  bootstrap:\n    recovery:\n      source: src\n      \
+                 destination: {}\n{target}",
+                s3_destination(&s3)
+            )
+        };
+        for (target, says) in [
+            ("      targetTime: \"yesterday\"\n", "targetTime"),
+            ("      targetTime: \"2026-01-01T00:00:00Z\"\n      targetLSN: \"0/3000000\"\n", "at most one of"),
+            ("      targetLSN: \"0/xyz\"\n", "targetLSN"),
+        ] {
+            let (ok, out) = env.kubectl_apply(&recovery("careless", target));
+            assert!(!ok && out.contains(says), "{target}: {out}");
+        }
+        let started = Instant::now();
+        let (ok, out) = env.kubectl_apply(&recovery("early", "      targetTime: \"2020-01-01T00:00:00Z\"\n"));
+        assert!(ok, "{out}");
+        let (ok, out) = env.kubectl_apply(&recovery("pitr", &format!("      targetTime: \"{target}\"\n")));
+        assert!(ok, "{out}");
+
+        let recovered = wait_ready(&env, "pitr", Duration::from_secs(300)).await;
+        eprintln!("postgresql-pitr: recovered to {target} in {:.1} s", started.elapsed().as_secs_f64());
+        assert_eq!(recovered.status.as_ref().and_then(|s| s.current_primary.as_deref()), Some("pitr-0"));
+        assert_eq!(sql_on(&env, "pitr-0", "SELECT pg_is_in_recovery()"), "f");
+        assert_eq!(sql_on(&env, "pitr-0", "SELECT count(*), min(id), max(id) FROM t"), "200|1|200");
+        // The new database is its own: it takes writes, with its own Secret's password.
+        sql_on(&env, "pitr-0", "INSERT INTO t VALUES (1000)");
+        let password = text(&secret_data(&env, "pitr-credentials").await, "password");
+        // Over the network (from its own address: pg_hba.conf asks for the password there).
+        let count =
+            format!(r#"PGPASSWORD='{password}' psql -X -h "$(hostname -i)" -U postgres -tAc 'SELECT count(*) FROM t'"#);
+        assert_eq!(env.exec_ok("pitr-0", &["bash", "-c", &count]).trim(), "201");
+        // bootstrap is how it was made: not to be changed afterwards.
+        let api = env.api::<PostgreSQL>();
+        let change =
+            json!({"spec": {"bootstrap": {"recovery": {"source": "src", "targetTime": "2026-01-01T00:00:00Z"}}}});
+        let refused = api.patch("pitr", &PatchParams::default(), &Patch::Merge(&change)).await.unwrap_err();
+        assert!(refused.to_string().contains("spec.bootstrap is immutable"), "{refused}");
+
+        let early = env
+            .wait_for_within::<PostgreSQL>("early", "the refusal in the status", Duration::from_secs(180), |db| {
+                condition(db, "Ready").is_some_and(|c| c.status == "False" && c.message.contains("recoverable: from"))
+            })
+            .await;
+        let message = &condition(&early, "Ready").unwrap().message;
+        assert!(message.contains("before the end of the oldest base backup"), "{message}");
     })
     .await;
 }

@@ -310,16 +310,21 @@ pub struct Reach {
     pub mounts: Vec<VolumeMount>,
 }
 
-/// How to reach the destination `d` of the folder `<namespace>/<name>` (the
-/// namespace is the pod's own, given by the downward API).
-pub fn reach(d: &Destination, name: &str) -> Reach {
+/// The variable `name` holding the pod's namespace (the downward API).
+pub fn namespace_env(name: &str) -> EnvVar {
     let namespace = EnvVarSource {
         field_ref: Some(ObjectFieldSelector { field_path: "metadata.namespace".to_owned(), api_version: None }),
         ..EnvVarSource::default()
     };
+    EnvVar { name: name.to_owned(), value: None, value_from: Some(namespace) }
+}
+
+/// How to reach the destination `d` of the folder `<namespace>/<name>` (the
+/// namespace is the pod's own, given by the downward API).
+pub fn reach(d: &Destination, name: &str) -> Reach {
     let mut env = vec![
         value("BOSUN_BACKUP_DESTINATION", destination_url(d)),
-        EnvVar { name: "BOSUN_BACKUP_NAMESPACE".to_owned(), value: None, value_from: Some(namespace) },
+        namespace_env("BOSUN_BACKUP_NAMESPACE"),
         value("BOSUN_BACKUP_NAME", name),
     ];
     env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
@@ -447,6 +452,9 @@ pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
     let mut env = database_env(&spec.source, "BOSUN_BACKUP_SOURCE");
     env.extend(spec.retention.as_ref().map(|r| value("BOSUN_BACKUP_RETENTION", r.clone())));
     env.extend(spec.keep_last.map(|n| value("BOSUN_BACKUP_KEEP_LAST", n.to_string())));
+    if spec.method == Some(bosun_api::backup::Method::Base) {
+        env.push(value("BOSUN_BACKUP_METHOD", "base"));
+    }
     let pod = run_pod(BACKUP_CONTAINER, runner_image, &["backup", "run"], &spec.destination, env, &name, "OnFailure");
     let template_meta = Some(ObjectMeta { labels: Some(labels.clone()), ..ObjectMeta::default() });
     CronJob {

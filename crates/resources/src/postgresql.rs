@@ -27,10 +27,12 @@
 
 use std::collections::BTreeMap;
 
-use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
+use bosun_api::backup::{
+    Backup, BackupSpec, Connection, Destination, DestinationType, Method, SecretRef, Source, SourceType,
+};
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{
-    DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Version, WalArchiving,
+    DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, Version, WalArchiving,
 };
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
@@ -287,6 +289,10 @@ fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
 
 /// Accepting connections over TCP, as a client would connect.
 const READY: &str = r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
+/// Ready to serve: up, and not recovering from an archive (`spec.bootstrap.recovery`):
+/// until it reaches its target and is promoted, what it answers is not yet the data.
+const SERVING: &str =
+    r#"test ! -e "$PGDATA/recovery.signal" && exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
 
 /// The server settings every instance starts with: WAL kept for standbys that fall
 /// behind (the setting's name changed in 13), hint bits WAL-logged so a former
@@ -413,6 +419,65 @@ pub fn archive_timeout(db: &PostgreSQL) -> Option<u64> {
     Some(seconds.clamp(1, MAX_ARCHIVE_TIMEOUT))
 }
 
+/// The recovery `db` is made by, and the destination of its archive.
+pub fn recovery(db: &PostgreSQL) -> Option<(&Recovery, &Destination)> {
+    let recovery = db.spec.bootstrap.as_ref()?.recovery.as_ref()?;
+    let destination =
+        recovery.destination.as_ref().or_else(|| db.spec.backup.as_ref().and_then(|b| b.destination.as_ref()))?;
+    Some((recovery, destination))
+}
+
+/// Where the instance manager finds the settings of a recovering start (outside the
+/// data directory, so a standby cloned later never has them).
+pub const RECOVERY_SETTINGS: &str = "/var/lib/postgresql/data/bosun-recovery.conf";
+
+/// The variables of `bosun recover` (run by the instance manager on a first start as
+/// the primary with no data).
+fn recovery_env(recovery: &Recovery, destination: &Destination) -> Vec<EnvVar> {
+    let mut vars = vec![
+        crate::backup::namespace_env("BOSUN_RECOVERY_NAMESPACE"),
+        env("BOSUN_RECOVERY_DESTINATION", crate::backup::destination_url(destination)),
+        env("BOSUN_RECOVERY_NAME", format!("{}-backup", recovery.source)),
+        env("BOSUN_RECOVERY_SETTINGS", RECOVERY_SETTINGS),
+    ];
+    let optional = [
+        ("BOSUN_RECOVERY_ENDPOINT", &destination.endpoint),
+        ("BOSUN_RECOVERY_REGION", &destination.region),
+        ("BOSUN_RECOVERY_TARGET_TIME", &recovery.target_time),
+        ("BOSUN_RECOVERY_TARGET_LSN", &recovery.target_lsn),
+        ("BOSUN_RECOVERY_TARGET_NAME", &recovery.target_name),
+    ];
+    vars.extend(optional.into_iter().filter_map(|(name, value)| value.as_ref().map(|v| env(name, v.clone()))));
+    vars
+}
+
+/// Why a recovery cannot start: data is already there, or its archive needs another
+/// Secret or claim than the one this database archives to.
+fn recovery_refusal(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&PersistentVolumeClaim]) -> Option<String> {
+    let (recovery, from) = recovery(db)?;
+    let started = sts.is_some() || previous_status(db).is_some_and(|s| s.current_primary.is_some());
+    if let (false, Some(claim)) = (started, claims.first()) {
+        return Some(format!(
+            "spec.bootstrap.recovery: the data claim {} already exists (kept from an earlier PostgreSQL named {}): \
+             recovery never writes over data, so nothing is started; delete the claim, or recover under another name",
+            claim.name_any(),
+            db.name_any()
+        ));
+    }
+    let own = continuous_destination(db)?;
+    let same_claim = (own.type_ == DestinationType::Pvc) == (from.type_ == DestinationType::Pvc)
+        && (from.type_ != DestinationType::Pvc || own.bucket == from.bucket);
+    (own.secret_ref != from.secret_ref || !same_claim).then(|| {
+        format!(
+            "spec.bootstrap.recovery.destination: recovering from {} (of {}) while archiving to {} needs the same \
+             secretRef (and claim) for both: an instance reaches one archive's credentials",
+            crate::backup::destination_url(from),
+            recovery.source,
+            crate::backup::destination_url(own)
+        )
+    })
+}
+
 /// The init container that puts the runner's `bosun` into [`RUNNER_MOUNT`].
 fn runner_container(image: &str, postgres: &Container) -> Container {
     Container {
@@ -497,7 +562,7 @@ pub fn desired_statefulset(
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
         startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
-        readiness_probe: Some(exec_probe(READY, 2, 3)),
+        readiness_probe: Some(exec_probe(SERVING, 2, 3)),
         liveness_probe: Some(exec_probe(READY, 10, 6)),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
@@ -517,24 +582,34 @@ pub fn desired_statefulset(
         settings.volume_permissions.then(|| volume_permissions(&container)).into_iter().collect();
     let mut volumes = vec![podinfo_volume()];
     let mut container = container;
-    if let Some(destination) = continuous_destination(db) {
-        // The runner reaches the archive as a Backup's run does: the same variables,
-        // the Secret's keys, the same mounts; its folder is the database's name.
-        let reach = crate::backup::reach(destination, &name);
+    let recovery = recovery(db);
+    if continuous_destination(db).is_some() || recovery.is_some() {
         init_containers.push(runner_container(&settings.runner_image, &container));
         volumes.push(Volume {
             name: RUNNER_VOLUME.to_owned(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         });
+        container.volume_mounts.get_or_insert_with(Vec::new).push(runner_mount(true));
+    }
+    // The runner reaches the archive as a Backup's run does: the same variables, the
+    // Secret's keys, the same mounts; its folder is the database's Backup's. A recovery
+    // from another archive has variables of its own (the Secret and claim are the
+    // same: `check` refuses others).
+    let archive = continuous_destination(db).or(recovery.map(|(_, d)| d));
+    if let Some(destination) = archive {
+        let reach = crate::backup::reach(destination, &backup_name(db));
         volumes.extend(reach.volumes);
-        let env = container.env.get_or_insert_with(Vec::new);
-        env.extend(reach.env);
-        env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));
         container.env_from = reach.env_from;
-        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-        mounts.push(runner_mount(true));
-        mounts.extend(reach.mounts);
+        container.volume_mounts.get_or_insert_with(Vec::new).extend(reach.mounts);
+        if continuous_destination(db).is_some() {
+            let env = container.env.get_or_insert_with(Vec::new);
+            env.extend(reach.env);
+            env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));
+        }
+    }
+    if let Some((recovery, destination)) = recovery {
+        container.env.get_or_insert_with(Vec::new).extend(recovery_env(recovery, destination));
     }
     let storage = claim_storage.map(str::to_owned).unwrap_or_else(|| db.spec.storage.clone());
     let claim = PersistentVolumeClaim {
@@ -733,11 +808,17 @@ pub fn backups_enabled(db: &PostgreSQL) -> bool {
 /// Secret, when backups are enabled.
 pub fn desired_backup(db: &PostgreSQL) -> Option<Backup> {
     let settings = db.spec.backup.as_ref().filter(|b| b.enabled)?;
+    // With continuous archiving, base backups (beside the WAL, in the Backup's folder),
+    // taken from the standbys' Service while a standby is ready, sparing the primary.
+    let continuous = continuous_destination(db).is_some();
+    let standby_ready = db.spec.replicas > 1 && previous_status(db).and_then(|s| s.ready_replicas).unwrap_or(0) >= 2;
+    let host = if continuous && standby_ready { read_only_name(db) } else { db.name_any() };
     let spec = BackupSpec {
+        method: continuous.then_some(Method::Base),
         source: Source {
             type_: SourceType::Postgresql,
             connection: Connection {
-                host: db.name_any(),
+                host,
                 port: Some(PORT),
                 database: DATABASE.to_owned(),
                 secret_ref: SecretRef { name: secret_name(db) },
@@ -783,6 +864,8 @@ pub enum Refusal {
     InvalidSpec(String),
     /// A child's name is held by an object this PostgreSQL does not control.
     NameConflict(String),
+    /// `spec.bootstrap.recovery` cannot be done as asked.
+    Recovery(String),
 }
 
 impl Refusal {
@@ -793,6 +876,7 @@ impl Refusal {
             Refusal::CredentialsMissing(_) => reasons::CREDENTIALS_MISSING,
             Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
             Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
+            Refusal::Recovery(_) => reasons::RECOVERY_REFUSED,
         }
     }
 
@@ -809,9 +893,10 @@ impl Refusal {
                  runs on; set spec.version back to \"{data}\"",
                 wanted.as_str()
             ),
-            Refusal::CredentialsMissing(message) | Refusal::InvalidSpec(message) | Refusal::NameConflict(message) => {
-                message.clone()
-            }
+            Refusal::CredentialsMissing(message)
+            | Refusal::InvalidSpec(message)
+            | Refusal::NameConflict(message)
+            | Refusal::Recovery(message) => message.clone(),
         }
     }
 
@@ -825,6 +910,9 @@ impl Refusal {
 /// `VERSION_LABEL` of its claims and StatefulSet), and its storage no less than any
 /// data claim requests. `claims` are the data claims of `db`.
 pub fn check(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&PersistentVolumeClaim]) -> Result<(), Refusal> {
+    if let Some(why) = recovery_refusal(db, sts, claims) {
+        return Err(Refusal::Recovery(why));
+    }
     let wanted = db.spec.version;
     let labelled = sts
         .map(|s| (format!("StatefulSet {}", s.name_any()), s.labels().get(VERSION_LABEL)))
@@ -1231,7 +1319,11 @@ mod tests {
             postgres.env.as_ref().unwrap().iter().map(|e| (e.name.as_str(), e.value.as_deref())).collect();
         assert_eq!(env["BOSUN_BACKUP_DESTINATION"], Some("s3://wal/team"));
         assert_eq!(env["BOSUN_BACKUP_ENDPOINT"], Some("http://minio:9000"));
-        assert_eq!(env["BOSUN_BACKUP_NAME"], Some("test-db"), "the WAL goes under <namespace>/<name>/wal");
+        assert_eq!(
+            env["BOSUN_BACKUP_NAME"],
+            Some("test-db-backup"),
+            "the WAL goes under <namespace>/<name>-backup/wal, beside the base backups"
+        );
         assert_eq!(env["BOSUN_WAL_ERROR_FILE"], Some(WAL_ERROR_FILE));
         assert!(archiver_query().contains(WAL_ERROR_FILE), "bosun reads where the runner writes");
         let from = postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap();
@@ -1252,6 +1344,69 @@ mod tests {
         let mut huge = db.clone();
         huge.spec.backup.as_mut().unwrap().continuous.as_mut().unwrap().archive_timeout = Some("99999999h".into());
         assert_eq!(archive_timeout(&huge), Some(MAX_ARCHIVE_TIMEOUT));
+
+        // Its scheduled backups are base backups, from the standbys once one is ready.
+        let backup = desired_backup(&db).unwrap();
+        assert_eq!(backup.spec.method, Some(Method::Base));
+        assert_eq!(backup.spec.source.connection.host, "test-db", "no standby ready yet");
+        let mut running = db.clone();
+        running.status = Some(PostgreSQLStatus { ready_replicas: Some(2), ..Default::default() });
+        assert_eq!(desired_backup(&running).unwrap().spec.source.connection.host, "test-db-ro");
+        assert_eq!(desired_backup(&off), None);
+        let mut dumps = db.clone();
+        dumps.spec.backup.as_mut().unwrap().continuous = None;
+        assert_eq!(desired_backup(&dumps).unwrap().spec.method, None, "logical dumps without continuous archiving");
+    }
+
+    const RECOVERED: &str = r#"{version: "15", storage: 1Gi, bootstrap: {recovery: {source: orders,
+        destination: {type: s3, bucket: wal, endpoint: "http://minio:9000", secretRef: {name: s3}},
+        targetTime: "2026-11-26T14:03:00Z"}}}"#;
+
+    #[test]
+    fn a_recovered_database_gets_the_runner_and_its_archive_without_archiving_itself() {
+        let db = db(RECOVERED);
+        let spec = desired_statefulset(&db, &Settings::default(), None, "d").spec.unwrap().template.spec.unwrap();
+        assert_eq!(spec.init_containers.as_ref().unwrap()[0].name, RUNNER_CONTAINER);
+        let postgres = &spec.containers[0];
+        let env: BTreeMap<&str, Option<&str>> =
+            postgres.env.as_ref().unwrap().iter().map(|e| (e.name.as_str(), e.value.as_deref())).collect();
+        assert_eq!(env["BOSUN_RECOVERY_DESTINATION"], Some("s3://wal"));
+        assert_eq!(env["BOSUN_RECOVERY_ENDPOINT"], Some("http://minio:9000"));
+        assert_eq!(env["BOSUN_RECOVERY_NAME"], Some("orders-backup"));
+        assert_eq!(env["BOSUN_RECOVERY_TARGET_TIME"], Some("2026-11-26T14:03:00Z"));
+        assert_eq!(env["BOSUN_RECOVERY_SETTINGS"], Some(RECOVERY_SETTINGS));
+        assert!(!env.contains_key("BOSUN_BACKUP_DESTINATION"), "it does not archive: no continuous backup asked");
+        assert_eq!(postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap().name, "s3");
+        assert!(!server_args(&db).iter().any(|a| a.starts_with("archive")));
+        // Readiness waits for the promotion; liveness does not (a recovery takes its time).
+        let probe = |p: &Option<Probe>| p.as_ref().unwrap().exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
+        assert!(probe(&postgres.readiness_probe).contains("recovery.signal"));
+        assert!(!probe(&postgres.liveness_probe).contains("recovery.signal"));
+    }
+
+    #[test]
+    fn a_recovery_onto_existing_data_or_through_another_secret_is_refused() {
+        let db = db(RECOVERED);
+        let kept = claim("data-test-db-0", "1Gi", "15");
+        let refused = check(&db, None, &[&kept]).unwrap_err();
+        assert_eq!(refused.reason(), reasons::RECOVERY_REFUSED);
+        assert!(refused.message().contains("data-test-db-0 already exists"), "{}", refused.message());
+        assert!(check(&db, None, &[]).is_ok());
+        let sts = desired_statefulset(&db, &Settings::default(), None, "d");
+        assert!(check(&db, Some(&sts), &[&kept]).is_ok(), "its own claims, once it runs");
+
+        let mut both = db.clone();
+        both.spec.backup = Some(
+            serde_yaml_ng::from_str(
+                r#"{enabled: true, destination: {type: s3, bucket: mine, secretRef: {name: other}}, continuous: {}}"#,
+            )
+            .unwrap(),
+        );
+        let refused = check(&both, None, &[]).unwrap_err();
+        assert!(refused.message().starts_with("spec.bootstrap.recovery.destination"), "{}", refused.message());
+        both.spec.backup.as_mut().unwrap().destination.as_mut().unwrap().secret_ref =
+            Some(bosun_api::backup::SecretRef { name: "s3".into() });
+        assert!(check(&both, None, &[]).is_ok(), "one Secret for both archives");
     }
 
     #[test]

@@ -279,6 +279,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
     let mut pg = PostgreSQL::new(
         &plan.database_name(),
         PostgreSQLSpec {
+            bootstrap: None,
             version,
             storage: db.storage.clone(),
             replicas: db.replicas,
@@ -457,6 +458,7 @@ pub fn desired_mysql_backup<K: Resource<DynamicType = ()>>(
         },
         schedule: plan.database.backup.schedule.clone().unwrap_or_else(|| BACKUP_SCHEDULE.to_owned()),
         retention: plan.database.backup.retention.clone(),
+        method: None,
         keep_last: None,
         suspend: None,
         active_deadline_seconds: None,

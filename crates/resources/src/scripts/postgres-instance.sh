@@ -121,9 +121,41 @@ rejoin() {
   clone
 }
 
+# A first start as the primary with no data, for a database made by recovery
+# (spec.bootstrap.recovery): the data directory from the archive's base backup, set
+# to recover to the target. What refuses it (a target out of range) is the
+# container's termination message: bosun's status quotes it.
+recover() {
+  local out
+  log "recovering $PGDATA from the archive of $BOSUN_RECOVERY_NAME at $BOSUN_RECOVERY_DESTINATION"
+  if ! out=$(env -u BOSUN_BACKUP_DESTINATION -u BOSUN_BACKUP_ENDPOINT -u BOSUN_BACKUP_REGION -u BOSUN_BACKUP_NAME \
+    "${BOSUN_RUNNER:-/opt/bosun/bin/bosun}" recover --pgdata "$PGDATA" --destination "$BOSUN_RECOVERY_DESTINATION" \
+    ${BOSUN_RECOVERY_ENDPOINT:+--endpoint "$BOSUN_RECOVERY_ENDPOINT"} ${BOSUN_RECOVERY_REGION:+--region "$BOSUN_RECOVERY_REGION"} \
+    --namespace "$BOSUN_RECOVERY_NAMESPACE" --name "$BOSUN_RECOVERY_NAME" 2>&1); then
+    log "recovery failed: $out"
+    printf '%s\n' "$out" | grep -v '^{' | tail -c 3000 >"${BOSUN_TERMINATION_LOG:-/dev/termination-log}" 2>/dev/null
+    exit 1
+  fi
+  log "recovered: $out"
+}
+
+# The server's arguments of a recovering start: one -c per line of the settings file.
+recovery_args=()
+recovery_settings() {
+  local line
+  recovery_args=()
+  [ -e "$PGDATA/recovery.signal" ] && [ -r "${BOSUN_RECOVERY_SETTINGS:-}" ] || return 0
+  while IFS= read -r line; do
+    [ -z "$line" ] || recovery_args+=(-c "$line")
+  done <"$BOSUN_RECOVERY_SETTINGS"
+}
+
 prepare() {
   case $1 in
   primary)
+    if [ ! -s "$PGDATA/PG_VERSION" ] && [ -n "${BOSUN_RECOVERY_DESTINATION:-}" ]; then
+      recover
+    fi
     if [ -e "$PGDATA/standby.signal" ]; then
       log "bosun made this instance the primary: starting it out of recovery"
       rm -f "$PGDATA/standby.signal"
@@ -143,7 +175,8 @@ while :; do
   current=$(wait_for_role)
   prepare "$current"
   [ -z "$stopping" ] || exit 0
-  "$@" -c "primary_conninfo=$primary_conninfo" &
+  recovery_settings
+  "$@" -c "primary_conninfo=$primary_conninfo" "${recovery_args[@]}" &
   pid=$!
   # The primary's setup (passwords, the replication role) beside the server, never
   # blocking it: as a postStart hook its wait for the server held the kubelet's

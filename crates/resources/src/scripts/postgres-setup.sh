@@ -6,13 +6,31 @@ export PGHOST=${PGHOST:-/var/run/postgresql} PGPORT=${PGPORT:-5432}
 # commits must not wait for a standby that cannot connect before the setup is done.
 q() { PGOPTIONS='-c synchronous_commit=local' psql -X -q -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres "$@"; }
 standby=
+# pg_hba.conf lines: the replication role's (standbys clone and stream) and the
+# superuser's (base backups, taken from a standby when one is ready). Every instance
+# has its own file (a clone copies the primary's once), so each sees to its own.
+hba() {
+  local hba line changed=
+  hba=$(q -tAc 'SHOW hba_file') || return 1
+  for line in "host replication $REPLICATION_USER all md5" "host replication $POSTGRES_USER all md5"; do
+    if ! grep -qxF "$line" "$hba"; then
+      echo "$line" >>"$hba" || return 1
+      changed=1
+    fi
+  done
+  [ -z "$changed" ] || q -tAc 'SELECT pg_reload_conf()' >/dev/null
+}
 setup() {
   local recovery
   pg_isready -q || return 1
   recovery=$(q -tAc 'SELECT pg_is_in_recovery()') || return 1
   if [ "$recovery" = t ]; then
+    # A standby has its primary's roles: only its pg_hba.conf is its own. A server
+    # recovering from an archive (recovery.signal) becomes the primary: wait for it.
+    [ -e "$PGDATA/standby.signal" ] || return 1
     standby=1
-    return 0
+    hba
+    return
   fi
   q -v user="$POSTGRES_USER" -v password="$POSTGRES_PASSWORD" <<'SQL' || return 1
 ALTER ROLE :"user" WITH PASSWORD :'password';
@@ -22,21 +40,15 @@ SQL
 SELECT format('CREATE ROLE %I', :'ruser') WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = :'ruser') \gexec
 ALTER ROLE :"ruser" WITH REPLICATION LOGIN PASSWORD :'rpassword';
 SQL
-  local hba line
-  hba=$(q -tAc 'SHOW hba_file') || return 1
-  line="host replication $REPLICATION_USER all md5"
-  if ! grep -qxF "$line" "$hba"; then
-    echo "$line" >>"$hba" || return 1
-    q -tAc 'SELECT pg_reload_conf()' >/dev/null || return 1
-  fi
+  hba
 }
 deadline=$((SECONDS + ${BOSUN_SETUP_TIMEOUT:-600}))
 until setup; do
-  if [ "$SECONDS" -ge "$deadline" ]; then
+  # A recovery takes as long as its WAL takes to replay.
+  if [ "$SECONDS" -ge "$deadline" ] && [ ! -e "$PGDATA/recovery.signal" ]; then
     log "the server did not accept the setup in time: passwords and replication role not updated"
     exit 0
   fi
   sleep 1
 done
-# A standby has its primary's roles and pg_hba.conf: nothing to set.
 [ -n "$standby" ] || log "passwords and the replication role are set"
