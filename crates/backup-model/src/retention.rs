@@ -61,6 +61,27 @@ pub fn expired(stored: &[Stored], now: Timestamp, retention: Option<SignedDurati
     doomed
 }
 
+/// The base backups to delete under a recovery window (`window` back from `now`):
+/// every base backup that ended in the window stays, and so does the newest one that
+/// ended before it (a recovery to the window's start begins there), and the newest
+/// `keep_last`. `stored[].at` is when each base backup ended. The WAL a kept base
+/// backup needs is the caller's to keep (from the oldest kept one's start on).
+pub fn window_expired(
+    stored: &[Stored],
+    now: Timestamp,
+    window: Option<SignedDuration>,
+    keep_last: usize,
+) -> Vec<String> {
+    let mut doomed = expired(stored, now, window, keep_last);
+    let Some(window) = window else { return doomed };
+    let start = now - window;
+    let base_of_start = stored.iter().filter(|s| s.good && s.at <= start).max_by(|a, b| a.at.cmp(&b.at));
+    if let Some(base) = base_of_start {
+        doomed.retain(|k| *k != base.key);
+    }
+    doomed
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -117,5 +138,24 @@ mod tests {
         let stored =
             [days_ago("good", 40, true), days_ago("old-partial", 40, false), days_ago("new-partial", 0, false)];
         assert_eq!(expired(&stored, now(), Some(SignedDuration::from_hours(720)), 1), ["old-partial"]);
+    }
+
+    #[test]
+    fn a_recovery_window_keeps_the_base_backup_its_start_needs() {
+        let stored = [
+            days_ago("base-9", 9, true),
+            days_ago("base-8", 8, true),
+            days_ago("base-6", 6, true),
+            days_ago("base-2", 2, true),
+            days_ago("partial-8", 8, false),
+        ];
+        let week = Some(SignedDuration::from_hours(24 * 7));
+        // base-8 is the newest that ended before the window's start (7 days ago).
+        assert_eq!(window_expired(&stored, now(), week, 1), ["base-9", "partial-8"]);
+        assert_eq!(window_expired(&stored, now(), week, 4), ["partial-8"]);
+        assert!(window_expired(&stored, now(), None, 1).is_empty());
+        // Every base backup inside the window: nothing older is needed, nothing goes.
+        let young = [days_ago("base-2", 2, true), days_ago("base-1", 1, true)];
+        assert!(window_expired(&young, now(), week, 1).is_empty());
     }
 }

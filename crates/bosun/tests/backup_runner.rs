@@ -709,3 +709,91 @@ async fn a_base_backup_holds_the_servers_wal_only_while_it_runs() {
     }
     std::fs::remove_file(&file).unwrap();
 }
+
+/// Base backups are kept by recovery window: a run with `--retention 7d` after base
+/// backups that ended 9, 8 and 6 days ago deletes the 9-day one only (the 8-day one is
+/// where a recovery to the window's start begins) and the WAL from before the 8-day
+/// one's start, keeping the timeline history; what remains recovers to the window's
+/// start and no earlier.
+#[tokio::test]
+async fn base_backups_are_kept_by_recovery_window_with_the_wal_they_need() {
+    use bosun_runner::base::WalRange;
+    use bosun_runner::recover::{Recovery, Target};
+    let _timed = Timed::start("base_backups_are_kept_by_recovery_window_with_the_wal_they_need");
+    let b = backends();
+    let name = unique("window");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let folder = format!("win/{name}");
+    let mut seeded = Vec::new();
+    for (days_ago, start) in [(9, 1u32), (8, 3), (6, 5)] {
+        let finished = Timestamp::now() - days(days_ago);
+        let (key, manifest_key) = manifest::keys(&format!("{folder}/base"), finished, "base.tar");
+        place.put(&key, b"seeded".to_vec()).await;
+        let wal = format!("{:08X}{:08X}{:08X}", 1, 0, start);
+        let m = manifest::Manifest {
+            key: key.clone(),
+            size: 6,
+            sha256: String::new(),
+            uncompressed_size: 6,
+            compression: "zstd".into(),
+            engine: "postgresql".into(),
+            source: "postgresql://seed@127.0.0.1/seed".into(),
+            tool_version: "seeded by the test".into(),
+            server_version: "seeded by the test".into(),
+            started: finished - SignedDuration::from_secs(60),
+            finished,
+            wal: Some(WalRange {
+                timeline: 1,
+                start_lsn: format!("0/{start}000028"),
+                end_lsn: format!("0/{start}000100"),
+                start_wal: wal.clone(),
+                end_wal: wal,
+            }),
+        };
+        place.put(&manifest_key, serde_json::to_vec(&m).unwrap()).await;
+        seeded.push(key);
+    }
+    let wal = |file: &str| format!("{folder}/wal/{file}.zst");
+    let files = [
+        "000000010000000000000001",
+        "000000010000000000000002",
+        "000000010000000000000002.partial",
+        "000000010000000000000003",
+        "00000002.history",
+        "000000020000000000000004",
+        "000000020000000000000005",
+    ];
+    for file in files {
+        place.put(&wal(file), b"seeded".to_vec()).await;
+    }
+
+    let run = bosun_ok(&b, &backup_args(&db, &place, "win", &name, &["--method", "base", "--retention", "7d"])).await;
+    let deleted: BTreeSet<String> =
+        run["deleted"].as_array().unwrap().iter().map(|k| place.relative(k.as_str().unwrap())).collect();
+    let expected: BTreeSet<String> = [seeded[0].clone()].into_iter().chain(files[..3].iter().map(|f| wal(f))).collect();
+    assert_eq!(deleted, expected, "{run}");
+    let oldest: Timestamp = run["oldestKept"].as_str().unwrap().parse().unwrap();
+    let base_8 = place.manifest(&manifest_key_of(&seeded[1]).unwrap()).await.unwrap();
+    assert_eq!(oldest, base_8.finished, "the first recoverable point is the 8-day base backup's end");
+    let left = place.keys(&format!("{folder}/wal")).await;
+    for file in &files[3..] {
+        assert!(left.contains(&wal(file)), "{file} is needed and kept: {left:?}");
+    }
+
+    // What is left recovers to the window's start, and refuses anything before it.
+    let recovery = Recovery {
+        store: place.store.clone(),
+        folder: folder.clone(),
+        target: Target::Latest,
+        pgdata: std::env::temp_dir().join(format!("bosun-{name}-never")),
+        settings_file: std::env::temp_dir().join(format!("bosun-{name}-never.conf")),
+        restore_command: String::new(),
+    };
+    let archived = recovery.archived().await.unwrap();
+    let window_start = Timestamp::now() - days(7);
+    assert_eq!(archived.plan(&Target::Time(window_start), &folder).unwrap().key, seeded[1]);
+    let before = archived.plan(&Target::Time(base_8.finished - SignedDuration::from_secs(1)), &folder);
+    assert!(before.unwrap_err().to_string().contains("before the end of the oldest base backup"));
+    place.clear().await;
+}

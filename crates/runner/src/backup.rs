@@ -73,6 +73,10 @@ pub struct Report {
     pub duration_seconds: f64,
     /// Keys retention removed after this run.
     pub deleted: Vec<String>,
+    /// The oldest good backup kept (for base backups: when it ended, the first point a
+    /// recovery can reach).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_kept: Option<Timestamp>,
     /// Set when retention could not finish; the backup itself is good.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_error: Option<String>,
@@ -184,9 +188,9 @@ impl Backup {
             return Err(storage("writing the manifest")(e));
         }
 
-        let (deleted, retention_error) = match self.prune(finished).await {
-            Ok(deleted) => (deleted, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+        let (deleted, oldest_kept, retention_error) = match self.prune(finished).await {
+            Ok((deleted, oldest)) => (deleted, oldest, None),
+            Err(e) => (Vec::new(), None, Some(e.to_string())),
         };
         Ok(Report {
             key: self.store.full_key(&key),
@@ -197,31 +201,51 @@ impl Backup {
             finished,
             duration_seconds: finished.duration_since(started).as_secs_f64(),
             deleted,
+            oldest_kept,
             retention_error,
             wal,
         })
     }
 
-    /// Retention, after a good run only: the dumps (and their manifests) to go.
-    async fn prune(&self, now: Timestamp) -> Result<Vec<String>, Error> {
+    /// Retention, after a good run only: the dumps (and their manifests) to go, and
+    /// when the oldest kept one was made. Base backups are kept by recovery window
+    /// (see [`retention::window_expired`]), and the WAL from before the oldest kept
+    /// one's start goes with them.
+    async fn prune(&self, now: Timestamp) -> Result<(Vec<String>, Option<Timestamp>), Error> {
         let catalogue = Catalogue::read(&self.store, &self.folder).await?;
-        let doomed = retention::expired(&catalogue.stored(), now, self.retention, self.keep_last);
+        let doomed = match self.method {
+            Method::Dump => retention::expired(&catalogue.stored(), now, self.retention, self.keep_last),
+            Method::Base => {
+                let mut stored = catalogue.stored();
+                for (s, m) in stored.iter_mut().zip(&catalogue.good) {
+                    s.at = m.finished;
+                }
+                retention::window_expired(&stored, now, self.retention, self.keep_last)
+            }
+        };
         let mut deleted = Vec::new();
-        for key in doomed {
+        for key in &doomed {
             // The manifest first: a dump without one is no longer counted as good.
-            if let Some(m) = manifest::manifest_key_of(&key) {
+            if let Some(m) = manifest::manifest_key_of(key) {
                 match self.store.objects.delete(&self.store.path(&m)).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                     Err(e) => return Err(storage("deleting an expired manifest")(e)),
                 }
             }
-            match self.store.objects.delete(&self.store.path(&key)).await {
+            match self.store.objects.delete(&self.store.path(key)).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(storage("deleting an expired dump")(e)),
             }
-            deleted.push(self.store.full_key(&key));
+            deleted.push(self.store.full_key(key));
         }
-        Ok(deleted)
+        let oldest = catalogue.good.iter().find(|m| !doomed.contains(&m.key));
+        if let (Method::Base, Some(wal)) = (self.method, oldest.and_then(|m| m.wal.as_ref())) {
+            let database = self.folder.strip_suffix("/base").unwrap_or(&self.folder);
+            let archive = crate::wal::Archive { store: self.store.clone(), folder: crate::wal::folder(database) };
+            deleted.extend(archive.prune_before(&wal.start_wal).await?);
+        }
+        let oldest_at = oldest.map(|m| if self.method == Method::Base { m.finished } else { m.started });
+        Ok((deleted, oldest_at))
     }
 }
 

@@ -325,21 +325,65 @@ fn restore_command(destination: &DestinationArgs, namespace: &str, name: Option<
     Ok(format!("{} %f %p", quoted.join(" ")))
 }
 
+/// The most a result file holds: a container's termination message is cut at 4 KiB,
+/// and a cut one is no longer JSON.
+const RESULT_LIMIT: usize = 3072;
+
+/// `json` made to fit [`RESULT_LIMIT`]: a long list of deleted keys (a retention that
+/// removed much WAL) becomes its first few and a count.
+fn compact(mut json: serde_json::Value) -> serde_json::Value {
+    if json.to_string().len() <= RESULT_LIMIT {
+        return json;
+    }
+    if let Some(deleted) = json.get_mut("deleted").and_then(|d| d.as_array_mut()) {
+        let count = deleted.len();
+        deleted.truncate(3);
+        json["deletedCount"] = serde_json::json!(count);
+    }
+    json
+}
+
 /// Print a run's outcome as one JSON line on stdout (success) or a message on stderr
 /// (failure), and write it to `result_file` for whoever started the run; the exit code.
 pub fn report<T: Serialize>(outcome: Result<T, Error>, result_file: Option<&PathBuf>) -> std::process::ExitCode {
     let (json, code) = match &outcome {
         Ok(value) => (serde_json::to_value(value).unwrap_or_default(), std::process::ExitCode::SUCCESS),
-        Err(e) => (serde_json::json!({"error": e.to_string()}), std::process::ExitCode::FAILURE),
+        Err(e) => {
+            let mut error = e.to_string();
+            if error.len() > RESULT_LIMIT - 64 {
+                let mut end = RESULT_LIMIT - 64;
+                while !error.is_char_boundary(end) {
+                    end -= 1;
+                }
+                error.truncate(end);
+            }
+            (serde_json::json!({"error": error}), std::process::ExitCode::FAILURE)
+        }
     };
     match &outcome {
         Ok(_) => println!("{json}"),
         Err(e) => eprintln!("error: {e}"),
     }
     if let Some(path) = result_file
-        && let Err(e) = std::fs::write(path, json.to_string())
+        && let Err(e) = std::fs::write(path, compact(json).to_string())
     {
         eprintln!("warning: could not write the result to {}: {e}", path.display());
     }
     code
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_fits_a_termination_message_and_stays_json() {
+        let small = serde_json::json!({"key": "k", "deleted": ["a", "b"]});
+        assert_eq!(compact(small.clone()), small);
+        let keys: Vec<String> = (0..500).map(|i| format!("backups/ns/db-backup/wal/{i:024X}.zst")).collect();
+        let big = compact(serde_json::json!({"key": "k", "deleted": keys}));
+        assert!(big.to_string().len() <= RESULT_LIMIT, "{}", big.to_string().len());
+        assert_eq!((big["deleted"].as_array().unwrap().len(), big["deletedCount"].as_u64()), (3, Some(500)));
+    }
 }

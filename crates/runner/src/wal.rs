@@ -131,6 +131,36 @@ impl Archive {
         Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived: false })
     }
 
+    /// Delete the archived WAL from before the segment `start_wal` (the start of the
+    /// oldest base backup kept): segments (of every timeline), partial segments and
+    /// backup labels whose position is earlier. Timeline history files stay (tiny, and
+    /// a recovery reads them all). Returns the keys deleted, as found in the bucket.
+    pub async fn prune_before(&self, start_wal: &str) -> Result<Vec<String>, Error> {
+        use futures::TryStreamExt;
+        let Some(start) = start_wal.get(8..24) else { return Ok(Vec::new()) };
+        let objects: Vec<_> = self
+            .store
+            .objects
+            .list(Some(&self.store.path(&self.folder)))
+            .try_collect()
+            .await
+            .map_err(storage("listing the archived WAL"))?;
+        let mut deleted = Vec::new();
+        for meta in objects {
+            let Some(name) = meta.location.filename().and_then(|f| f.strip_suffix(".zst")) else { continue };
+            let earlier =
+                is_wal_name(name) && !name.ends_with(".history") && name.get(8..24).is_some_and(|p| p < start);
+            if !earlier {
+                continue;
+            }
+            match self.store.objects.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted.push(meta.location.to_string()),
+                Err(e) => return Err(storage("deleting expired WAL")(e)),
+            }
+        }
+        Ok(deleted)
+    }
+
     /// The archived bytes of `key`, decompressed (the frame checksum checked), and
     /// the size stored.
     async fn read(&self, key: &str) -> Result<(Vec<u8>, u64), Error> {
