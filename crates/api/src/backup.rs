@@ -261,6 +261,10 @@ pub struct SuccessfulBackup {
     /// The Job that made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// The oldest good backup kept after its retention: when it was made (for base
+    /// backups, when it ended: the first point a recovery can reach).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_kept: Option<Time>,
 }
 
 /// Observed state, from the CronJob, its Jobs and their results.

@@ -298,6 +298,14 @@ pub struct PostgreSQLStatus {
     /// primary's archiver reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal_archiving: Option<WalArchiving>,
+    /// With continuous archiving: the earliest point a recovery
+    /// (`spec.bootstrap.recovery` of a new PostgreSQL) can reach — the end of the
+    /// oldest base backup kept (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_recoverable_point: Option<String>,
+    /// The latest point a recovery can reach: when the newest WAL file was archived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_recoverable_point: Option<String>,
     /// The Secret with the credentials: `username`, `password`, `host`, `port`,
     /// `database`, `uri`, `pgpass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

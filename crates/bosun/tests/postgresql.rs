@@ -535,6 +535,52 @@ fn s3_destination(s3: &bosun_testing::backends::Minio) -> String {
     format!("{{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}", s3.bucket, s3.endpoint)
 }
 
+/// A PostgreSQL 15 `name` recovered from the archive of `source` in `s3`; `target`
+/// is more of `spec.bootstrap.recovery` (indented six spaces).
+fn recovery_database(name: &str, s3: &bosun_testing::backends::Minio, source: &str, target: &str) -> String {
+    format!(
+        "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: {name}}}\n\
+         spec:\n  version: \"15\"\n  storage: 1Gi\n  bootstrap:\n    recovery:\n      source: {source}\n      \
+         destination: {}\n{target}",
+        s3_destination(s3)
+    )
+}
+
+/// A base backup of `db` now: a Job `job` from its Backup's CronJob, waited for; its key.
+async fn base_backup(env: &Env, db: &str, job: &str) -> String {
+    let (ok, out) = env.kubectl(&["create", "job", &format!("--from=cronjob/{db}-backup-cronjob"), job]);
+    assert!(ok, "{out}");
+    let backup = env
+        .wait_for_within::<Backup>(&format!("{db}-backup"), "a good base backup", Duration::from_secs(180), |b| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.last_successful_backup.as_ref())
+                .is_some_and(|s| s.job.as_deref().is_some_and(|j| j.starts_with(job)))
+        })
+        .await;
+    backup.status.unwrap().last_successful_backup.unwrap().key
+}
+
+/// A time between what `pod` committed before and what it commits after (RFC 3339,
+/// the server's clock), a second clear of each.
+async fn a_moment(env: &Env, pod: &str) -> String {
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let at = sql_on(env, pod, r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    at
+}
+
+/// Switch `primary` to a new WAL file and wait until the one it left is archived.
+async fn switch_and_wait_archived(env: &Env, s3: &bosun_testing::backends::Minio, db: &str, primary: &str) {
+    let segment = sql_on(env, primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
+    sql_on(env, primary, "SELECT pg_switch_wal()");
+    let started = Instant::now();
+    while let Err(why) = fetched(s3, &env.ns, db, &segment).await {
+        assert!(started.elapsed() < Duration::from_secs(120), "{segment} not archived: {why}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 fn sql_on(env: &Env, pod: &str, sql: &str) -> String {
     env.exec_ok(pod, &["psql", "-X", "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-tAc", sql]).trim().to_owned()
 }
@@ -676,40 +722,29 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         })
         .await;
         sql_on(&env, &primary, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)");
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/src-backup-cronjob", "base-1"]);
-        assert!(ok, "{out}");
-        let backup = env
-            .wait_for_within::<Backup>("src-backup", "a good base backup", Duration::from_secs(180), |b| {
-                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+        let key = base_backup(&env, "src", "base-1").await;
+        assert!(key.starts_with(&format!("{}/src-backup/base/", env.ns)) && key.ends_with(".base.tar.zst"), "{key}");
+        let db = env
+            .wait_for::<PostgreSQL>("src", "the recoverable range", |db| {
+                db.status
+                    .as_ref()
+                    .is_some_and(|s| s.first_recoverable_point.is_some() && s.last_recoverable_point.is_some())
             })
             .await;
-        let key = backup.status.unwrap().last_successful_backup.unwrap().key;
-        assert!(key.starts_with(&format!("{}/src-backup/base/", env.ns)) && key.ends_with(".base.tar.zst"), "{key}");
+        eprintln!(
+            "postgresql-pitr: recoverable from {:?} to {:?}",
+            db.status.as_ref().unwrap().first_recoverable_point,
+            db.status.as_ref().unwrap().last_recoverable_point
+        );
 
         sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(101, 200)");
-        tokio::time::sleep(Duration::from_millis(1100)).await;
-        let target =
-            sql_on(&env, &primary, r#"SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"#);
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let target = a_moment(&env, &primary).await;
         sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(201, 300)");
         sql_on(&env, &primary, "DROP TABLE t");
-        let segment = sql_on(&env, &primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
-        sql_on(&env, &primary, "SELECT pg_switch_wal()");
-        let started = Instant::now();
-        while let Err(why) = fetched(&s3, &env.ns, "src", &segment).await {
-            assert!(started.elapsed() < Duration::from_secs(60), "{segment} not archived: {why}");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        switch_and_wait_archived(&env, &s3, "src", &primary).await;
 
         // The spec's own mistakes: refused by the apiserver, naming the field.
-        let recovery = |name: &str, target: &str| {
-            format!(
-                "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: {name}}}\n\
-                 spec:\n  version: \"15\"\n  storage: 1Gi\n  bootstrap:\n    recovery:\n      source: src\n      \
-                 destination: {}\n{target}",
-                s3_destination(&s3)
-            )
-        };
+        let recovery = |name: &str, target: &str| recovery_database(name, &s3, "src", target);
         for (target, says) in [
             ("      targetTime: \"yesterday\"\n", "targetTime"),
             ("      targetTime: \"2026-01-01T00:00:00Z\"\n      targetLSN: \"0/3000000\"\n", "at most one of"),
@@ -750,6 +785,102 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
             .await;
         let message = &condition(&early, "Ready").unwrap().message;
         assert!(message.contains("before the end of the oldest base backup"), "{message}");
+    })
+    .await;
+}
+
+/// Recovery across what happens to a live database: a minute without the object
+/// store (rows written meanwhile; recovery to a point inside it), a failover (recovery
+/// to a point after it, across the timeline switch), and the loss of everything — the
+/// PostgreSQL and its data claims — after which the same name recovered to the end of
+/// the archive has every row committed more than `archiveTimeout` before the loss.
+#[tokio::test]
+async fn recovery_reaches_through_a_store_outage_a_failover_and_a_total_loss() {
+    e2e("postgresql-loss", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let mut s3 = store_for(&env).await;
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&archiving_database("src", &s3, 2, ""));
+        assert!(ok, "{out}");
+        let db = wait_ready(&env, "src", Duration::from_secs(300)).await;
+        let primary = db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
+        sql_on(&env, &primary, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)");
+        base_backup(&env, "src", "base-1").await;
+
+        // The store is gone for a while; rows go on being written.
+        s3.stop();
+        let outage = Instant::now();
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(101, 200)");
+        let in_outage = a_moment(&env, &primary).await;
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(201, 300)");
+        sql_on(&env, &primary, "SELECT pg_switch_wal()");
+        env.wait_for_within::<PostgreSQL>("src", "archiving fails", Duration::from_secs(120), |db| {
+            is("WALArchiving", "False", "ArchivingFailed")(db)
+        })
+        .await;
+        let left = Duration::from_secs(60).saturating_sub(outage.elapsed());
+        tokio::time::sleep(left).await;
+        s3.restart();
+        switch_and_wait_archived(&env, &s3, "src", &primary).await;
+        eprintln!("postgresql-loss: caught up {:.0} s after the outage began", outage.elapsed().as_secs_f64());
+
+        // The primary's pod is deleted: a standby takes over, on a new timeline.
+        let (ok, out) = env.kubectl(&["delete", "pod", &primary, "--wait=false"]);
+        assert!(ok, "{out}");
+        let db = env
+            .wait_for_within::<PostgreSQL>("src", "the failover", Duration::from_secs(120), |db| {
+                db.status.as_ref().and_then(|s| s.current_primary.as_deref()).is_some_and(|p| p != primary)
+            })
+            .await;
+        let primary = db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
+        let started = Instant::now();
+        let insert = "INSERT INTO t SELECT generate_series(301, 400)";
+        while !env.exec(&primary, &["psql", "-X", "-U", "postgres", "-tAc", insert]).0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the new primary takes no writes");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let after_failover = a_moment(&env, &primary).await;
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(401, 500)");
+        switch_and_wait_archived(&env, &s3, "src", &primary).await;
+
+        for (name, target) in [("outage", &in_outage), ("failover", &after_failover)] {
+            let (ok, out) =
+                env.kubectl_apply(&recovery_database(name, &s3, "src", &format!("      targetTime: \"{target}\"\n")));
+            assert!(ok, "{out}");
+        }
+        let recovered = Instant::now();
+        wait_ready(&env, "outage", Duration::from_secs(300)).await;
+        wait_ready(&env, "failover", Duration::from_secs(300)).await;
+        eprintln!("postgresql-loss: two recoveries in {:.1} s", recovered.elapsed().as_secs_f64());
+        assert_eq!(sql_on(&env, "outage-0", "SELECT count(*), max(id) FROM t"), "200|200", "to {in_outage}");
+        assert_eq!(sql_on(&env, "failover-0", "SELECT count(*), max(id) FROM t"), "400|400", "to {after_failover}");
+        let timeline = sql_on(&env, "failover-0", "SELECT timeline_id FROM pg_control_checkpoint()");
+        assert!(timeline.parse::<u32>().unwrap() >= 3, "promoted past the source's timeline 2: {timeline}");
+
+        // Everything is lost: the database and its data claims.
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(501, 600)");
+        let timeout = Duration::from_secs(10);
+        tokio::time::sleep(timeout + Duration::from_secs(5)).await;
+        let (ok, out) = env.kubectl(&["delete", "postgresql", "src", "--wait=true", "--timeout=120s"]);
+        assert!(ok, "{out}");
+        let (ok, out) =
+            env.kubectl(&["delete", "pod", "src-0", "src-1", "--ignore-not-found", "--wait=true", "--timeout=120s"]);
+        assert!(ok, "{out}");
+        let (ok, out) = env.kubectl(&["delete", "pvc", "data-src-0", "data-src-1", "--wait=true", "--timeout=120s"]);
+        assert!(ok, "{out}");
+        let lost = Instant::now();
+        let again = archiving_database("src", &s3, 1, "  bootstrap:\n    recovery: {source: src}\n");
+        let (ok, out) = env.kubectl_apply(&again);
+        assert!(ok, "{out}");
+        wait_ready(&env, "src", Duration::from_secs(300)).await;
+        eprintln!("postgresql-loss: back from a total loss in {:.1} s", lost.elapsed().as_secs_f64());
+        assert_eq!(sql_on(&env, "src-0", "SELECT count(*), max(id) FROM t"), "600|600");
+        // It archives again, into the same place, on a timeline of its own.
+        env.wait_for_within::<PostgreSQL>("src", "archiving again", Duration::from_secs(120), |db| {
+            is("WALArchiving", "True", "Archiving")(db)
+        })
+        .await;
     })
     .await;
 }

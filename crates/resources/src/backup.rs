@@ -521,9 +521,13 @@ pub fn desired_job(restore: &bosun_api::backup::Restore, dump: &Dump<'_>, runner
 
 /// What a run wrote to its termination message.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RunResult {
     #[serde(default)]
     pub key: Option<String>,
+    /// The oldest good backup kept after the run's retention (RFC 3339).
+    #[serde(default)]
+    pub oldest_kept: Option<String>,
     #[serde(default)]
     pub size: Option<i64>,
     #[serde(default)]
@@ -743,7 +747,13 @@ fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<Succe
                     reasons::BACKUP_SUCCEEDED,
                     format!("{prefix}stored {key} ({size} bytes, verified)"),
                 ),
-                Some(SuccessfulBackup { time: at.clone(), key: key.clone(), size, job: Some(run.job.clone()) }),
+                Some(SuccessfulBackup {
+                    time: at.clone(),
+                    key: key.clone(),
+                    size,
+                    job: Some(run.job.clone()),
+                    oldest_kept: result.oldest_kept.as_deref().and_then(|t| t.parse().ok()).map(Time),
+                }),
             ),
             // Complete, but its result is gone (the pod was deleted): a good run whose
             // key only the bucket knows.

@@ -1044,7 +1044,10 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
     let wal_archiving = continuous_destination(db)
         .and_then(|_| observed.archiving.cloned().or_else(|| previous_status(db)?.wal_archiving.clone()));
     let archiving_condition = wal_archiving_condition(db, wal_archiving.as_ref());
+    let (first_recoverable_point, last_recoverable_point) = recoverable(db, observed.backup, wal_archiving.as_ref());
     PostgreSQLStatus {
+        first_recoverable_point,
+        last_recoverable_point,
         observed_generation: generation,
         phase: Some(phase),
         ready_replicas,
@@ -1063,6 +1066,36 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
             now,
         ),
     }
+}
+
+/// The first and last points a recovery can reach, with continuous archiving: the
+/// end of the oldest base backup its Backup's last run kept, and the newest archived
+/// WAL (each the last known when not known now).
+fn recoverable(
+    db: &PostgreSQL,
+    backup: Option<&Backup>,
+    archiving: Option<&WalArchiving>,
+) -> (Option<String>, Option<String>) {
+    if continuous_destination(db).is_none() {
+        return (None, None);
+    }
+    let previous = previous_status(db);
+    let success = backup.and_then(|b| b.status.as_ref()?.last_successful_backup.as_ref());
+    let first = success
+        .filter(|_| backup.is_some_and(|b| b.spec.method == Some(Method::Base)))
+        .and_then(|s| s.oldest_kept.as_ref().map(|t| t.0.to_string()))
+        .or_else(|| previous?.first_recoverable_point.clone());
+    let last =
+        archiving.and_then(|a| a.last_archived_time.clone()).or_else(|| previous?.last_recoverable_point.clone());
+    // Nothing is recoverable before a base backup exists, and a base backup alone
+    // recovers to its end.
+    let at = |t: &Option<String>| t.as_deref().and_then(|t| t.parse::<Timestamp>().ok());
+    let last = match (at(&first), at(&last)) {
+        (Some(f), Some(l)) if l < f => first.clone(),
+        (Some(_), _) => last.or_else(|| first.clone()),
+        (None, _) => None,
+    };
+    (first, last)
 }
 
 fn previous_status(db: &PostgreSQL) -> Option<&PostgreSQLStatus> {
@@ -1140,6 +1173,7 @@ pub fn setup_script() -> String {
 mod tests {
     use bosun_api::postgresql::{BackupSettings, PostgreSQLSpec};
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 
@@ -1441,6 +1475,31 @@ mod tests {
         let fresh = wal_archiving("|||\n").unwrap();
         assert_eq!(wal_archiving_condition(&db, Some(&fresh)).unwrap().status, "Unknown");
         assert_eq!(wal_archiving_condition(&db, None).unwrap().status, "Unknown");
+
+        // The recoverable range: from the oldest base backup kept to the newest WAL.
+        let now: Timestamp = "2025-11-26T13:00:00Z".parse().unwrap();
+        let seen = Observed { archiving: Some(&healthy), ..Default::default() };
+        let s = status(&db, seen, now);
+        assert_eq!((s.first_recoverable_point, s.last_recoverable_point), (None, None), "no base backup yet");
+        let mut backup = desired_backup(&db).unwrap();
+        backup.status = Some(bosun_api::backup::BackupStatus {
+            last_successful_backup: Some(bosun_api::backup::SuccessfulBackup {
+                time: Time("2025-11-26T02:00:09Z".parse().unwrap()),
+                key: "ns/test-db-backup/base/x.base.tar.zst".into(),
+                size: 1,
+                job: None,
+                oldest_kept: Some(Time("2025-11-20T02:00:07Z".parse().unwrap())),
+            }),
+            ..Default::default()
+        });
+        let seen = Observed { archiving: Some(&healthy), backup: Some(&backup), ..Default::default() };
+        let s = status(&db, seen, now);
+        assert_eq!(s.first_recoverable_point.as_deref(), Some("2025-11-20T02:00:07Z"));
+        assert_eq!(s.last_recoverable_point.as_deref(), Some("2025-11-26T12:00:00Z"));
+        // WAL archived before the oldest base backup ended does not end the range before it.
+        let old = wal_archiving("000000010000000000000007|1763604000||\n").unwrap();
+        let seen = Observed { archiving: Some(&old), backup: Some(&backup), ..Default::default() };
+        assert_eq!(status(&db, seen, now).last_recoverable_point.as_deref(), Some("2025-11-20T02:00:07Z"));
         assert_eq!(wal_archiving_condition(&example(), Some(&healthy)), None);
         // Not the query's output: nothing.
         assert_eq!(wal_archiving("psql: error: connection refused"), None);
