@@ -451,6 +451,11 @@ async fn an_instance_that_cannot_start_is_named_in_the_status() {
 
 /// The WAL objects in `s3` under `<ns>/test-db-backup/wal/`: their file names.
 async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> {
+    archived_of(s3, ns, "test-db").await
+}
+
+/// The WAL objects in `s3` of the PostgreSQL `db` (`<ns>/<db>-backup/wal/`): their file names.
+async fn archived_of(s3: &bosun_testing::backends::Minio, ns: &str, db: &str) -> Vec<String> {
     use futures::TryStreamExt;
     use object_store::ObjectStore;
     let store = object_store::aws::AmazonS3Builder::new()
@@ -462,7 +467,7 @@ async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> 
         .with_secret_access_key(&s3.secret_key)
         .build()
         .unwrap();
-    let prefix = object_store::path::Path::from(format!("{ns}/test-db-backup/wal"));
+    let prefix = object_store::path::Path::from(format!("{ns}/{db}-backup/wal"));
     let mut names: Vec<String> = store
         .list(Some(&prefix))
         .map_ok(|m| m.location.filename().unwrap_or_default().trim_end_matches(".zst").to_owned())
@@ -756,6 +761,11 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         let started = Instant::now();
         let (ok, out) = env.kubectl_apply(&recovery("early", "      targetTime: \"2020-01-01T00:00:00Z\"\n"));
         assert!(ok, "{out}");
+        let (ok, out) = env.kubectl_apply(&recovery("late", "      targetTime: \"2099-01-01T00:00:00Z\"\n"));
+        assert!(ok, "{out}");
+        let nocreds = recovery("nocreds", "").replace("name: s3-credentials", "name: forgotten-credentials");
+        let (ok, out) = env.kubectl_apply(&nocreds);
+        assert!(ok, "{out}");
         let (ok, out) = env.kubectl_apply(&recovery("pitr", &format!("      targetTime: \"{target}\"\n")));
         assert!(ok, "{out}");
 
@@ -785,6 +795,29 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
             .await;
         let message = &condition(&early, "Ready").unwrap().message;
         assert!(message.contains("before the end of the oldest base backup"), "{message}");
+        let late = env
+            .wait_for_within::<PostgreSQL>("late", "the refusal in the status", Duration::from_secs(180), |db| {
+                condition(db, "Ready").is_some_and(|c| c.status == "False" && c.message.contains("recoverable: from"))
+            })
+            .await;
+        let message = &condition(&late, "Ready").unwrap().message;
+        assert!(message.contains("after the last archived WAL"), "{message}");
+        let nocreds = env
+            .wait_for_within::<PostgreSQL>(
+                "nocreds",
+                "the missing Secret in the status",
+                Duration::from_secs(180),
+                |db| {
+                    condition(db, "Ready")
+                        .is_some_and(|c| c.status == "False" && c.message.contains("forgotten-credentials"))
+                },
+            )
+            .await;
+        eprintln!("postgresql-pitr: without its Secret: {}", condition(&nocreds, "Ready").unwrap().message);
+        // Nothing of the source was touched by any of it.
+        assert_eq!(sql_on(&env, &primary, "SELECT count(*) FROM pg_tables WHERE tablename = 't'"), "0");
+        let names = archived_of(&s3, &env.ns, "src").await;
+        assert!(names.iter().any(|n| n.len() == 24), "the archive is still there: {names:?}");
     })
     .await;
 }
