@@ -81,7 +81,8 @@ pub struct BackupSettings {
     #[x_kube(validation = schedule_rule("spec.backup.schedule"))]
     pub schedule: Option<String>,
     /// Delete dumps older than this, e.g. `30d`; default `7d`. The newest good dump is
-    /// always kept.
+    /// always kept. With `continuous`, the recovery window: base backups that ended in
+    /// it are kept, and the newest one before it with the WAL it needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 32))]
     #[x_kube(validation = retention_rule("spec.backup.retention"))]
@@ -91,9 +92,10 @@ pub struct BackupSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<Destination>,
     /// Continuous archiving of the write-ahead log to `destination`, under
-    /// `<prefix>/<namespace>/<name>/wal/`: every finished WAL file is shipped as soon
-    /// as the server completes it. Needs a `destination` (an object store, or a claim
-    /// every instance can mount).
+    /// `<prefix>/<namespace>/<name>-backup/wal/`: every finished WAL file is shipped as
+    /// soon as the server completes it, and the scheduled backups become physical base
+    /// backups beside it (`base/`), kept by `retention` as a recovery window. Needs a
+    /// `destination` (an object store, or a claim every instance can mount).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous: Option<Continuous>,
 }
