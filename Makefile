@@ -158,6 +158,13 @@ bench-failover: cluster ## PostgreSQL failover on the real node: write outage of
 
 SIZE ?= 1GiB
 DESTINATION ?= s3
+WAL ?= 1GiB
+.PHONY: bench-pitr
+bench-pitr: ## Continuous backup of a SIZE (default 1GiB) PostgreSQL: a base backup's MiB/s beside pg_basebackup's, WAL push latency p50/p99 and peak RSS over WAL (default 1GiB) of UPDATEs, and the recovery of it all (restore + replay to promotion), release build; writes target/bench/pitr-SIZE.json.
+	hack/backends.sh up
+	$(CARGO) build --release -p bosun
+	$(CARGO) run --release -p bosun-bench --bin pitr -- --size $(SIZE) --wal $(WAL)
+
 .PHONY: bench-backup
 bench-backup: ## Back up and restore a SIZE (default 1GiB) PostgreSQL dump via DESTINATION (s3|gcs|azure|file; hack/backends.sh), release build; MiB/s, ratio, peak RSS; writes target/bench/backup-SIZE.json.
 	hack/backends.sh up

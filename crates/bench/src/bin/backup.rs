@@ -12,9 +12,10 @@
 //! Prints a table and writes JSON to `target/bench/backup-<size>[-<destination>].json`
 //! (no suffix for S3).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
+use bosun_bench::runner::{load, measured, parse_size, psql};
 use bosun_testing::backends::{Backends, backends};
 use clap::Parser;
 use futures::TryStreamExt;
@@ -24,7 +25,6 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt};
-use tokio::io::AsyncReadExt;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -110,113 +110,6 @@ fn place(b: &Backends, dest: Dest, prefix: &str) -> anyhow::Result<Place> {
             )
         }
     })
-}
-
-/// Bytes of `1GiB`, `512MiB`, `100MB`, `1000`.
-fn parse_size(text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number.parse().with_context(|| format!("--size {text:?}: not a size like 1GiB"))?;
-    let unit = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
-        "k" | "kb" => 1_000,
-        "kib" => 1 << 10,
-        "m" | "mb" => 1_000_000,
-        "mib" => 1 << 20,
-        "g" | "gb" => 1_000_000_000,
-        "gib" => 1 << 30,
-        other => bail!("--size {text:?}: unknown unit {other:?}"),
-    };
-    Ok((n * unit as f64) as u64)
-}
-
-/// What one bosun run cost, measured from outside.
-struct Run {
-    result: serde_json::Value,
-    wall: Duration,
-    peak_rss_kib: u64,
-    cpu_seconds: f64,
-}
-
-fn proc_status(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0) // USER_HZ
-}
-
-/// Run `bosun args…`, polling its VmHWM and CPU time every 100 ms until it exits.
-async fn measured(b: &Backends, bosun: &std::path::Path, args: &[&str]) -> anyhow::Result<Run> {
-    let started = Instant::now();
-    let mut child = b
-        .command(bosun)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", bosun.display()))?;
-    let pid = child.id().context("bosun's pid")?;
-    // Drain both pipes meanwhile: a full stderr pipe would stall the run.
-    let drain = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
-        tokio::spawn(async move {
-            let mut text = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut text).await;
-            }
-            String::from_utf8_lossy(&text).into_owned()
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let (mut peak, mut cpu) = (0u64, 0f64);
-    let mut ticker = tokio::time::interval(Duration::from_millis(100));
-    let status = loop {
-        tokio::select! {
-            _ = ticker.tick() => {
-                peak = peak.max(proc_status(pid, "VmHWM:").unwrap_or(0));
-                cpu = cpu.max(cpu_seconds(pid).unwrap_or(0.0));
-            }
-            status = child.wait() => break status?,
-        }
-    };
-    let wall = started.elapsed();
-    let (stdout, stderr) = (stdout.await?, stderr.await?);
-    ensure!(status.success(), "bosun {args:?} failed: {stdout}{stderr}");
-    let result = serde_json::from_str(stdout.trim()).with_context(|| format!("bosun's result line: {stdout}"))?;
-    Ok(Run { result, wall, peak_rss_kib: peak, cpu_seconds: cpu })
-}
-
-async fn psql(b: &Backends, db: &str, sql: &str) -> anyhow::Result<String> {
-    let out = b.run("psql", &["-X", "-qAt", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql]).await;
-    ensure!(out.ok, "psql {sql:?}: {out}");
-    Ok(out.stdout.trim().to_owned())
-}
-
-/// Rows of a mixed order table, ~160 bytes each in pg_dump's COPY text: numbers, a
-/// timestamp, a status from a few values, and a note with repeated and random parts.
-async fn load(b: &Backends, db: &str, rows: u64) -> anyhow::Result<()> {
-    psql(b, "postgres", &format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await?;
-    psql(b, "postgres", &format!("CREATE DATABASE {db}")).await?;
-    psql(
-        b,
-        db,
-        &format!(
-            "CREATE TABLE orders (id bigint PRIMARY KEY, at timestamptz, account int, amount numeric(12,2), status text, note text);
-             INSERT INTO orders SELECT g, timestamptz '2024-01-01' + g * interval '1 second', (g * 7919) % 100000,
-               ((g * 31) % 100000) / 100.0, (ARRAY['new', 'paid', 'shipped', 'delivered', 'refunded'])[1 + g % 5],
-               'order ' || g || ' for customer ' || md5((g % 5000)::text) || ': ' || encode(sha256(int8send(g) || float8send(random())), 'base64')
-             FROM generate_series(1::bigint, {rows}) g;
-             ANALYZE orders;"
-        ),
-    )
-    .await?;
-    Ok(())
 }
 
 #[tokio::main]
