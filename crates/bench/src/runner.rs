@@ -115,3 +115,21 @@ pub async fn load(b: &Backends, db: &str, rows: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Print `report` as a table of its fields and write it as JSON to `path` (under
+/// `target/bench/`).
+pub fn print_report(report: &serde_json::Value, path: &str) -> anyhow::Result<()> {
+    let width = report.as_object().into_iter().flatten().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    for (key, value) in report.as_object().into_iter().flatten() {
+        let value = match value.as_f64() {
+            Some(f) if !value.is_u64() => format!("{f:.2}"),
+            _ => value.to_string(),
+        };
+        println!("{key:<width$} {value}");
+    }
+    if let Some(dir) = std::path::Path::new(path).parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(report)?)?;
+    println!("wrote {path}");
+    Ok(())
+}

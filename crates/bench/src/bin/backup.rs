@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use anyhow::{Context as _, ensure};
-use bosun_bench::runner::{load, measured, parse_size, psql};
+use bosun_bench::runner::{load, measured, parse_size, print_report, psql};
 use bosun_testing::backends::{Backends, backends};
 use clap::Parser;
 use futures::TryStreamExt;
@@ -183,20 +183,11 @@ async fn main() -> anyhow::Result<()> {
         "restore_cpu_s": restore.cpu_seconds,
         "peak_rss_goal_mib": 64,
     });
-    for (key, value) in report.as_object().into_iter().flatten() {
-        let value = match value.as_f64() {
-            Some(f) if !value.is_u64() => format!("{f:.2}"),
-            _ => value.to_string(),
-        };
-        println!("{key:<24} {value}");
-    }
-    std::fs::create_dir_all("target/bench")?;
     let suffix = match args.destination {
         Dest::S3 => String::new(),
         other => format!("-{}", format!("{other:?}").to_lowercase()),
     };
     let path = format!("target/bench/backup-{label}{suffix}.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {path}");
+    print_report(&report, &path)?;
     Ok(())
 }

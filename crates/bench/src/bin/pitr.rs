@@ -4,7 +4,8 @@
 //! Measured:
 //! * a base backup (`bosun backup run --method base`) in MiB/s of the uncompressed tar,
 //!   beside the limit: `pg_basebackup -D - -Ft` (same flags) to /dev/null on the same
-//!   machine, the faster of a run before and one after bosun's (goal ≥ 0.9×);
+//!   machine, the faster of a run before and one after bosun's (goal ≥ 0.9×), and
+//!   beside `pg_basebackup | zstd -3` (the compression alone, one thread);
 //! * `bosun wal push` of every WAL file written after it (about `--wal` of them, real
 //!   WAL of UPDATEs, held on the server by a replication slot meanwhile): latency per
 //!   file, p50 and p99, as the server's `archive_command` sees it (process start
@@ -18,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use bosun_bench::runner::{Run, load, measured, parse_size, psql};
+use bosun_bench::runner::{Run, load, measured, parse_size, print_report, psql};
 use bosun_testing::backends::backends;
 use clap::Parser;
 use futures::TryStreamExt;
@@ -73,15 +74,19 @@ async fn main() -> anyhow::Result<()> {
     let mib = |bytes: f64| bytes / (1024.0 * 1024.0);
 
     // The limit: the server's own base backup, read and thrown away.
-    let limit = || async {
-        let started = Instant::now();
-        let script = format!("{PG_BIN}/pg_basebackup -D - -Ft -X fetch --checkpoint=fast --no-password | wc -c");
-        let out = b.run("sh", &["-c", &script]).await;
-        ensure!(out.ok, "pg_basebackup: {out}");
-        let bytes: f64 = out.stdout.trim().parse().context("pg_basebackup's size")?;
-        anyhow::Ok(mib(bytes) / started.elapsed().as_secs_f64())
+    let limit = |filter: &'static str| {
+        let b = b.clone();
+        async move {
+            let started = Instant::now();
+            let script =
+                format!("{PG_BIN}/pg_basebackup -D - -Ft -X fetch --checkpoint=fast --no-password {filter}| wc -c");
+            let out = b.run("sh", &["-c", &script]).await;
+            ensure!(out.ok, "pg_basebackup: {out}");
+            let bytes: f64 = out.stdout.trim().parse().context("pg_basebackup's size")?;
+            anyhow::Ok(mib(bytes) / started.elapsed().as_secs_f64())
+        }
     };
-    let limit_before = limit().await?;
+    let limit_before = limit("").await?;
 
     // Every WAL file from here on stays on the server until the end.
     let _ = psql(&b, "postgres", &format!("SELECT pg_drop_replication_slot('{SLOT}')")).await;
@@ -94,7 +99,9 @@ async fn main() -> anyhow::Result<()> {
     let source = b.postgres_url(&db);
     let base_args = [&["backup", "run", "--method", "base", "--source", &source][..], &place].concat();
     let base = measured(&b, &bosun, &base_args).await?;
-    let limit_after = limit().await?;
+    let limit_after = limit("").await?;
+    // What the same compression costs on its own: zstd's command at bosun's level, one thread.
+    let zstd_only = limit("| zstd -3 -T1 -q ").await?;
     let limit_mib_s = limit_before.max(limit_after);
     let base_mib = mib(base.result["uncompressedSize"].as_f64().context("uncompressedSize")?);
     let base_mib_s = base_mib / base.wall.as_secs_f64();
@@ -105,7 +112,8 @@ async fn main() -> anyhow::Result<()> {
         let b = b.clone();
         async move { psql(&b, "postgres", sql).await?.parse::<f64>().context("an LSN difference") }
     };
-    let written_since = "SELECT pg_current_wal_lsn() - restart_lsn FROM pg_replication_slots WHERE slot_name = 'bosun_bench_pitr'";
+    let written_since =
+        "SELECT pg_current_wal_lsn() - restart_lsn FROM pg_replication_slots WHERE slot_name = 'bosun_bench_pitr'";
     let mut round = 0;
     while lsn(written_since).await? < wal_bytes as f64 {
         psql(&b, &db, &format!("UPDATE orders SET amount = amount + 1 WHERE id % 8 = {}", round % 8)).await?;
@@ -181,7 +189,11 @@ async fn main() -> anyhow::Result<()> {
         if on_recovered("SELECT pg_is_in_recovery()").await.as_deref() == Some("f") {
             break;
         }
-        ensure!(server.try_wait()?.is_none(), "the recovering server stopped; see {}", dir.join("server.log").display());
+        ensure!(
+            server.try_wait()?.is_none(),
+            "the recovering server stopped; see {}",
+            dir.join("server.log").display()
+        );
         ensure!(replay_started.elapsed() < Duration::from_secs(3600), "no promotion within an hour");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -223,6 +235,8 @@ async fn main() -> anyhow::Result<()> {
         "limit_pg_basebackup_mib_per_s": limit_mib_s,
         "base_backup_vs_limit": base_mib_s / limit_mib_s,
         "base_backup_vs_limit_goal": 0.9,
+        "pg_basebackup_zstd3_mib_per_s": zstd_only,
+        "base_backup_vs_pg_basebackup_zstd3": base_mib_s / zstd_only,
         "base_backup_peak_rss_mib": base.peak_rss_kib as f64 / 1024.0,
         "wal_files_pushed": files.len(),
         "wal_push_p50_ms": quantile(&mut sorted, 0.5),
@@ -234,16 +248,7 @@ async fn main() -> anyhow::Result<()> {
         "recovery_total_s": recover.wall.as_secs_f64() + replay.as_secs_f64(),
         "recover_peak_rss_mib": recover.peak_rss_kib as f64 / 1024.0,
     });
-    for (key, value) in report.as_object().into_iter().flatten() {
-        let value = match value.as_f64() {
-            Some(f) if !value.is_u64() => format!("{f:.2}"),
-            _ => value.to_string(),
-        };
-        println!("{key:<32} {value}");
-    }
-    std::fs::create_dir_all("target/bench")?;
     let path = format!("target/bench/pitr-{label}.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {path}");
+    print_report(&report, &path)?;
     Ok(())
 }
