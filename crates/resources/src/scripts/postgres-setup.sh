@@ -21,13 +21,14 @@ hba() {
   [ -z "$changed" ] || q -tAc 'SELECT pg_reload_conf()' >/dev/null
 }
 setup() {
-  local recovery
+  local recovery datadir
   pg_isready -q || return 1
   recovery=$(q -tAc 'SELECT pg_is_in_recovery()') || return 1
   if [ "$recovery" = t ]; then
     # A standby has its primary's roles: only its pg_hba.conf is its own. A server
     # recovering from an archive (recovery.signal) becomes the primary: wait for it.
-    [ -e "$PGDATA/standby.signal" ] || return 1
+    datadir=$(q -tAc 'SHOW data_directory') || return 1
+    [ -e "$datadir/standby.signal" ] || return 1
     standby=1
     hba
     return
@@ -45,7 +46,7 @@ SQL
 deadline=$((SECONDS + ${BOSUN_SETUP_TIMEOUT:-600}))
 until setup; do
   # A recovery takes as long as its WAL takes to replay.
-  if [ "$SECONDS" -ge "$deadline" ] && [ ! -e "$PGDATA/recovery.signal" ]; then
+  if [ "$SECONDS" -ge "$deadline" ] && [ ! -e "${PGDATA:-}/recovery.signal" ]; then
     log "the server did not accept the setup in time: passwords and replication role not updated"
     exit 0
   fi
