@@ -456,6 +456,11 @@ async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> 
 
 /// The WAL objects in `s3` of the PostgreSQL `db` (`<ns>/<db>-backup/wal/`): their file names.
 async fn archived_of(s3: &bosun_testing::backends::Minio, ns: &str, db: &str) -> Vec<String> {
+    stored_under(s3, &format!("{ns}/{db}-backup/wal")).await
+}
+
+/// The names of the objects in `s3` under `prefix`, sorted.
+async fn stored_under(s3: &bosun_testing::backends::Minio, prefix: &str) -> Vec<String> {
     use futures::TryStreamExt;
     use object_store::ObjectStore;
     let store = object_store::aws::AmazonS3Builder::new()
@@ -467,7 +472,7 @@ async fn archived_of(s3: &bosun_testing::backends::Minio, ns: &str, db: &str) ->
         .with_secret_access_key(&s3.secret_key)
         .build()
         .unwrap();
-    let prefix = object_store::path::Path::from(format!("{ns}/{db}-backup/wal"));
+    let prefix = object_store::path::Path::from(prefix);
     let mut names: Vec<String> = store
         .list(Some(&prefix))
         .map_ok(|m| m.location.filename().unwrap_or_default().trim_end_matches(".zst").to_owned())
@@ -914,6 +919,75 @@ async fn recovery_reaches_through_a_store_outage_a_failover_and_a_total_loss() {
             is("WALArchiving", "True", "Archiving")(db)
         })
         .await;
+    })
+    .await;
+}
+
+/// Retention by recovery window on the real node: with a one-minute window, the third
+/// base backup's run deletes the first and the WAL from before the second's start, and
+/// keeps the second (where a recovery to the window's start begins); a recovery to the
+/// window's start from what is left has exactly the rows committed before it.
+#[tokio::test]
+async fn a_short_recovery_window_keeps_what_recovers_to_its_start() {
+    e2e("postgresql-window", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let s3 = store_for(&env).await;
+        let _bosun = env.start_bosun(REAL_NODE).await;
+        let (ok, out) = env.kubectl_apply(&archiving_database("src", &s3, 1, ""));
+        assert!(ok, "{out}");
+        wait_ready(&env, "src", Duration::from_secs(300)).await;
+        sql_on(&env, "src-0", "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)");
+        let first = base_backup(&env, "src", "base-1").await;
+        sql_on(&env, "src-0", "INSERT INTO t SELECT generate_series(101, 200)");
+        switch_and_wait_archived(&env, &s3, "src", "src-0").await;
+        // The second base backup starts at or after this WAL file.
+        let start_wal = sql_on(&env, "src-0", "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        let early = archived_of(&s3, &env.ns, "src").await;
+        assert!(early.iter().any(|n| n.len() == 24 && n[8..] < start_wal[8..]), "{early:?}");
+        let second = base_backup(&env, "src", "base-2").await;
+        sql_on(&env, "src-0", "INSERT INTO t SELECT generate_series(201, 300)");
+        switch_and_wait_archived(&env, &s3, "src", "src-0").await;
+        patch_spec(&env, "src", json!({"backup": {"retention": "1m"}})).await;
+        env.wait_for::<Backup>("src-backup", "the one-minute window", |b| b.spec.retention.as_deref() == Some("1m"))
+            .await;
+        // The window's start (a minute before the third run ends) lies after the rows
+        // up to 300 and before the next ones.
+        tokio::time::sleep(Duration::from_secs(62)).await;
+        let third = base_backup(&env, "src", "base-3").await;
+        sql_on(&env, "src-0", "INSERT INTO t SELECT generate_series(301, 400)");
+        switch_and_wait_archived(&env, &s3, "src", "src-0").await;
+
+        let bases = stored_under(&s3, &format!("{}/src-backup/base", env.ns)).await;
+        let file = |key: &str| key.rsplit('/').next().unwrap().trim_end_matches(".zst").to_owned();
+        assert!(!bases.contains(&file(&first)), "the first base backup is outside the window: {bases:?}");
+        for kept in [&second, &third] {
+            assert!(bases.contains(&file(kept)), "{kept} is kept: {bases:?}");
+        }
+        let wal = archived_of(&s3, &env.ns, "src").await;
+        let segments: Vec<&String> = wal.iter().filter(|n| n.len() == 24).collect();
+        assert!(segments.iter().all(|n| n[8..] >= start_wal[8..]), "WAL before {start_wal} is gone: {wal:?}");
+        let db = env
+            .wait_for::<PostgreSQL>("src", "the first recoverable point moved", |db| {
+                let status = db.status.as_ref();
+                status.and_then(|s| s.first_recoverable_point.as_deref()).is_some_and(|first| {
+                    let first: jiff::Timestamp = first.parse().unwrap();
+                    jiff::Timestamp::now().duration_since(first) < jiff::SignedDuration::from_secs(150)
+                })
+            })
+            .await;
+        let backup = env.api::<Backup>().get("src-backup").await.unwrap();
+        let run_end = backup.status.unwrap().last_successful_backup.unwrap().time.0;
+        let window_start = (run_end - jiff::SignedDuration::from_secs(60)).to_string();
+        eprintln!(
+            "postgresql-window: recoverable from {:?}; recovering to the window's start {window_start}",
+            db.status.as_ref().unwrap().first_recoverable_point
+        );
+        let target = format!("      targetTime: \"{window_start}\"\n");
+        let (ok, out) = env.kubectl_apply(&recovery_database("windowed", &s3, "src", &target));
+        assert!(ok, "{out}");
+        wait_ready(&env, "windowed", Duration::from_secs(300)).await;
+        assert_eq!(sql_on(&env, "windowed-0", "SELECT count(*), max(id) FROM t"), "300|300");
     })
     .await;
 }
