@@ -14,8 +14,17 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// A port free now, below the kernel's range for outgoing connections
+/// (`ip_local_port_range`, from 32768 by default): a port handed out for `:0` comes
+/// from that range, and any connection's source port could take it before bosun binds
+/// it (seen once: the standby's webhook server failed with "Address already in use").
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    loop {
+        let port = 20000 + rand::random::<u16>() % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 struct Hooks {
