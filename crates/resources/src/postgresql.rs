@@ -159,7 +159,12 @@ pub fn read_only_name(db: &PostgreSQL) -> String {
 }
 
 pub fn backup_name(db: &PostgreSQL) -> String {
-    format!("{}-backup", db.name_any())
+    backup_name_of(&db.name_any())
+}
+
+/// The Backup of the PostgreSQL named `name`, whose folder holds its base backups and WAL.
+pub fn backup_name_of(name: &str) -> String {
+    format!("{name}-backup")
 }
 
 pub fn backup_claim_name(db: &PostgreSQL) -> String {
@@ -287,12 +292,17 @@ fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
+/// The probes' command: `pg_isready` over TCP (no password needed).
+macro_rules! pg_isready {
+    () => {
+        r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#
+    };
+}
 /// Accepting connections over TCP, as a client would connect.
-const READY: &str = r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
+const READY: &str = pg_isready!();
 /// Ready to serve: up, and not recovering from an archive (`spec.bootstrap.recovery`):
 /// until it reaches its target and is promoted, what it answers is not yet the data.
-const SERVING: &str =
-    r#"test ! -e "$PGDATA/recovery.signal" && exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#;
+const SERVING: &str = concat!(r#"test ! -e "$PGDATA/recovery.signal" && "#, pg_isready!());
 
 /// The server settings every instance starts with: WAL kept for standbys that fall
 /// behind (the setting's name changed in 13), hint bits WAL-logged so a former
@@ -437,7 +447,7 @@ fn recovery_env(recovery: &Recovery, destination: &Destination) -> Vec<EnvVar> {
     let mut vars = vec![
         crate::backup::namespace_env("BOSUN_RECOVERY_NAMESPACE"),
         env("BOSUN_RECOVERY_DESTINATION", crate::backup::destination_url(destination)),
-        env("BOSUN_RECOVERY_NAME", format!("{}-backup", recovery.source)),
+        env("BOSUN_RECOVERY_NAME", backup_name_of(&recovery.source)),
         env("BOSUN_RECOVERY_SETTINGS", RECOVERY_SETTINGS),
     ];
     let optional = [
@@ -582,8 +592,8 @@ pub fn desired_statefulset(
         settings.volume_permissions.then(|| volume_permissions(&container)).into_iter().collect();
     let mut volumes = vec![podinfo_volume()];
     let mut container = container;
-    let recovery = recovery(db);
-    if continuous_destination(db).is_some() || recovery.is_some() {
+    let (continuous, recovery) = (continuous_destination(db), recovery(db));
+    if continuous.is_some() || recovery.is_some() {
         init_containers.push(runner_container(&settings.runner_image, &container));
         volumes.push(Volume {
             name: RUNNER_VOLUME.to_owned(),
@@ -596,13 +606,13 @@ pub fn desired_statefulset(
     // Secret's keys, the same mounts; its folder is the database's Backup's. A recovery
     // from another archive has variables of its own (the Secret and claim are the
     // same: `check` refuses others).
-    let archive = continuous_destination(db).or(recovery.map(|(_, d)| d));
+    let archive = continuous.or(recovery.map(|(_, d)| d));
     if let Some(destination) = archive {
         let reach = crate::backup::reach(destination, &backup_name(db));
         volumes.extend(reach.volumes);
         container.env_from = reach.env_from;
         container.volume_mounts.get_or_insert_with(Vec::new).extend(reach.mounts);
-        if continuous_destination(db).is_some() {
+        if continuous.is_some() {
             let env = container.env.get_or_insert_with(Vec::new);
             env.extend(reach.env);
             env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));

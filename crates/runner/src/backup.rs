@@ -216,11 +216,7 @@ impl Backup {
         let doomed = match self.method {
             Method::Dump => retention::expired(&catalogue.stored(), now, self.retention, self.keep_last),
             Method::Base => {
-                let mut stored = catalogue.stored();
-                for (s, m) in stored.iter_mut().zip(&catalogue.good) {
-                    s.at = m.finished;
-                }
-                retention::window_expired(&stored, now, self.retention, self.keep_last)
+                retention::window_expired(&catalogue.stored_at(|m| m.finished), now, self.retention, self.keep_last)
             }
         };
         let mut deleted = Vec::new();

@@ -64,9 +64,15 @@ impl Catalogue {
         self.good.last()
     }
 
-    /// Everything stored, for the retention plan.
+    /// Everything stored, for the retention plan, each good backup dated by when it
+    /// started.
     pub fn stored(&self) -> Vec<Stored> {
-        let good = self.good.iter().map(|m| Stored { key: m.key.clone(), at: m.started, good: true });
+        self.stored_at(|m| m.started)
+    }
+
+    /// Everything stored, each good backup dated by `when` (a base backup by its end).
+    pub fn stored_at(&self, when: impl Fn(&Manifest) -> Timestamp) -> Vec<Stored> {
+        let good = self.good.iter().map(|m| Stored { key: m.key.clone(), at: when(m), good: true });
         let partial = self.partial.iter().map(|(k, at)| Stored { key: k.clone(), at: *at, good: false });
         good.chain(partial).collect()
     }

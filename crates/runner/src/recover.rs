@@ -204,13 +204,12 @@ impl Recovery {
         let mut listing = self.store.objects.list(Some(&prefix));
         while let Some(meta) = listing.try_next().await.map_err(storage("listing the archived WAL"))? {
             let Some(name) = meta.location.filename().and_then(|f| f.strip_suffix(".zst")) else { continue };
-            if name.len() != 24 || !wal::is_wal_name(name) {
-                continue;
-            }
+            // Whole segments only (no partial one, label or history).
+            let Some(position) = wal::position(name).filter(|_| name.len() == 24) else { continue };
             let at =
                 Timestamp::from_millisecond(meta.last_modified.timestamp_millis()).unwrap_or(Timestamp::UNIX_EPOCH);
             // By position in the WAL (the name without its timeline), then timeline.
-            let newer = last_wal.as_ref().is_none_or(|(n, _)| (&name[8..], &name[..8]) > (&n[8..], &n[..8]));
+            let newer = last_wal.as_ref().is_none_or(|(n, _)| (position, name) > (&n[8..], n.as_str()));
             if newer {
                 last_wal = Some((name.to_owned(), at));
             }

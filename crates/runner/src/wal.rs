@@ -65,6 +65,13 @@ pub fn is_wal_name(name: &str) -> bool {
     }
 }
 
+/// Where a WAL file `name` lies in the log, whatever its timeline: the 16 hex digits
+/// after the timeline's 8 of a segment, a partial segment or a backup label (they
+/// compare in the order of the log); `None` for a timeline history file.
+pub fn position(name: &str) -> Option<&str> {
+    (is_wal_name(name) && !name.ends_with(".history")).then(|| name.get(8..24)).flatten()
+}
+
 fn checked_name(flag: &str, name: &str) -> Result<(), Error> {
     if is_wal_name(name) {
         Ok(())
@@ -137,7 +144,7 @@ impl Archive {
     /// a recovery reads them all). Returns the keys deleted, as found in the bucket.
     pub async fn prune_before(&self, start_wal: &str) -> Result<Vec<String>, Error> {
         use futures::TryStreamExt;
-        let Some(start) = start_wal.get(8..24) else { return Ok(Vec::new()) };
+        let Some(start) = position(start_wal) else { return Ok(Vec::new()) };
         let objects: Vec<_> = self
             .store
             .objects
@@ -148,8 +155,7 @@ impl Archive {
         let mut deleted = Vec::new();
         for meta in objects {
             let Some(name) = meta.location.filename().and_then(|f| f.strip_suffix(".zst")) else { continue };
-            let earlier =
-                is_wal_name(name) && !name.ends_with(".history") && name.get(8..24).is_some_and(|p| p < start);
+            let earlier = position(name).is_some_and(|p| p < start);
             if !earlier {
                 continue;
             }
