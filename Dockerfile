@@ -16,7 +16,7 @@
 
 ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
-ARG RUNNER_BASE_IMAGE=docker.io/library/debian:bookworm-slim
+ARG RUNNER_BASE_IMAGE=docker.io/library/debian:trixie-slim
 # compile | prebuilt. podman/buildah before 1.29 need it given (--build-arg
 # BINARY=compile): they skip a stage named only by an argument's default.
 ARG BINARY=compile
@@ -42,8 +42,10 @@ FROM ${BINARY} AS binary
 
 FROM ${RUNNER_BASE_IMAGE} AS runner
 # The dump clients, unless the base has them (hack/images.sh's bosun-runner-base
-# does; debian:bookworm-slim does not).
-ARG RUNNER_PACKAGES="ca-certificates postgresql-client-15 mariadb-client zstd"
+# does; debian:trixie-slim does not). Trixie: its pg_dump 17 dumps every major the
+# API accepts (pg_dump refuses a newer server than itself); the binary, built on
+# bookworm, runs on its newer glibc.
+ARG RUNNER_PACKAGES="ca-certificates postgresql-client-17 mariadb-client zstd"
 RUN if ! dpkg-query -W ${RUNNER_PACKAGES} >/dev/null 2>&1; then \
       apt-get update \
       && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${RUNNER_PACKAGES} \

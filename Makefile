@@ -89,7 +89,7 @@ RUN_PREREQ := cluster
 # and its hostPath volumes ignore fsGroup.
 # No Service routes to a process on the host: the apiserver (on this host too) calls the
 # webhooks at a URL, and bosun creates the configurations pointing there.
-RUN_ENV := BOSUN_POSTGRES_IMAGE=localhost/postgres:15 BOSUN_POSTGRES_VOLUME_PERMISSIONS=true \
+RUN_ENV := BOSUN_POSTGRES_IMAGE=localhost/postgres:{version} BOSUN_POSTGRES_VOLUME_PERMISSIONS=true \
 	BOSUN_REDIS_IMAGE=localhost/redis:7 BOSUN_WEBHOOK_URL=https://127.0.0.1:9443
 endif
 

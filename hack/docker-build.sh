@@ -79,7 +79,7 @@ cmd_build() {
       objcopy --strip-debug "$repo/target/release/bosun" "$repo/target/image/bosun"
       args=(--build-arg BINARY=prebuilt
         --build-arg BASE_IMAGE=localhost/bosun-distroless:bookworm
-        --build-arg RUNNER_BASE_IMAGE=localhost/bosun-runner-base:bookworm)
+        --build-arg RUNNER_BASE_IMAGE=localhost/bosun-runner-base:trixie)
       ;;
     # Spelled out although it is the Dockerfile's default: buildah before 1.29 (Debian
     # 12's podman 4.3) follows `FROM ${BINARY}` to a stage only when the argument is

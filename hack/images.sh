@@ -20,11 +20,17 @@
 #                                          ca-certificates, tzdata, netbase
 #   localhost/postgres:15                  postgresql-15 + the official postgres
 #                                          image's interface (hack/images/postgres)
+#   localhost/postgres:13, :17             the same of postgresql-13 from bullseye and
+#                                          postgresql-17 from trixie (each suite carries
+#                                          one major): every major a database may be
+#                                          upgraded from or to runs for real
 #   localhost/mariadb:10.11                mariadb-server + the official mariadb
 #                                          image's interface (hack/images/mariadb)
 #   localhost/redis:7                      redis-server, as the official redis
 #                                          image (hack/images/redis)
-#   localhost/bosun-runner-base:bookworm   bosun-base + pg_dump, mariadb-dump, zstd
+#   localhost/bosun-runner-base:trixie     pg_dump 17, mariadb-dump, zstd, from trixie:
+#                                          the newest clients dump and base-back-up
+#                                          every older server (pg_dump 15 refuses 17)
 #   localhost/bosun-toolbox:bookworm       bosun-base + curl, dig, ip, ping, nc, ps
 #                                          (for probing from inside a pod)
 #   localhost/bosun-distroless:bookworm    no shell, no package manager: glibc,
@@ -32,7 +38,8 @@
 #                                          netbase and a nonroot user (65532), as
 #                                          gcr.io/distroless/cc; the base of the
 #                                          bosun image (the Dockerfile's BASE_IMAGE)
-# All but pause and bosun-distroless are layered: bosun-base's layer, for the database images
+# All but pause, bosun-distroless and the images of other suites than bookworm
+# (postgres:13, postgres:17, bosun-runner-base) are layered: bosun-base's layer, for the database images
 # and the runner a shared layer with perl (see `hidden`), then their own. A
 # containerd stores and unpacks a shared layer once, and unpacking (creating
 # files) is what importing mostly costs.
@@ -73,8 +80,10 @@ cache=${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}/images
 jobs=${BOSUN_IMAGES_JOBS:-3}
 mirror=${BOSUN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${BOSUN_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
-suite=bookworm
-sources=("deb $mirror $suite main" "deb $mirror $suite-updates main" "deb $security_mirror $suite-security main")
+# The apt sources of a Debian suite.
+sources() { # SUITE
+  printf '%s\n' "deb $mirror $1 main" "deb $mirror $1-updates main" "deb $security_mirror $1-security main"
+}
 
 log() { echo "images.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -84,15 +93,17 @@ elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((u
 # --- the images ------------------------------------------------------------------
 
 # In build order: an image after the one it is layered on.
-images=(bosun-base bosun-perl pause postgres mariadb redis bosun-runner-base bosun-toolbox bosun-distroless)
+images=(bosun-base bosun-perl pause postgres postgres-13 postgres-17 mariadb redis bosun-runner-base bosun-toolbox bosun-distroless)
 declare -A ref=(
   [pause]=localhost/pause:k8s-$KUBE_VERSION
   [bosun-base]=localhost/bosun-base:bookworm
   [bosun-perl]=localhost/bosun-perl:bookworm
   [postgres]=localhost/postgres:15
+  [postgres-13]=localhost/postgres:13
+  [postgres-17]=localhost/postgres:17
   [mariadb]=localhost/mariadb:10.11
   [redis]=localhost/redis:7
-  [bosun-runner-base]=localhost/bosun-runner-base:bookworm
+  [bosun-runner-base]=localhost/bosun-runner-base:trixie
   [bosun-toolbox]=localhost/bosun-toolbox:bookworm
   [bosun-distroless]=localhost/bosun-distroless:bookworm
 )
@@ -103,7 +114,7 @@ declare -A hidden=([bosun-perl]=1)
 # The image each one is layered on.
 declare -A base=(
   [bosun-perl]=bosun-base
-  [postgres]=bosun-perl [mariadb]=bosun-perl [bosun-runner-base]=bosun-perl
+  [postgres]=bosun-perl [mariadb]=bosun-perl
   [redis]=bosun-base [bosun-toolbox]=bosun-base
 )
 # Debian packages beyond bosun-base's. Each image is bootstrapped in full (with
@@ -118,14 +129,19 @@ declare -A packages=(
   # because the official image's databases use it. libnss-wrapper: initdb
   # under a uid without a passwd entry (runAsUser).
   [postgres]=postgresql-15,locales,libnss-wrapper,xz-utils,zstd
+  [postgres-13]=postgresql-13,locales,libnss-wrapper,xz-utils,zstd
+  [postgres-17]=postgresql-17,locales,libnss-wrapper,xz-utils,zstd
   [mariadb]=mariadb-server,mariadb-client,xz-utils,zstd
   [redis]=redis-server
-  [bosun-runner-base]=postgresql-client-15,mariadb-client,zstd
+  [bosun-runner-base]=postgresql-client-17,mariadb-client,zstd
   [bosun-toolbox]=curl,bind9-dnsutils,iproute2,iputils-ping,netcat-openbsd,procps
   # Extracted only (see rootfs_debian): exactly these, no dependencies, no
   # maintainer scripts; the customize hook does what theirs would have done.
   [bosun-distroless]=base-files,libc6,libgcc-s1
 )
+# The Debian suite of an image (bookworm unless named here): the one that carries
+# its PostgreSQL major. An image of another suite is a full tree (no base).
+declare -A suite_of=([postgres-13]=bullseye [postgres-17]=trixie [bosun-runner-base]=trixie)
 # Images whose packages are extracted, not installed: no dpkg, no shell.
 declare -A extract_only=([bosun-distroless]=1)
 # Files packages install that an image leaves out (dpkg path-exclude).
@@ -134,12 +150,16 @@ declare -A excludes=(
   # 155 MB and 1100 files, half of the image. Queries run interpreted; JIT is
   # an optimisation the official image's interface does not promise (and jit
   # is set off in the config initdb writes).
-  [postgres]="/usr/lib/postgresql/15/lib/bitcode/* /usr/lib/postgresql/15/lib/llvmjit*
-    /usr/lib/x86_64-linux-gnu/libLLVM-14.so* /usr/lib/x86_64-linux-gnu/libz3.so*"
+  [postgres]="/usr/lib/postgresql/*/lib/bitcode/* /usr/lib/postgresql/*/lib/llvmjit*
+    /usr/lib/x86_64-linux-gnu/libLLVM*.so* /usr/lib/x86_64-linux-gnu/libz3.so*"
 )
+excludes[postgres-13]=${excludes[postgres]}
+excludes[postgres-17]=${excludes[postgres]}
 # Files under hack/images/ an image uses (besides oci.py, which all use).
 declare -A files=(
   [postgres]=images/postgres/docker-entrypoint.sh
+  [postgres-13]=images/postgres/docker-entrypoint.sh
+  [postgres-17]=images/postgres/docker-entrypoint.sh
   [mariadb]="images/mariadb/docker-entrypoint.sh images/mariadb/healthcheck.sh"
   [redis]=images/redis/docker-entrypoint.sh
 )
@@ -149,7 +169,7 @@ path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # official images have it. $1: name, $2: the directory holding the version
 # files the customize hook wrote.
 image_config() {
-  local v
+  local v m
   case $1 in
     pause) cat <<EOF
 {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/", "Env": ["PATH=$path"]}
@@ -164,9 +184,9 @@ EOF
 {"Cmd": ["bash"], "WorkingDir": "/", "Env": ["PATH=$path"]}
 EOF
       ;;
-    postgres) v=$(<"$2/postgres.version"); cat <<EOF
+    postgres | postgres-*) v=$(<"$2/postgres.version"); m=$(major "$1"); cat <<EOF
 {"Entrypoint": ["docker-entrypoint.sh"], "Cmd": ["postgres"], "WorkingDir": "/",
- "Env": ["PATH=$path:/usr/lib/postgresql/15/bin", "LANG=en_US.utf8", "PG_MAJOR=15",
+ "Env": ["PATH=$path:/usr/lib/postgresql/$m/bin", "LANG=en_US.utf8", "PG_MAJOR=$m",
          "PG_VERSION=$v", "PGDATA=/var/lib/postgresql/data"],
  "ExposedPorts": ["5432/tcp"], "Volumes": ["/var/lib/postgresql/data"], "StopSignal": "SIGINT"}
 EOF
@@ -185,6 +205,9 @@ EOF
       ;;
   esac
 }
+
+# The PostgreSQL major of a postgres image: its tag.
+major() { echo "${ref[$1]##*:}"; }
 
 # --- mmdebstrap hooks (run as `images.sh _hook PHASE NAME WORKDIR ROOTFS`) ------
 
@@ -216,7 +239,7 @@ add_script() { # ROOTFS SRC DEST
 hook_essential() { # NAME ROOTFS
   local r=$2
   case $1 in
-    postgres)
+    postgres | postgres-*)
       add_user "$r" postgres 999 /var/lib/postgresql /bin/bash "PostgreSQL administrator"
       # No "main" cluster from the package's postinst: the entrypoint makes one.
       in_root "$r" <<'EOF'
@@ -240,16 +263,17 @@ hook_customize() { # NAME WORKDIR ROOTFS
   local name=$1 work=$2 r=$3
   if [ -n "${extract_only[$name]:-}" ]; then customize_extracted "$r"; return; fi
   case $name in
-    postgres)
-      pkg_version "$r" postgresql-15 >"$work/postgres.version"
+    postgres | postgres-*)
+      pkg_version "$r" "postgresql-$(major "$name")" >"$work/postgres.version"
       add_script "$r" postgres/docker-entrypoint.sh /usr/local/bin/docker-entrypoint.sh
+      # (one major per image: the globs below name one file)
       in_root "$r" <<'EOF'
 # Every cluster initdb makes listens on all addresses; no JIT (its LLVM is
 # left out of the image, see rootfs_debian).
-sample=/usr/share/postgresql/15/postgresql.conf.sample
+sample=$(echo /usr/share/postgresql/*/postgresql.conf.sample)
 sed -ri "s/^#?(listen_addresses)\s*=\s*\S+.*/\1 = '*'/; s/^#?(jit)\s*=\s*on\b/\1 = off/" $sample
 grep -q "^listen_addresses = '\*'" $sample && grep -q "^jit = off" $sample
-[ ! -e /etc/postgresql/15/main ]  # no cluster from the package
+[ -z "$(ls -A /etc/postgresql)" ]  # no cluster from the package
 localedef -i en_US -c -f UTF-8 -A /usr/share/locale/locale.alias en_US.UTF-8
 mkdir -p /var/lib/postgresql/data /run/postgresql /docker-entrypoint-initdb.d
 chown 999:999 /var/lib/postgresql /var/lib/postgresql/data /run/postgresql
@@ -352,9 +376,15 @@ rootfs_pause() { # WORKDIR
 
 # Everything else: mmdebstrap to a tarball.
 rootfs_debian() { # NAME WORKDIR
-  local name=$1 work=$2 mode=root include=$base_packages
+  local name=$1 work=$2 mode=root include=$base_packages suite sources
+  suite=${suite_of[$name]:-bookworm}
+  mapfile -t sources < <(sources "$suite")
   [ "$(id -u)" = 0 ] || mode=unshare
   [ -z "${packages[$name]}" ] || include+=,${packages[$name]}
+  # The hooks' second step installs the usrmerge source's real usr-is-merged, which
+  # bullseye does not have: there the symlinks of the first step alone.
+  local merged_usr=(--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr)
+  [ "$suite" != bullseye ] || merged_usr=(--setup-hook=/usr/share/mmdebstrap/hooks/merged-usr/setup00.sh)
   if [ -n "${extract_only[$name]:-}" ]; then
     # No dpkg to configure anything and no hook running inside; merged /usr by
     # the symlinks alone.
@@ -367,7 +397,7 @@ rootfs_debian() { # NAME WORKDIR
   local opts=(
     --mode="$mode" --variant=essential --format=tar
     # merged /usr as debootstrap does it, not with the usrmerge package (and perl).
-    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+    "${merged_usr[@]}"
     --aptopt='APT::Install-Recommends "false"'
     --include="$include"
     # No documentation (but the copyright files), manuals, translations.

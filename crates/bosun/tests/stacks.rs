@@ -424,7 +424,7 @@ async fn bad_input_is_refused_naming_the_field() {
 
 /// The "backend" of the real-node stack: psql in a loop, configured only by the
 /// environment the stack gives it.
-const PROBE: &str = "localhost/bosun-runner-base:bookworm";
+const PROBE: &str = "localhost/bosun-runner-base:trixie";
 
 #[tokio::test]
 async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_gives_it() {

@@ -40,7 +40,7 @@ pub mod images {
     /// Redis 7.
     pub const REDIS: &str = "localhost/redis:7";
     /// The backup runner's base: the base plus the database dump clients and zstd.
-    pub const RUNNER_BASE: &str = "localhost/bosun-runner-base:bookworm";
+    pub const RUNNER_BASE: &str = "localhost/bosun-runner-base:trixie";
 }
 
 /// Why the running cluster has no real node, as `cluster.sh up` recorded it.

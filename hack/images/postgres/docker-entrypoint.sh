@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Entrypoint of localhost/postgres:15 (hack/images.sh): PostgreSQL 15 from
+# Entrypoint of localhost/postgres:13, :15 and :17 (hack/images.sh): PostgreSQL from
 # Debian behind the documented interface of the official `postgres` image, so
-# that manifests written for postgres:15 run unchanged. Written from that
+# that manifests written for postgres:<major> run unchanged. Written from that
 # documentation, not copied:
 #   POSTGRES_PASSWORD        superuser password; required on first start unless
 #                            POSTGRES_HOST_AUTH_METHOD=trust
@@ -28,7 +28,7 @@
 # left out of the image, jit = off; see hack/images.sh).
 set -Eeuo pipefail
 
-pg_bin=/usr/lib/postgresql/15/bin
+pg_bin=/usr/lib/postgresql/${PG_MAJOR:?the image sets PG_MAJOR}/bin
 log() { echo "docker-entrypoint.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
