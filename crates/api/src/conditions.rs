@@ -103,8 +103,12 @@ pub mod reasons {
     /// An instance of a PostgreSQL cannot start: an image that cannot be pulled, a
     /// pod no node takes, a crash loop, a volume that does not mount.
     pub const INSTANCE_STUCK: &str = "InstanceStuck";
-    /// A PostgreSQL's `spec.version` differs from its data's major version.
+    /// A PostgreSQL's `spec.version` is below its data's major version (a downgrade).
     pub const VERSION_CHANGE_REFUSED: &str = "VersionChangeRefused";
+    /// A PostgreSQL's data is being upgraded to a new major version.
+    pub const UPGRADING: &str = "Upgrading";
+    /// A major upgrade failed; the database runs on the old major, its data intact.
+    pub const UPGRADE_FAILED: &str = "UpgradeFailed";
     /// A Secret (or a key of it) that a resource's pods need does not exist: a
     /// PostgreSQL's credentials while its data exists, a Backup's or Restore's database
     /// or destination credentials. Looked for again every 30 s.
@@ -137,6 +141,7 @@ pub mod reasons {
         RECOVERY_REFUSED,
         DATABASE_TYPE_CHANGE_REFUSED,
         VERSION_CHANGE_REFUSED,
+        UPGRADE_FAILED,
         BACKUP_NOT_FOUND,
         RESTORE_FAILED,
         ROLLOUT_FAILED,

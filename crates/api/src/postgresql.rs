@@ -54,6 +54,13 @@ impl Version {
             Version::V17 => "17",
         }
     }
+
+    /// The version named `text` ("12" to "17").
+    pub fn parse(text: &str) -> Option<Version> {
+        [Version::V12, Version::V13, Version::V14, Version::V15, Version::V16, Version::V17]
+            .into_iter()
+            .find(|v| v.as_str() == text)
+    }
 }
 
 /// What happens to the data when the PostgreSQL is deleted.
@@ -144,7 +151,8 @@ pub struct Continuous {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PostgreSQLSpec {
-    /// The major version: "12" to "17". It cannot change once the data exists.
+    /// The major version: "12" to "17". Raised, the data is upgraded in place
+    /// (`pg_upgrade --link`, `status.upgrade`); lowered, it is refused.
     pub version: Version,
     /// The size of each replica's data volume, in whole GiB (e.g. `10Gi`), at least
     /// `1Gi`. It may grow (the claims are expanded) but not shrink.
@@ -312,6 +320,9 @@ pub struct PostgreSQLStatus {
     /// `database`, `uri`, `pgpass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
+    /// The last major-version upgrade (a raise of `spec.version`), step by step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<MajorUpgrade>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -320,6 +331,63 @@ pub struct PostgreSQLStatus {
 impl crate::conditions::Conditioned for PostgreSQLStatus {
     fn conditions(&self) -> &[Condition] {
         &self.conditions
+    }
+}
+
+/// `status.upgrade`: an in-place major upgrade with `pg_upgrade --link`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MajorUpgrade {
+    /// The major version of the data before.
+    pub from: String,
+    /// The major version `spec.version` asks for.
+    pub to: String,
+    /// Where it is: `BackingUp`, `SwitchingOver`, `Stopping`, `Upgrading`, `Starting`,
+    /// `Analyzing`, then `Succeeded` or `Failed`.
+    pub step: UpgradeStep,
+    /// The step that failed (with `step: Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_step: Option<UpgradeStep>,
+    /// What happened, in words (why it failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it started and ended (RFC 3339).
+    pub started: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<String>,
+    /// The backup run taken before it (a Job of the database's Backup), when backups
+    /// are on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_job: Option<String>,
+    /// The `metadata.generation` it was started for: a failed upgrade is tried again
+    /// only after the spec changes.
+    pub generation: i64,
+}
+
+/// The steps of a major upgrade.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum UpgradeStep {
+    /// A backup run of the database's Backup, awaited (when backups are on).
+    BackingUp,
+    /// A switchover to the first instance, whose claim the StatefulSet starts first.
+    SwitchingOver,
+    /// Every instance stopped (the StatefulSet at 0 replicas).
+    Stopping,
+    /// `pg_upgrade --link` on the primary's data, in a Job.
+    Upgrading,
+    /// The instances started on the new major; the standbys clone the primary again.
+    Starting,
+    /// `vacuumdb --all --analyze-in-stages` on the primary.
+    Analyzing,
+    Succeeded,
+    /// The database runs on the old major, its data as before.
+    Failed,
+}
+
+impl UpgradeStep {
+    /// Whether the upgrade has ended, one way or the other.
+    pub fn ended(self) -> bool {
+        matches!(self, UpgradeStep::Succeeded | UpgradeStep::Failed)
     }
 }
 

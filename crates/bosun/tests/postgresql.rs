@@ -991,3 +991,172 @@ async fn a_short_recovery_window_keeps_what_recovers_to_its_start() {
     })
     .await;
 }
+
+/// The operator's settings for upgrades on the real node: every major its own image
+/// (13, 15 and 17 are built from Debian's bullseye, bookworm and trixie).
+const EVERY_MAJOR: &[&str] = &[
+    "--controllers=postgresql,backup",
+    "--postgres-image=localhost/postgres:{version}",
+    "--postgres-volume-permissions",
+];
+
+/// The tutorial's check: `kubectl exec test-db-0 -- psql -U postgres -c "SELECT version();"`.
+fn server_version(env: &Env, pod: &str) -> String {
+    env.exec_ok(pod, &["psql", "-U", "postgres", "-c", "SELECT version();"])
+}
+
+/// Wait until `status.upgrade` of `name` to `to` has ended, and Ready says so.
+async fn upgrade_ended(env: &Env, name: &str, to: &str, reason: &'static str) -> PostgreSQL {
+    env.wait_for_within::<PostgreSQL>(
+        name,
+        &format!("upgrade to {to} ended, Ready {reason}"),
+        Duration::from_secs(420),
+        |db| {
+            let generation = db.metadata.generation.unwrap_or_default();
+            let current = db.status.as_ref().is_some_and(|s| s.observed_generation == db.metadata.generation);
+            let ended = db
+                .status
+                .as_ref()
+                .and_then(|s| s.upgrade.as_ref())
+                .is_some_and(|u| u.to == to && u.step.ended() && u.generation == generation);
+            current && ended && condition(db, "Ready").is_some_and(|c| c.reason == reason)
+        },
+    )
+    .await
+}
+
+/// Issue 27: 13 → 15 → 17 in place, a backup first, the data, the sequence, the
+/// index and the view kept, the standby streaming again; a downgrade refused.
+#[tokio::test]
+async fn a_database_is_upgraded_from_13_to_15_to_17_in_place() {
+    e2e("postgresql-upgrade", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let s3 = store_for(&env).await;
+        let _bosun = env.start_bosun(EVERY_MAJOR).await;
+        let manifest = TEST_DB.replace(
+            r#"{version: "14", storage: 1Gi, replicas: 1}"#,
+            &format!(
+                r#"{{version: "13", storage: 1Gi, replicas: 2, backup: {{enabled: true, schedule: "0 3 * * *", destination: {}}}}}"#,
+                s3_destination(&s3)
+            ),
+        );
+        let (ok, out) = env.kubectl_apply(&manifest);
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 13."));
+        let setup = "CREATE TABLE t (id serial PRIMARY KEY, v text); \
+                     INSERT INTO t (v) SELECT 'row ' || g FROM generate_series(1, 1000) g; \
+                     CREATE INDEX t_v ON t (v); CREATE VIEW tv AS SELECT count(*) AS n FROM t; \
+                     CREATE SEQUENCE s; SELECT nextval('s'), nextval('s')";
+        assert_eq!(sql_on(&env, "test-db-0", setup), "1|2");
+        let mut sequence = 2;
+        let mut backups = Vec::new();
+        for (from, to) in [("13", "15"), ("15", "17")] {
+            let started = Instant::now();
+            patch_spec(&env, "test-db", json!({"version": to})).await;
+            let db = upgrade_ended(&env, "test-db", to, "AllReplicasReady").await;
+            let upgrade = db.status.as_ref().unwrap().upgrade.clone().unwrap();
+            eprintln!("postgresql: upgrade {from} → {to} took {:.1} s", started.elapsed().as_secs_f64());
+            assert_eq!(
+                (upgrade.from.as_str(), upgrade.step, upgrade.failed_step),
+                (from, bosun_api::postgresql::UpgradeStep::Succeeded, None),
+                "{upgrade:?}"
+            );
+            // The backup before it, reported by the Backup as its run.
+            let job = upgrade.backup_job.clone().expect("a backup before the upgrade");
+            let backup = env.api::<Backup>().get("test-db-backup").await.unwrap();
+            let reported = backup.status.and_then(|s| s.last_successful_backup).and_then(|s| s.job);
+            assert!(
+                reported.is_some_and(|j| j == job) || backups.contains(&job),
+                "the backup {job} is not the Backup's"
+            );
+            backups.push(job);
+            // The tutorial's test, and the data as it was.
+            assert!(server_version(&env, "test-db-0").contains(&format!("PostgreSQL {to}.")));
+            assert_eq!(sql_on(&env, "test-db-0", "SELECT n FROM tv"), "1000");
+            assert_eq!(sql_on(&env, "test-db-0", "SELECT count(*) FROM t WHERE v = 'row 500'"), "1");
+            assert_eq!(sql_on(&env, "test-db-0", "SELECT indexname FROM pg_indexes WHERE indexname = 't_v'"), "t_v");
+            let next: i64 = sql_on(&env, "test-db-0", "SELECT nextval('s')").parse().unwrap();
+            assert!(next > sequence, "the sequence went back: {next} after {sequence}");
+            sequence = next;
+            // Statistics again, and the standby cloned on the new major, streaming.
+            let analyzed = sql_on(&env, "test-db-0", "SELECT count(*) FROM pg_stats WHERE tablename = 't'");
+            assert_ne!(analyzed, "0", "no statistics after the upgrade");
+            assert!(server_version(&env, "test-db-1").contains(&format!("PostgreSQL {to}.")));
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while sql_on(&env, "test-db-0", "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'") != "1"
+            {
+                assert!(Instant::now() < deadline, "the standby does not stream after the upgrade to {to}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            let (ok, out) = client(&env, &format!("reader-{to}"), "test-db-ro", "SELECT n FROM tv", None).await;
+            assert!(ok && out == "1000", "{out}");
+            let claim = env.api::<PersistentVolumeClaim>().get("data-test-db-0").await.unwrap();
+            assert_eq!(claim.labels().get("database.example.com/major-version").map(String::as_str), Some(to));
+        }
+        // Lowered: refused, nothing restarted.
+        let before: Vec<_> =
+            env.api::<Pod>().list(&Default::default()).await.unwrap().items.iter().map(|p| p.uid()).collect();
+        patch_spec(&env, "test-db", json!({"version": "15"})).await;
+        let db = env
+            .wait_for::<PostgreSQL>("test-db", "VersionChangeRefused", is("Ready", "False", "VersionChangeRefused"))
+            .await;
+        let message = &condition(&db, "Ready").unwrap().message;
+        assert!(message.contains("spec.version \"15\" is below") && message.contains("\"17\""), "{message}");
+        assert!(condition(&db, "Stalled").is_some_and(|c| c.status == "True"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after: Vec<_> =
+            env.api::<Pod>().list(&Default::default()).await.unwrap().items.iter().map(|p| p.uid()).collect();
+        assert_eq!(before, after, "a refused downgrade restarted something");
+        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 17."));
+    })
+    .await;
+}
+
+/// Issue 27: a pg_upgrade that cannot be done (a reg* column, which pg_upgrade cannot
+/// carry over) leaves the database on its old major with its data, a clear status and
+/// a Warning; set back and raised again once the cause is gone, it succeeds.
+#[tokio::test]
+async fn a_failed_upgrade_leaves_the_database_on_its_old_major() {
+    e2e("postgresql-upgrade-fails", |env| async move {
+        env.use_real_node().await;
+        let _bosun = env.start_bosun(EVERY_MAJOR).await;
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace(r#"version: "14""#, r#"version: "13""#));
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let setup = "CREATE TABLE kept AS SELECT g AS id FROM generate_series(1, 500) g; \
+                     CREATE TABLE blocker (f regproc); INSERT INTO blocker VALUES ('now'); SELECT count(*) FROM kept";
+        assert_eq!(sql_on(&env, "test-db-0", setup), "500");
+        patch_spec(&env, "test-db", json!({"version": "15"})).await;
+        let db = upgrade_ended(&env, "test-db", "15", "UpgradeFailed").await;
+        let upgrade = db.status.as_ref().unwrap().upgrade.clone().unwrap();
+        assert_eq!(upgrade.failed_step, Some(bosun_api::postgresql::UpgradeStep::Upgrading), "{upgrade:?}");
+        let message = &condition(&db, "Ready").unwrap().message;
+        assert!(message.contains("Check failed") && message.contains("reg*"), "{message}");
+        assert!(message.contains("runs on PostgreSQL 13"), "{message}");
+        assert!(condition(&db, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "UpgradeFailed"));
+        env.wait_warning("test-db", "UpgradeFailed", "Check failed").await;
+        // Back on 13, with its data, serving.
+        env.wait_for_within::<PostgreSQL>("test-db", "an instance ready", Duration::from_secs(120), |db| {
+            db.status.as_ref().and_then(|s| s.ready_replicas) == Some(1)
+        })
+        .await;
+        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 13."));
+        assert_eq!(sql_on(&env, "test-db-0", "SELECT count(*) FROM kept"), "500");
+        // Not tried again for the same spec.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let still = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        assert_eq!(still.status.unwrap().upgrade.unwrap().step, bosun_api::postgresql::UpgradeStep::Failed);
+
+        // The cause gone, set back and raised again: upgraded.
+        sql_on(&env, "test-db-0", "DROP TABLE blocker");
+        patch_spec(&env, "test-db", json!({"version": "13"})).await;
+        wait_ready(&env, "test-db", Duration::from_secs(120)).await;
+        patch_spec(&env, "test-db", json!({"version": "15"})).await;
+        upgrade_ended(&env, "test-db", "15", "AllReplicasReady").await;
+        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 15."));
+        assert_eq!(sql_on(&env, "test-db-0", "SELECT count(*) FROM kept"), "500");
+    })
+    .await;
+}

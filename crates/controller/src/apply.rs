@@ -217,16 +217,17 @@ where
     Ok(())
 }
 
-/// Delete `target` — that very object (a uid precondition): whether it was deleted
+/// Delete `target` — that very object (a uid precondition), and what it owns: whether it was deleted
 /// now (not when it was gone already, or replaced by another of its name).
 pub async fn delete_exactly<C>(ctx: &Context, target: &C) -> Result<bool, Error>
 where
     C: crate::guard::Reconciled,
 {
     let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
+    // In the background: a Job's pods go with it (the API's default for Jobs orphans them).
     let params = DeleteParams {
         preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version: None }),
-        ..DeleteParams::default()
+        ..DeleteParams::background()
     };
     match Api::<C>::namespaced(ctx.client.clone(), &namespace).delete(&name, &params).await {
         Ok(_) => Ok(true),

@@ -143,6 +143,15 @@ impl Events {
         self.normal(owner, "Restarted", "Restart", format!("restarted: {why}"), Some(related));
     }
 
+    /// A major upgrade of `owner` reached a step: a Warning when it failed.
+    pub fn upgrade_step(&self, owner: &ObjectReference, reason: &'static str, warning: bool, note: String) {
+        if warning {
+            self.warn(owner, reason, note);
+        } else {
+            self.normal(owner, reason, "Upgrade", note, None);
+        }
+    }
+
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
     pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
         self.warn(owner, reason, message.to_owned());

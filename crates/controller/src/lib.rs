@@ -42,6 +42,7 @@ pub mod restore;
 pub mod settings;
 pub mod stacks;
 pub mod status;
+pub mod upgrade;
 pub mod voteconfig;
 pub mod webapp;
 pub mod wiring;

@@ -1,6 +1,8 @@
 //! The PostgreSQL controller.
 //!
-//! Pipeline: check the change against the data (pure: major version, storage) → the
+//! Pipeline: check the change against the data (pure: major version, storage) → a
+//! major upgrade's next step when `spec.version` was raised ([`crate::upgrade`]: it
+//! says which major the instances run, and whether they are stopped) → the
 //! credentials Secret (created once, then only read) → the StatefulSet → the Services
 //! → grow the data claims → the primary: fail over when it is lost, label the
 //! instances' roles ([`crate::failover`]) → the Backup, once Ready → status from the
@@ -25,6 +27,7 @@ use bosun_resources::postgresql::{self as build, Observed, Refusal};
 use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -38,7 +41,9 @@ use crate::failover;
 use crate::kinds::{Served, Type};
 use crate::permissions::{self, Permission};
 use crate::status::update_status;
+use crate::upgrade::{self, Running};
 use crate::wiring::{self, Outcome};
+use bosun_resources::upgrade::data_version;
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "postgresql";
@@ -71,6 +76,9 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("", "pods/exec", &["create", "get"]),
         // Why an instance that does not start waits (a volume that does not mount).
         Permission::new("", "events", &["list"]),
+        // A major upgrade: its Job; the backup run before it, from the Backup's CronJob.
+        Permission::new("batch", "jobs", permissions::OWN),
+        Permission::new("batch", "cronjobs", &["get"]),
     ]
 };
 
@@ -83,6 +91,7 @@ struct Children {
     claims: Owned<PersistentVolumeClaim>,
     backups: Owned<Backup>,
     pods: Owned<Pod>,
+    jobs: Owned<Job>,
 }
 
 /// The postgresql controller, for the registry of kinds.
@@ -111,7 +120,8 @@ pub async fn run(
     let (claims, ctrl) = watched(&ctx, ns, ctrl);
     let (backups, ctrl) = watched(&ctx, ns, ctrl);
     let (pods, ctrl) = watched(&ctx, ns, ctrl);
-    let children = Children { statefulsets, services, secrets, claims, backups, pods };
+    let (jobs, ctrl) = watched(&ctx, ns, ctrl);
+    let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs };
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;
 }
@@ -137,15 +147,33 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claims = children.claims.matching(|c| build::is_data_claim(db, c));
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
-    let (sts, refusal) = match serve(db, &ctx, &children, cached.as_deref(), &claim_refs).await {
+    let instances = failover::instance_pods(db, &children.pods);
+    let major = match bosun_resources::upgrade::plan(db, data_version(cached.as_deref(), &claim_refs), now) {
+        bosun_resources::upgrade::Plan::Upgrade(u) => {
+            let seen = upgrade::Seen {
+                sts: cached.as_deref(),
+                pods: &instances,
+                claims: &claim_refs,
+                jobs: &children.jobs,
+                backups: &children.backups,
+            };
+            Some(upgrade::advance(db, &ctx, &seen, u, now).await?)
+        }
+        _ => None,
+    };
+    let running = Running::of(db, major.as_ref());
+    let (sts, refusal) = match serve(db, &ctx, &children, (cached.as_deref(), &claim_refs), running).await {
         Ok(sts) => (Some(sts), None),
         Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), Some(refusal)),
         Err(Stop::Failed(err)) => return Err(err),
     };
-    // Whatever runs keeps a primary, a refused change or not.
+    // Whatever runs keeps a primary, a refused change or not (nothing runs while an
+    // upgrade has the instances stopped).
     let primary = match &sts {
-        Some(sts) => Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), now).await?),
-        None => None,
+        Some(sts) if !running.stopped => {
+            Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), now).await?)
+        }
+        _ => None,
     };
     let (backup, backup_conflict) = match &refusal {
         Some(_) => (backup.map(|b| (*b).clone()), None),
@@ -169,6 +197,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         primary: primary.as_ref().map(|p| p.name.as_str()),
         last_change: primary.as_ref().and_then(|p| p.change.as_ref()),
         archiving: archiving.as_ref(),
+        upgrade: major.as_ref(),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
@@ -186,6 +215,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
         (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
+        (None, None) if major.as_ref().is_some_and(|u| !u.step.ended()) => Outcome::Requeue(upgrade::RECHECK),
         // Not all instances ready: looked at again soon, for one that cannot start, and
         // when the primary's failover delay ends.
         (None, None)
@@ -266,20 +296,30 @@ impl From<Error> for Stop {
     }
 }
 
-/// Bring the database to its spec: Secret, StatefulSet, Services, claims. Returns the
-/// StatefulSet as applied.
+/// Bring the database to its spec, on the major and in the state `running` says:
+/// Secret, StatefulSet, Services, claims. Returns the StatefulSet as applied.
 async fn serve(
     db: &PostgreSQL,
     ctx: &Context,
     children: &Children,
-    cached: Option<&StatefulSet>,
-    claims: &[&PersistentVolumeClaim],
+    (cached, claims): (Option<&StatefulSet>, &[&PersistentVolumeClaim]),
+    running: Running,
 ) -> Result<StatefulSet, Stop> {
     build::check(db, cached, claims).map_err(Stop::Refused)?;
     let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
-    let claim_storage = cached.and_then(build::template_storage);
-    let desired =
-        build::desired_statefulset(db, &ctx.settings.postgres, claim_storage, &build::credentials_digest(&secret));
+    let digest = build::credentials_digest(&secret);
+    let mut desired = if running.version == db.spec.version {
+        build::desired_statefulset(db, &ctx.settings.postgres, cached, &digest)
+    } else {
+        let mut as_run = db.clone();
+        as_run.spec.version = running.version;
+        build::desired_statefulset(&as_run, &ctx.settings.postgres, cached, &digest)
+    };
+    if running.stopped
+        && let Some(spec) = desired.spec.as_mut()
+    {
+        spec.replicas = Some(0);
+    }
     let sts = apply_child(ctx, db, &children.statefulsets, desired).await?;
     let services = build::desired_services(db);
     futures::future::try_join_all(services.into_iter().map(|s| apply_child(ctx, db, &children.services, s))).await?;
@@ -290,6 +330,14 @@ async fn serve(
     for claim in claims.iter().filter(|c| build::needs_growth(db, c)) {
         let patch = json!({"spec": {"resources": {"requests": {"storage": db.spec.storage}}}});
         merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
+    }
+    // Claims made from the (immutable) template after an upgrade say the old major.
+    if !running.stopped && running.version == db.spec.version {
+        for claim in claims {
+            if let Some(patch) = build::relabel(claim, running.version) {
+                merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
+            }
+        }
     }
     Ok(sts)
 }
@@ -413,6 +461,7 @@ mod tests {
             claims: mock::cache([]),
             backups: mock::cache([]),
             pods: mock::cache([]),
+            jobs: mock::cache([]),
         }
     }
 

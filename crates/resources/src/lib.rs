@@ -19,5 +19,6 @@ pub mod postgresql;
 pub mod quantity;
 pub mod render;
 pub mod stacks;
+pub mod upgrade;
 pub mod voteconfig;
 pub mod webapp;

@@ -32,7 +32,8 @@ use bosun_api::backup::{
 };
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{
-    DeletionPolicy, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, Version, WalArchiving,
+    DeletionPolicy, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, UpgradeStep, Version,
+    WalArchiving,
 };
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
@@ -517,16 +518,18 @@ fn runner_mount(read_only: bool) -> VolumeMount {
     }
 }
 
-/// The StatefulSet of `db`, run as `settings` say. `claim_storage` is
-/// the storage of the existing StatefulSet's claim template (immutable: grown claims
-/// are patched one by one), `None` for a new one. `digest` is
+/// The StatefulSet of `db`, run as `settings` say. `existing` is the StatefulSet as
+/// it is, `None` for a new one: its claim template is immutable, so its storage (grown
+/// claims are patched one by one) and its major-version label (the claims are
+/// relabelled after an upgrade, [`relabel`]) stay. `digest` is
 /// [`credentials_digest`] of the Secret.
 pub fn desired_statefulset(
     db: &PostgreSQL,
     settings: &Settings,
-    claim_storage: Option<&str>,
+    existing: Option<&StatefulSet>,
     digest: &str,
 ) -> StatefulSet {
+    let claim_storage = existing.and_then(template_storage);
     let name = db.name_any();
     let secret = secret_name(db);
     let version = db.spec.version;
@@ -534,6 +537,9 @@ pub fn desired_statefulset(
     let mut claim_labels = labels(db);
     claim_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
     let meta = child_meta(db, name.clone(), claim_labels.clone());
+    if let Some(first) = existing.and_then(template_version) {
+        claim_labels.insert(VERSION_LABEL.to_owned(), first.to_owned());
+    }
     pod_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
     let mut command = vec!["bash".to_owned(), "-c".to_owned(), instance_script(), "bosun-instance".to_owned()];
     command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
@@ -753,10 +759,26 @@ fn podinfo_volume() -> Volume {
     }
 }
 
+fn claim_template(sts: &StatefulSet) -> Option<&PersistentVolumeClaim> {
+    sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.name_any() == DATA_VOLUME)
+}
+
 /// The storage a StatefulSet's data claim template requests.
 pub fn template_storage(sts: &StatefulSet) -> Option<&str> {
-    let claim = sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.name_any() == DATA_VOLUME)?;
-    requested(claim)
+    requested(claim_template(sts)?)
+}
+
+/// The major-version label of a StatefulSet's data claim template (the major its
+/// first claims were made with).
+fn template_version(sts: &StatefulSet) -> Option<&str> {
+    claim_template(sts)?.labels().get(VERSION_LABEL).map(String::as_str)
+}
+
+/// The label patch of a data claim whose major-version label is not `version`: a
+/// claim made from the template before an upgrade, or the claims of the upgraded data.
+pub fn relabel(claim: &PersistentVolumeClaim, version: Version) -> Option<serde_json::Value> {
+    (claim.labels().get(VERSION_LABEL).map(String::as_str) != Some(version.as_str()))
+        .then(|| serde_json::json!({"metadata": {"labels": {VERSION_LABEL: version.as_str()}}}))
 }
 
 fn service(db: &PostgreSQL, name: String, selector: BTreeMap<String, String>, headless: bool) -> Service {
@@ -866,7 +888,7 @@ pub fn desired_backup_claim(db: &PostgreSQL) -> Option<PersistentVolumeClaim> {
 pub enum Refusal {
     /// `spec.storage` is below what a data claim already requests.
     Shrink { storage: String, claim: String, current: String },
-    /// `spec.version` is not the major version the data was made with.
+    /// `spec.version` is below the major version of the data (a downgrade).
     VersionChange { wanted: Version, data: String, holder: String },
     /// The credentials Secret is gone (or lacks a key) while the data exists.
     CredentialsMissing(String),
@@ -898,9 +920,10 @@ impl Refusal {
                  spec.storage to {current} or more"
             ),
             Refusal::VersionChange { wanted, data, holder } => format!(
-                "spec.version \"{}\" differs from the major version \"{data}\" of the existing data ({holder}): \
-                 a major upgrade needs pg_upgrade or a dump and restore, so nothing is changed and the database \
-                 runs on; set spec.version back to \"{data}\"",
+                "spec.version \"{}\" is below the major version \"{data}\" of the existing data ({holder}): \
+                 PostgreSQL cannot be downgraded in place (pg_upgrade only goes up), so nothing is changed and \
+                 the database runs on; set spec.version back to \"{data}\", or restore a dump into a new \
+                 database of the older major",
                 wanted.as_str()
             ),
             Refusal::CredentialsMissing(message)
@@ -916,9 +939,10 @@ impl Refusal {
     }
 }
 
-/// Whether `db` may change what runs: its major version must be the data's (the
-/// `VERSION_LABEL` of its claims and StatefulSet), and its storage no less than any
-/// data claim requests. `claims` are the data claims of `db`.
+/// Whether `db` may change what runs: its major version no lower than the data's (the
+/// `VERSION_LABEL` of its claims and StatefulSet: a higher one is an upgrade,
+/// [`crate::upgrade`]), and its storage no less than any data claim requests. `claims`
+/// are the data claims of `db`.
 pub fn check(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&PersistentVolumeClaim]) -> Result<(), Refusal> {
     if let Some(why) = recovery_refusal(db, sts, claims) {
         return Err(Refusal::Recovery(why));
@@ -929,7 +953,7 @@ pub fn check(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&PersistentVo
         .into_iter()
         .chain(claims.iter().map(|c| (format!("claim {}", c.name_any()), c.labels().get(VERSION_LABEL))));
     for (holder, version) in labelled {
-        if let Some(data) = version.filter(|v| v.as_str() != wanted.as_str()) {
+        if let Some(data) = version.filter(|v| Version::parse(v).is_some_and(|v| v > wanted)) {
             return Err(Refusal::VersionChange { wanted, data: data.clone(), holder });
         }
     }
@@ -1007,6 +1031,9 @@ pub struct Observed<'a> {
     pub last_change: Option<&'a PrimaryChange>,
     /// The primary's archiver, when it was asked (continuous archiving only).
     pub archiving: Option<&'a WalArchiving>,
+    /// The major upgrade ([`crate::upgrade`]) as it stands after this look, if one is
+    /// in progress or failed for the current spec.
+    pub upgrade: Option<&'a MajorUpgrade>,
 }
 
 /// The status a PostgreSQL should have.
@@ -1022,18 +1049,21 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         _ => Phase::Provisioning,
     };
     let wanted = db.spec.replicas;
-    let ready = match observed.refusal {
-        Some(refusal) => Desired::new(types::READY, false, refusal.reason(), refusal.message()),
-        None if running => Desired::new(
+    let upgrade = observed.upgrade.filter(|u| u.step != UpgradeStep::Succeeded);
+    let ready = match (observed.refusal, upgrade) {
+        (Some(refusal), _) => Desired::new(types::READY, false, refusal.reason(), refusal.message()),
+        (None, Some(u)) => {
+            let reason = if u.step == UpgradeStep::Failed { reasons::UPGRADE_FAILED } else { reasons::UPGRADING };
+            Desired::new(types::READY, false, reason, crate::upgrade::describe(u))
+        }
+        _ if running => Desired::new(
             types::READY,
             true,
             reasons::RUNNING_READY,
             format!("{wanted} of {wanted} instances ready; clients connect to {}", endpoint(db)),
         ),
-        None if sts.is_none() => {
-            Desired::new(types::READY, false, reasons::PENDING, "the StatefulSet is not created yet")
-        }
-        None => match observed.stuck {
+        _ if sts.is_none() => Desired::new(types::READY, false, reasons::PENDING, "the StatefulSet is not created yet"),
+        _ => match observed.stuck {
             Some(cause) => Desired::new(
                 types::READY,
                 false,
@@ -1066,6 +1096,7 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         last_primary_change: observed.last_change.cloned().or_else(|| previous_status(db)?.last_primary_change.clone()),
         wal_archiving,
         secret_name: Some(secret_name(db)),
+        upgrade: observed.upgrade.cloned().or_else(|| previous_status(db)?.upgrade.clone()),
         conditions: conditions::merge(
             previous,
             [Some(ready), Some(backup_configured(db, observed.backup, observed.backup_conflict)), archiving_condition]
@@ -1316,10 +1347,14 @@ mod tests {
 
     #[test]
     fn the_claim_template_keeps_its_first_size_and_deletion_is_asked_for() {
+        let first = desired_statefulset(&db(r#"{version: "13", storage: 1Gi}"#), &Settings::default(), None, "d");
         let db = db(r#"{version: "14", storage: 5Gi, replicas: 1, deletionPolicy: Delete}"#);
-        let sts = desired_statefulset(&db, &Settings::default(), Some("1Gi"), "d");
+        let sts = desired_statefulset(&db, &Settings::default(), Some(&first), "d");
+        assert_eq!(sts.labels().get(VERSION_LABEL).map(String::as_str), Some("14"));
         let spec = sts.spec.unwrap();
-        assert_eq!(requested(&spec.volume_claim_templates.unwrap()[0]), Some("1Gi"));
+        let template = &spec.volume_claim_templates.unwrap()[0];
+        assert_eq!(requested(template), Some("1Gi"));
+        assert_eq!(template.labels().get(VERSION_LABEL).map(String::as_str), Some("13"), "immutable: as it was");
         assert_eq!(spec.persistent_volume_claim_retention_policy.unwrap().when_deleted.as_deref(), Some("Delete"));
     }
 
@@ -1578,7 +1613,7 @@ mod tests {
     }
 
     #[test]
-    fn a_smaller_storage_or_another_major_version_is_refused() {
+    fn a_smaller_storage_or_a_lower_major_version_is_refused() {
         let grown = db(r#"{version: "14", storage: 2Gi, replicas: 1}"#);
         let c = claim("data-test-db-0", "1Gi", "14");
         assert_eq!(check(&grown, None, &[&c]), Ok(()));
@@ -1590,11 +1625,17 @@ mod tests {
         assert_eq!(r.reason(), "ShrinkRefused");
         assert!(r.message().contains("spec.storage 1Gi") && r.message().contains("2Gi"), "{}", r.message());
         let fifteen = db(r#"{version: "15", storage: 1Gi, replicas: 1}"#);
-        let Err(r) = check(&fifteen, None, &[&claim("data-test-db-0", "1Gi", "14")]) else {
-            panic!("upgrade accepted")
+        assert_eq!(check(&fifteen, None, &[&claim("data-test-db-0", "1Gi", "14")]), Ok(()), "an upgrade");
+        let thirteen = db(r#"{version: "13", storage: 1Gi, replicas: 1}"#);
+        let Err(r) = check(&thirteen, None, &[&claim("data-test-db-0", "1Gi", "14")]) else {
+            panic!("a downgrade was accepted")
         };
         assert_eq!(r.reason(), "VersionChangeRefused");
-        assert!(r.message().contains("spec.version \"15\"") && r.message().contains("\"14\""), "{}", r.message());
+        assert!(
+            r.message().contains("spec.version \"13\" is below") && r.message().contains("\"14\""),
+            "{}",
+            r.message()
+        );
     }
 
     fn sts(ready: i32, replicas: i32) -> StatefulSet {

@@ -150,6 +150,25 @@ recovery_settings() {
   done <"$BOSUN_RECOVERY_SETTINGS"
 }
 
+# A standby's data of an older major than this server's: the primary was upgraded
+# (pg_upgrade, crates/resources/src/upgrade.rs). Once the primary answers on this
+# major, the old copy goes and the primary is cloned again; a standby's data is a
+# copy of the primary's, which keeps its pre-upgrade directory itself.
+reclone_after_upgrade() {
+  local have primary_major
+  have=$(<"$PGDATA/PG_VERSION")
+  [ -n "${PG_MAJOR:-}" ] && [ "$have" != "$PG_MAJOR" ] || return 0
+  wait_source
+  primary_major=$(psql -X -d "$(conn "$POSTGRES_USER") dbname=postgres connect_timeout=5" -tAc \
+    "SELECT current_setting('server_version_num')::int / 10000")
+  if [ "$primary_major" != "$PG_MAJOR" ]; then
+    log "this standby's data is PostgreSQL $have and the primary runs ${primary_major:-an unknown major}, not $PG_MAJOR: left as it is"
+    exit 1
+  fi
+  log "the primary was upgraded from PostgreSQL $have to $PG_MAJOR: this standby's copy goes, the primary is cloned again"
+  rm -rf "$PGDATA" || exit 1
+}
+
 prepare() {
   case $1 in
   primary)
@@ -162,6 +181,7 @@ prepare() {
     fi
     ;;
   replica)
+    [ ! -s "$PGDATA/PG_VERSION" ] || reclone_after_upgrade
     if [ ! -s "$PGDATA/PG_VERSION" ]; then
       clone
     elif [ ! -e "$PGDATA/standby.signal" ]; then

@@ -53,3 +53,30 @@ until setup; do
   sleep 1
 done
 [ -n "$standby" ] || log "passwords and the replication role are set"
+# After a major upgrade (pg_upgrade carries no planner statistics): analyze, the
+# cheapest statistics first, then drop the marker the upgrade left.
+if [ -z "$standby" ]; then
+  datadir=$(q -tAc 'SHOW data_directory') || exit 0
+  if [ -e "$datadir/bosun-analyze-pending" ]; then
+    # The new major's image may have another C library, whose collations sort text
+    # differently: the indexes built on the old one are rebuilt before the database
+    # records the new version (PostgreSQL 15 and later record it; on older ones the
+    # query fails and there is nothing to do).
+    stale=$(q -tAc "SELECT datname FROM pg_database WHERE datcollversion IS DISTINCT FROM pg_database_collation_actual_version(oid)" 2>/dev/null)
+    while IFS= read -r db; do
+      [ -n "$db" ] || continue
+      if [ "$(q -tAc "SELECT datallowconn FROM pg_database WHERE datname = '${db//\'/\'\'}'")" = t ]; then
+        log "the collation version of database $db changed: rebuilding its indexes (reindexdb)"
+        reindexdb -U "$POSTGRES_USER" -d "$db" >/dev/null 2>>"$out" || { log "reindexdb of $db failed; it runs again at the next start"; exit 0; }
+      fi
+      q -v d="$db" <<<'ALTER DATABASE :"d" REFRESH COLLATION VERSION' >/dev/null 2>>"$out"
+    done <<<"$stale"
+    log "analyzing every database after the major upgrade (vacuumdb --all --analyze-in-stages)"
+    if PGOPTIONS='-c synchronous_commit=local' vacuumdb -U "$POSTGRES_USER" --all --analyze-in-stages >/dev/null 2>>"$out"; then
+      rm -f "$datadir/bosun-analyze-pending"
+      log "analyzed"
+    else
+      log "vacuumdb --analyze-in-stages failed; it runs again at the next start"
+    fi
+  fi
+fi

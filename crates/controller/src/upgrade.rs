@@ -1,0 +1,275 @@
+//! The major-upgrade stage of the PostgreSQL pipeline: one step of
+//! [`bosun_resources::upgrade`] per look, each idempotent (the Jobs have fixed names,
+//! every wait reads what is), so a bosun restarted mid-upgrade carries on from what
+//! `status.upgrade` and the cluster say. The step is written with the status at the
+//! end of the look, with an event per step.
+
+use std::time::Duration;
+
+use bosun_api::backup::Backup;
+use bosun_api::postgresql::{MajorUpgrade, PostgreSQL, SWITCHOVER_ANNOTATION, UpgradeStep, Version};
+use bosun_resources::backup::{Finish, cronjob_name, finish};
+use bosun_resources::postgresql::{self as pg, CONTAINER};
+use bosun_resources::upgrade::{self as build, ANALYZE_MARKER};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::apply::{create_if_absent, merge_into};
+use crate::children::{Owned, controlled_by};
+use crate::context::Context;
+use crate::error::Error;
+
+/// How soon an upgrade in progress is looked at again.
+pub const RECHECK: Duration = Duration::from_secs(3);
+/// How long asking the primary whether it has analyzed may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the upgrade stage needs of the PostgreSQL's children.
+#[derive(Debug)]
+pub struct Seen<'a> {
+    pub sts: Option<&'a StatefulSet>,
+    pub pods: &'a [std::sync::Arc<Pod>],
+    pub claims: &'a [&'a PersistentVolumeClaim],
+    pub jobs: &'a Owned<Job>,
+    pub backups: &'a Owned<Backup>,
+}
+
+/// How the instances run while `upgrade` is where it is: the major, and whether they
+/// are stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Running {
+    pub version: Version,
+    pub stopped: bool,
+}
+
+impl Running {
+    pub fn of(db: &PostgreSQL, upgrade: Option<&MajorUpgrade>) -> Running {
+        match upgrade {
+            Some(u) => {
+                Running { version: build::running_version(u).unwrap_or(db.spec.version), stopped: build::stopped(u) }
+            }
+            None => Running { version: db.spec.version, stopped: false },
+        }
+    }
+}
+
+/// Take `upgrade` one step on, if its step is done: the upgrade as it stands now.
+pub async fn advance(
+    db: &PostgreSQL,
+    ctx: &Context,
+    seen: &Seen<'_>,
+    upgrade: MajorUpgrade,
+    now: Timestamp,
+) -> Result<MajorUpgrade, Error> {
+    let ns = db.namespace().unwrap_or_default();
+    let next = |step| build::next(&upgrade, step, now);
+    let advanced = match upgrade.step {
+        UpgradeStep::BackingUp => match backed_up(db, ctx, seen, &upgrade).await? {
+            Backed::Done => next(UpgradeStep::SwitchingOver),
+            Backed::Started(job) => MajorUpgrade { backup_job: Some(job), ..upgrade.clone() },
+            Backed::Waiting => upgrade.clone(),
+            Backed::Failed(why) => build::failed(&upgrade, &why, now),
+        },
+        UpgradeStep::SwitchingOver => {
+            let first = pg::pod_name(db, 0);
+            let primary = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
+            if db.spec.replicas <= 1 || primary.is_none_or(|p| p == first) {
+                next(UpgradeStep::Stopping)
+            } else {
+                // The StatefulSet starts its pods in order and each waits for the one
+                // before to be Ready: the upgraded primary must be the first.
+                if db.annotations().get(SWITCHOVER_ANNOTATION) != Some(&first) {
+                    merge_into::<PostgreSQL, _>(
+                        ctx,
+                        db,
+                        json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: first}}}),
+                    )
+                    .await?;
+                }
+                upgrade.clone()
+            }
+        }
+        UpgradeStep::Stopping if seen.pods.is_empty() => next(UpgradeStep::Upgrading),
+        UpgradeStep::Stopping => upgrade.clone(),
+        UpgradeStep::Upgrading => match upgraded(db, ctx, seen, &upgrade).await? {
+            Some(Ok(())) => next(UpgradeStep::Starting),
+            Some(Err(why)) => build::failed(&upgrade, &why, now),
+            None => upgrade.clone(),
+        },
+        UpgradeStep::Starting => {
+            let to = build::running_version(&upgrade).unwrap_or(db.spec.version);
+            for claim in seen.claims {
+                if let Some(patch) = pg::relabel(claim, to) {
+                    merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
+                }
+            }
+            match primary_pod(db, seen) {
+                Some(pod) if bosun_resources::failover::pod_ready(pod) && on(pod, to) => next(UpgradeStep::Analyzing),
+                _ => upgrade.clone(),
+            }
+        }
+        UpgradeStep::Analyzing => match primary_pod(db, seen) {
+            Some(pod) if bosun_resources::failover::pod_ready(pod) => {
+                let test = format!(r#"test ! -e "$PGDATA/{ANALYZE_MARKER}""#);
+                let target = (ns.as_str(), pod.metadata.name.as_deref().unwrap_or_default(), CONTAINER);
+                match crate::instances::run(&ctx.client, target, &["bash", "-c", &test], ASK_TIMEOUT).await {
+                    Ok(_) => next(UpgradeStep::Succeeded),
+                    Err(_) => upgrade.clone(),
+                }
+            }
+            _ => upgrade.clone(),
+        },
+        UpgradeStep::Succeeded | UpgradeStep::Failed => upgrade.clone(),
+    };
+    if advanced.step != upgrade.step || is_new(db, &upgrade) {
+        announce(db, ctx, &advanced);
+    }
+    Ok(advanced)
+}
+
+/// Whether `upgrade` is not in the status yet (it starts with this look).
+fn is_new(db: &PostgreSQL, upgrade: &MajorUpgrade) -> bool {
+    db.status.as_ref().and_then(|s| s.upgrade.as_ref()) != Some(upgrade)
+}
+
+/// An event for the step `upgrade` is now in: a Warning when it failed.
+fn announce(db: &PostgreSQL, ctx: &Context, upgrade: &MajorUpgrade) {
+    let note = build::describe(upgrade);
+    // One reason per step: events of one reason about one object are one series.
+    let reason = match upgrade.step {
+        UpgradeStep::BackingUp => "UpgradeBackingUp",
+        UpgradeStep::SwitchingOver => "UpgradeSwitchingOver",
+        UpgradeStep::Stopping => "UpgradeStopping",
+        UpgradeStep::Upgrading => "UpgradeRunningPgUpgrade",
+        UpgradeStep::Starting => "UpgradeStarting",
+        UpgradeStep::Analyzing => "UpgradeAnalyzing",
+        UpgradeStep::Succeeded => "Upgraded",
+        UpgradeStep::Failed => bosun_api::conditions::reasons::UPGRADE_FAILED,
+    };
+    ctx.events.upgrade_step(&db.object_ref(&()), reason, upgrade.step == UpgradeStep::Failed, note);
+}
+
+/// The primary's pod (`status.currentPrimary`).
+fn primary_pod<'a>(db: &PostgreSQL, seen: &'a Seen<'_>) -> Option<&'a Pod> {
+    let primary = db.status.as_ref()?.current_primary.as_deref()?;
+    seen.pods.iter().map(|p| p.as_ref()).find(|p| p.metadata.name.as_deref() == Some(primary))
+}
+
+/// Whether `pod` runs the major `version`.
+fn on(pod: &Pod, version: Version) -> bool {
+    pod.labels().get(pg::VERSION_LABEL).map(String::as_str) == Some(version.as_str())
+}
+
+enum Backed {
+    Done,
+    Started(String),
+    Waiting,
+    Failed(String),
+}
+
+/// The backup before the upgrade: a run of the database's Backup (as `kubectl create
+/// job --from=cronjob/...`), done when the Backup reports it as its last success.
+/// Without backups (or before the Backup was ever made) there is nothing to wait for.
+async fn backed_up(db: &PostgreSQL, ctx: &Context, seen: &Seen<'_>, upgrade: &MajorUpgrade) -> Result<Backed, Error> {
+    let ns = db.namespace().unwrap_or_default();
+    let backup = seen.backups.get(&ns, &pg::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
+    let Some(backup) = backup.filter(|_| pg::backups_enabled(db)) else { return Ok(Backed::Done) };
+    let cronjob = cronjob_name(&backup.name_any());
+    let name = build::backup_job_name(&cronjob, upgrade);
+    let reported =
+        backup.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).and_then(|s| s.job.as_deref());
+    if reported == Some(name.as_str()) {
+        return Ok(Backed::Done);
+    }
+    let Some(started) = upgrade.backup_job.as_deref() else {
+        let Some(cronjob) = Api::<CronJob>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&cronjob)
+            .await
+            .map_err(|source| Error::Read { what: format!("CronJob {ns}/{cronjob}"), source })?
+        else {
+            return Ok(Backed::Waiting);
+        };
+        let Some(job) = build::backup_run(&cronjob, name.clone()) else { return Ok(Backed::Waiting) };
+        create_if_absent(ctx, backup.as_ref(), &job).await?;
+        return Ok(Backed::Started(name));
+    };
+    let job = Api::<Job>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(started)
+        .await
+        .map_err(|source| Error::Read { what: format!("Job {ns}/{started}"), source })?;
+    Ok(match job.as_ref().and_then(finish) {
+        Some(Finish::Failed(_, why)) => {
+            let said = backup
+                .status
+                .as_ref()
+                .and_then(|s| {
+                    s.conditions.iter().find(|c| c.type_ == bosun_api::conditions::backup_types::LAST_BACKUP_SUCCEEDED)
+                })
+                .filter(|c| c.status == "False")
+                .map(|c| c.message.clone())
+                .unwrap_or(why);
+            Backed::Failed(format!("the backup before the upgrade (Job {started}) failed: {said}"))
+        }
+        None if job.is_none() => Backed::Failed(format!("the backup before the upgrade (Job {started}) is gone")),
+        _ => Backed::Waiting,
+    })
+}
+
+/// The upgrade Job on the primary's claim: created once, then its outcome (`None`
+/// while it runs); a failure is what its pod said.
+async fn upgraded(
+    db: &PostgreSQL,
+    ctx: &Context,
+    seen: &Seen<'_>,
+    upgrade: &MajorUpgrade,
+) -> Result<Option<Result<(), String>>, Error> {
+    let ns = db.namespace().unwrap_or_default();
+    let name = build::job_name(db, upgrade);
+    let job = match seen.jobs.get(&ns, &name).filter(|j| controlled_by(j.as_ref(), db)) {
+        Some(job) => (*job).clone(),
+        None => {
+            let primary =
+                db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap_or_else(|| pg::pod_name(db, 0));
+            let claim = format!("{}-{primary}", pg::DATA_VOLUME);
+            let Some(pod) = seen.sts.and_then(|s| s.spec.as_ref()?.template.spec.clone()) else { return Ok(None) };
+            let Some(job) = build::desired_job(db, &ctx.settings.postgres.image, &pod, upgrade, &claim) else {
+                return Ok(Some(Err(format!(
+                    "status.upgrade names an unknown major: {} → {}",
+                    upgrade.from, upgrade.to
+                ))));
+            };
+            match create_if_absent(ctx, db, &job).await {
+                Ok(job) => job,
+                Err(err) if err.is_invalid_spec() => {
+                    return Ok(Some(Err(format!("the upgrade Job was refused: {}", err.user_message()))));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    };
+    Ok(match finish(&job) {
+        Some(Finish::Succeeded(_)) => Some(Ok(())),
+        Some(Finish::Failed(_, why)) => {
+            let pods = crate::read::job_pods(&ctx.client, &ns, &name).await?;
+            let said = pods.iter().find_map(build::termination_message);
+            Some(Err(said.unwrap_or(why)))
+        }
+        _ => {
+            // A pod that cannot start (an image of the old or new major missing) would
+            // hold the upgrade, and the database, stopped: the attempt ends, and its
+            // Job goes first, so that it never starts beside the restarted instances.
+            let pods = crate::read::job_pods(&ctx.client, &ns, &name).await?;
+            match crate::read::pod_stuck(&ctx.client, ctx.now(), &ns, pods.first()).await? {
+                Some(cause) => {
+                    crate::apply::delete_exactly(ctx, &job).await?;
+                    Some(Err(format!("the upgrade Job {name} cannot run: {cause}")))
+                }
+                None => None,
+            }
+        }
+    })
+}
