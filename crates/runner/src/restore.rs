@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::io::StreamReader;
 
 use crate::catalogue::{Catalogue, read_manifest};
-use crate::location::Database;
+use crate::location::{Database, Engine};
 use crate::manifest::manifest_key_of;
 use crate::store::Store;
 use crate::tool::{self, Password};
@@ -87,7 +87,16 @@ impl Restore {
         let reader = StreamReader::new(bytes);
         let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(reader);
 
-        let tool = tool::restore(&self.target, &self.password, self.overwrite)?;
+        let older_server = match self.target.engine {
+            Engine::Postgresql => {
+                let server = tool::postgres_major(&self.target, &self.password)
+                    .await
+                    .map_err(tool::connecting("target", &self.target))?;
+                tool::major_of(&tool::tool_version("pg_restore").await).is_some_and(|client| server < client)
+            }
+            _ => false,
+        };
+        let tool = tool::restore(&self.target, &self.password, self.overwrite, older_server)?;
         let mut running = tool.spawn(true, false)?;
         let mut stdin =
             running.child.stdin.take().ok_or(Error::Tool { tool: tool.program, detail: "no stdin".into() })?;

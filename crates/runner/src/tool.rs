@@ -46,7 +46,9 @@ impl Password {
 /// A database tool invocation.
 #[derive(Debug)]
 pub struct Tool {
+    /// What it is called in messages (the executable, unless a pipeline in bash).
     pub program: &'static str,
+    executable: &'static str,
     args: Vec<String>,
     env: Vec<(&'static str, String)>,
     /// Files that must live as long as the process (a mongodump config with the password).
@@ -55,7 +57,7 @@ pub struct Tool {
 
 impl Tool {
     fn new(program: &'static str, db: &Database, password: &Password) -> Self {
-        let mut tool = Tool { program, args: Vec::new(), env: Vec::new(), _keep: None };
+        let mut tool = Tool { program, executable: program, args: Vec::new(), env: Vec::new(), _keep: None };
         if let Some(p) = &password.0 {
             match db.engine {
                 Engine::Postgresql => tool.env.push(("PGPASSWORD", p.clone())),
@@ -72,7 +74,7 @@ impl Tool {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(self.program);
+        let mut cmd = Command::new(self.executable);
         cmd.args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v))).kill_on_drop(true);
         cmd
     }
@@ -232,10 +234,43 @@ pub fn base_backup(db: &Database, password: &Password) -> Tool {
         .args(libpq(db, false))
 }
 
+/// pg_restore into a server of an older major than itself, as bash runs it: the
+/// arguments are pg_restore's, `--`, then psql's. pg_restore sets, before anything of
+/// the dump, every parameter its own major knows — 17's `SET transaction_timeout = 0`
+/// is an error on 16 and older, which stops the restore at once. So pg_restore writes
+/// the SQL script, that line goes from its preamble (the lines before the first
+/// statement that is not a comment, `SET`, `set_config` or `\restrict`: never from the
+/// data), and
+/// psql runs the rest, stopping at the first error as `--exit-on-error` does.
+const PG_RESTORE_TO_OLDER: &str = r#"set -o pipefail
+restore=()
+while [ "$1" != -- ]; do restore+=("$1"); shift; done
+shift
+pg_restore "${restore[@]}" --file=- | awk '
+  !body && $0 == "SET transaction_timeout = 0;" { next }
+  !body && !/^(--|SET |SELECT pg_catalog\.set_config|\\restrict |$)/ { body = 1 }
+  { print }' | psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 "$@" >/dev/null"#;
+
 /// The restore, reading a dump made by [`dump`] on stdin. `overwrite` replaces what
 /// the dump contains (the caller has checked the target is empty otherwise).
-pub fn restore(db: &Database, password: &Password, overwrite: bool) -> Result<Tool, Error> {
+/// `older_server`: the target is a PostgreSQL of an older major than the local
+/// pg_restore ([`PG_RESTORE_TO_OLDER`]).
+pub fn restore(db: &Database, password: &Password, overwrite: bool, older_server: bool) -> Result<Tool, Error> {
     Ok(match db.engine {
+        Engine::Postgresql if older_server => {
+            let mut tool = Tool::new("pg_restore | psql", db, password).args([
+                "-c",
+                PG_RESTORE_TO_OLDER,
+                "bosun-restore",
+                "--no-owner",
+                "--no-privileges",
+            ]);
+            tool.executable = "bash";
+            if overwrite {
+                tool = tool.args(["--clean", "--if-exists"]);
+            }
+            tool.args(["--"]).args(libpq(db, true))
+        }
         Engine::Postgresql => {
             let tool = Tool::new("pg_restore", db, password)
                 .args(["--no-owner", "--no-privileges", "--exit-on-error"])
@@ -315,13 +350,13 @@ pub async fn hold_wal(db: &Database, password: &Password) -> Result<WalHold, Err
 
 /// `tar` unpacking its stdin into `dir` (a base backup's data directory).
 pub fn untar(dir: &std::path::Path) -> Tool {
-    let tool = Tool { program: "tar", args: Vec::new(), env: Vec::new(), _keep: None };
+    let tool = Tool { program: "tar", executable: "tar", args: Vec::new(), env: Vec::new(), _keep: None };
     tool.args(["-x", "-f", "-", "-C"]).args([dir.display().to_string()])
 }
 
 /// The tool's own version line, e.g. `pg_dump (PostgreSQL) 15.14`.
 pub async fn tool_version(program: &'static str) -> String {
-    let tool = Tool { program, args: vec!["--version".into()], env: Vec::new(), _keep: None };
+    let tool = Tool { program, executable: program, args: vec!["--version".into()], env: Vec::new(), _keep: None };
     tool.output().await.unwrap_or_else(|e| format!("unknown ({e})")).lines().next().unwrap_or_default().to_owned()
 }
 
@@ -344,6 +379,22 @@ pub async fn server_version(db: &Database, password: &Password) -> Result<String
         // mongodump reports the server version in its log; no shell is needed for it.
         Engine::Mongodb => Ok("unknown".to_owned()),
     }
+}
+
+/// The major version of the PostgreSQL server `db` (e.g. 15).
+pub async fn postgres_major(db: &Database, password: &Password) -> Result<u32, Error> {
+    let number = query_postgres(db, password, "SHOW server_version_num").await?;
+    number
+        .parse::<u32>()
+        .map(|n| n / 10_000)
+        .map_err(|_| Error::Tool { tool: "psql", detail: format!("server_version_num is {number:?}, not a number") })
+}
+
+/// The major version in a PostgreSQL tool's version line (`pg_restore (PostgreSQL) 17.12
+/// (Debian 17.12-0+deb13u1)` → 17; `… 9.6.24` → 9).
+pub fn major_of(version_line: &str) -> Option<u32> {
+    let mut words = version_line.split_whitespace().skip_while(|w| *w != "(PostgreSQL)");
+    words.nth(1)?.split('.').next()?.parse().ok()
 }
 
 /// How many tables (collections) the database holds; restores refuse a non-empty one.
@@ -468,14 +519,52 @@ mod tests {
     }
 
     #[test]
+    fn a_major_is_read_from_a_version_line() {
+        assert_eq!(major_of("pg_restore (PostgreSQL) 17.12 (Debian 17.12-0+deb13u1)"), Some(17));
+        assert_eq!(major_of("pg_restore (PostgreSQL) 17.12"), Some(17));
+        assert_eq!(major_of("pg_restore (PostgreSQL) 9.6.24"), Some(9));
+        assert_eq!(major_of("unknown (no such file)"), None);
+    }
+
+    /// Into an older server: the preamble loses `SET transaction_timeout = 0;`, the same
+    /// text as a row of the data does not, and psql gets everything else in order.
+    #[tokio::test]
+    async fn a_restore_into_an_older_server_drops_only_the_preamble_setting_it_does_not_know() {
+        let dir = std::env::temp_dir().join(format!("bosun-restore-older-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = "--\n-- PostgreSQL database dump\n--\n\\restrict abc\n\nSET statement_timeout = 0;\n\
+                      SET transaction_timeout = 0;\nSELECT pg_catalog.set_config('search_path', '', false);\n\n\
+                      CREATE TABLE public.t (v text);\nCOPY public.t (v) FROM stdin;\n\
+                      SET transaction_timeout = 0;\n\\.\n";
+        std::fs::write(dir.join("script.sql"), script).unwrap();
+        let fake = |name: &str, body: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        };
+        fake("pg_restore", &format!("cat >/dev/null; cat '{}'", dir.join("script.sql").display()));
+        fake("psql", &format!("cat >'{}'", dir.join("got").display()));
+        let mut tool = restore(&db("postgresql://u@h/d"), &Password(None), false, true).unwrap();
+        tool.env.push(("PATH", format!("{}:/usr/bin:/bin", dir.display())));
+        tool.spawn(true, false).unwrap().finish().await.unwrap();
+        let got = std::fs::read_to_string(dir.join("got")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(got.matches("SET transaction_timeout = 0;").count(), 1, "{got}");
+        assert!(got.contains("FROM stdin;\nSET transaction_timeout = 0;\n"), "the row stays: {got}");
+        assert!(got.contains("SET statement_timeout = 0;") && got.contains("CREATE TABLE public.t"), "{got}");
+    }
+
+    #[test]
     fn no_password_reaches_a_command_line() {
         let password = Password(Some("hunter2".into()));
         for url in ["postgresql://u@h/d", "mysql://u@h/d"] {
             let d = dump(&db(url), &password).unwrap();
             assert!(!d.args.iter().any(|a| a.contains("hunter2")), "{:?}", d.args);
             assert!(d.env.iter().any(|(_, v)| v == "hunter2"), "the tool's own variable carries it");
-            let r = restore(&db(url), &password, false).unwrap();
-            assert!(!r.args.iter().any(|a| a.contains("hunter2")));
+            for older in [false, true] {
+                let r = restore(&db(url), &password, false, older).unwrap();
+                assert!(!r.args.iter().any(|a| a.contains("hunter2")));
+            }
         }
         let m = dump(&db("mongodb://u@h/d"), &password).unwrap();
         assert!(!m.args.iter().any(|a| a.contains("hunter2")), "{:?}", m.args);
@@ -492,9 +581,9 @@ mod tests {
         let my = dump(&db("mysql://u@h/shop"), &Password::default()).unwrap();
         assert!(my.args.contains(&"--single-transaction".to_owned()));
         assert_eq!(my.args.last().map(String::as_str), Some("shop"), "no --databases: no CREATE DATABASE in the dump");
-        let restore_over = restore(&db("postgresql://u@h/app"), &Password::default(), true).unwrap();
+        let restore_over = restore(&db("postgresql://u@h/app"), &Password::default(), true, false).unwrap();
         assert!(restore_over.args.contains(&"--clean".to_owned()));
-        let restore_fresh = restore(&db("postgresql://u@h/app"), &Password::default(), false).unwrap();
+        let restore_fresh = restore(&db("postgresql://u@h/app"), &Password::default(), false, false).unwrap();
         assert!(!restore_fresh.args.contains(&"--clean".to_owned()));
     }
 
@@ -502,7 +591,7 @@ mod tests {
     fn mongodb_dumps_one_database_and_restores_it_under_the_target_name() {
         let dump = dump(&db("mongodb://u@h:27018/app"), &Password::default()).unwrap();
         assert!(dump.args.contains(&"--uri=mongodb://u@h:27018/app?authSource=admin".to_owned()), "{:?}", dump.args);
-        let restore = restore(&db("mongodb://u@h:27018/app_copy"), &Password::default(), false).unwrap();
+        let restore = restore(&db("mongodb://u@h:27018/app_copy"), &Password::default(), false, false).unwrap();
         // No database in the URI: mongorestore would take it as --db and skip the
         // archive's namespaces of any other name.
         assert!(restore.args.contains(&"--uri=mongodb://u@h:27018/?authSource=admin".to_owned()), "{:?}", restore.args);
