@@ -88,7 +88,7 @@ fn make_deploy_sets_the_images_and_the_local_overlay_pins_bosun_to_the_real_node
             .unwrap()
             .contains("bosun.dev/real-node")
     );
-    assert_eq!(env_value(manager(&objects), "BOSUN_POSTGRES_IMAGE"), Some("localhost/postgres:15"));
+    assert_eq!(env_value(manager(&objects), "BOSUN_POSTGRES_IMAGE"), Some("localhost/postgres:{version}"));
     assert_eq!(env_value(manager(&objects), "BOSUN_REDIS_IMAGE"), Some("localhost/redis:7"));
 
     // Another cluster: config/default as it is, with IMG (a registry with a port, a

@@ -322,8 +322,9 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
             let c = env.api::<PersistentVolumeClaim>().get(claim).await.unwrap();
             assert_eq!(requested(&c).as_deref(), Some("2Gi"), "{claim} changed");
         }
-        // Another major version: refused, the StatefulSet keeps its image.
-        patch_spec(&env, "test-db", json!({"storage": "2Gi", "version": "15"})).await;
+        // A lower major version (a raised one is an upgrade): refused, the StatefulSet
+        // keeps its image.
+        patch_spec(&env, "test-db", json!({"storage": "2Gi", "version": "13"})).await;
         let db = env
             .wait_for::<PostgreSQL>("test-db", "VersionChangeRefused", is("Ready", "False", "VersionChangeRefused"))
             .await;

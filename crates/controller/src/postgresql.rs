@@ -148,7 +148,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
     let instances = failover::instance_pods(db, &children.pods);
-    let major = match bosun_resources::upgrade::plan(db, data_version(cached.as_deref(), &claim_refs), now) {
+    // No claim, no data: a new version is simply what the instances will run.
+    let data = if claim_refs.is_empty() { None } else { data_version(cached.as_deref(), &claim_refs) };
+    let major = match bosun_resources::upgrade::plan(db, data, now) {
         bosun_resources::upgrade::Plan::Upgrade(u) => {
             let seen = upgrade::Seen {
                 sts: cached.as_deref(),
