@@ -156,6 +156,11 @@ BENCH_RUNS ?= 5
 bench-failover: cluster ## PostgreSQL failover on the real node: write outage of a deleted pod, a killed postmaster, a primary that cannot start, a switchover (BENCH_RUNS each, default 5), with and without synchronous replication; rows lost; writes target/bench/failover-*.json.
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test failover -- --ignored --nocapture --test-threads 2 bench_failover
 
+BENCH_UPGRADE_SCALE ?= 68
+.PHONY: bench-upgrade
+bench-upgrade: cluster ## PostgreSQL 13 → 17 on the real node, pgbench scale BENCH_UPGRADE_SCALE (default 68, ~1 GiB): the write outage of the in-place upgrade (pg_upgrade --link) beside a dump and restore by the runner; writes target/bench/upgrade-<size>.json.
+	BENCH_UPGRADE_SCALE=$(BENCH_UPGRADE_SCALE) $(CARGO) test -p bosun --test failover -- --ignored --nocapture bench_upgrade
+
 SIZE ?= 1GiB
 DESTINATION ?= s3
 WAL ?= 1GiB

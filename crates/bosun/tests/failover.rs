@@ -549,12 +549,16 @@ async fn bench(mode: &'static str, extra: &'static str) {
         println!("acknowledged rows: {}, lost: {lost}", acked.len());
         let report =
             json!({"mode": mode, "runs": runs, "outage_seconds": rows, "acknowledged": acked.len(), "lost": lost});
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("failover-{mode}.json")), serde_json::to_string_pretty(&report).unwrap())
-            .unwrap();
+        write_report(&format!("failover-{mode}"), &report);
     })
     .await;
+}
+
+/// Writes `report` as `target/bench/<name>.json`.
+fn write_report(name: &str, report: &serde_json::Value) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.json")), serde_json::to_string_pretty(report).unwrap()).unwrap();
 }
 
 #[tokio::test]
@@ -567,4 +571,134 @@ async fn bench_failover_asynchronous() {
 #[ignore = "a benchmark: make bench-failover"]
 async fn bench_failover_synchronous() {
     bench("synchronous", ", synchronous: {number: 1}").await;
+}
+
+/// The baseline of `make bench-upgrade`: the runner dumps the 13 database and restores
+/// the dump into a new 17 one, as a major upgrade is done by hand; prints the seconds
+/// of each.
+const DUMP_AND_RESTORE: &str = r#"set -eu
+t0=$(date +%s.%N)
+bosun backup run --source "postgresql://postgres@test-db:5432/postgres" --destination file:///dumps --name bench >/dev/null
+t1=$(date +%s.%N)
+bosun restore run --destination file:///dumps --name bench --latest --target "postgresql://postgres@copy-db:5432/postgres" >/dev/null
+t2=$(date +%s.%N)
+awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { print "dump", b - a, "restore", c - b }'"#;
+
+/// `make bench-upgrade`: the write outage of a major upgrade in place (13 → 17 with
+/// `pg_upgrade --link`, the writer of the tests acknowledging a row every ~20 ms), beside
+/// the baseline — a dump of the same database by the runner and its restore into a new
+/// 17 database, during which it must take no writes — on a database of
+/// `BENCH_UPGRADE_SCALE` (68: about 1 GiB) pgbench scale; writes
+/// `target/bench/upgrade-<size>.json`. Not a test: numbers only.
+#[tokio::test]
+#[ignore = "a benchmark: make bench-upgrade"]
+async fn bench_upgrade() {
+    e2e("bench-upgrade", |env| async move {
+        env.use_real_node().await;
+        bosun_testing::node::import_runner_image();
+        let flags = ["--controllers=postgresql", "--postgres-image=localhost/postgres:{version}", "--postgres-volume-permissions"];
+        let _bosun = env.start_bosun(&flags).await;
+        let scale: u32 = std::env::var("BENCH_UPGRADE_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(68);
+        let database = |name: &str, version: &str| {
+            format!(
+                "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: {name}}}\n\
+                 spec: {{version: \"{version}\", storage: 8Gi, replicas: 1}}\n"
+            )
+        };
+        let (ok, out) = env.kubectl_apply(&database("test-db", "13"));
+        assert!(ok, "{out}");
+        env.wait_for_within::<PostgreSQL>("test-db", "Ready", Duration::from_secs(300), ready).await;
+        let loading = Instant::now();
+        let scale_arg = scale.to_string();
+        env.exec_ok("test-db-0", &["pgbench", "-i", "-q", "-s", &scale_arg, "-U", "postgres", "postgres"]);
+        let size: u64 = psql(&env, "test-db-0", "SELECT pg_database_size('postgres')").unwrap().parse().unwrap();
+        eprintln!("bench-upgrade: loaded {} MiB in {:.0} s", size >> 20, loading.elapsed().as_secs_f64());
+
+        // The baseline: a 17 database with the same password, the runner in between.
+        let mut secret = env.api::<k8s_openapi::api::core::v1::Secret>().get("test-db-credentials").await.unwrap();
+        secret.metadata = kube::api::ObjectMeta { name: Some("copy-db-credentials".into()), ..Default::default() };
+        env.apply(&secret).await;
+        let (ok, out) = env.kubectl_apply(&database("copy-db", "17"));
+        assert!(ok, "{out}");
+        env.wait_for_within::<PostgreSQL>("copy-db", "Ready", Duration::from_secs(300), ready).await;
+        let runner: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dump-and-restore"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "runner", "image": "localhost/bosun-runner:dev", "imagePullPolicy": "IfNotPresent",
+                    "command": ["bash", "-c", DUMP_AND_RESTORE],
+                    "env": [{"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "test-db-credentials", "key": "password"}}}],
+                    "volumeMounts": [{"name": "dumps", "mountPath": "/dumps"}],
+                }],
+                "volumes": [{"name": "dumps", "emptyDir": {}}],
+            },
+        }))
+        .unwrap();
+        env.apply(&runner).await;
+        let done = env
+            .wait_pod("dump-and-restore", "finished", Duration::from_secs(3600), |p| {
+                matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+            })
+            .await;
+        let (_, said) = env.kubectl(&["logs", "dump-and-restore"]);
+        assert_eq!(done.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"), "{said}");
+        let words: Vec<&str> = said.split_whitespace().collect();
+        let [_, dump, _, restore] = words[..] else { panic!("the runner said {said}") };
+        let (dump, restore): (f64, f64) = (dump.parse().unwrap(), restore.parse().unwrap());
+        let rows = |pod: &str, db: &str| {
+            let (ok, out) = env.exec(pod, &["psql", "-X", "-U", "postgres", "-d", db, "-tAc", "SELECT count(*) FROM pgbench_accounts"]);
+            assert!(ok, "{out}");
+            out.trim().to_owned()
+        };
+        let expected = (u64::from(scale) * 100_000).to_string();
+        assert_eq!(rows("copy-db-0", "postgres"), expected, "the dump restored in full");
+
+        // In place, under writes.
+        start_writer(&env).await;
+        let at = unix_now();
+        let started = Instant::now();
+        env.api::<PostgreSQL>()
+            .patch("test-db", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"spec": {"version": "17"}})))
+            .await
+            .unwrap();
+        env.wait_for_within::<PostgreSQL>("test-db", "upgraded", Duration::from_secs(1800), |db| {
+            db.status.as_ref().and_then(|s| s.upgrade.as_ref()).is_some_and(|u| {
+                u.to == "17" && u.step == bosun_api::postgresql::UpgradeStep::Succeeded
+            })
+        })
+        .await;
+        let total = started.elapsed().as_secs_f64();
+        wait_until("writes to succeed again", Duration::from_secs(120), || {
+            acks(&env).last().is_some_and(|(_, t)| *t > unix_now() - 1.0)
+        })
+        .await;
+        let in_place = outage(&acks(&env), at);
+        assert_eq!(rows("test-db-0", "postgres"), expected, "the upgraded data in full");
+        let baseline = dump + restore;
+        println!("\nupgrade of PostgreSQL 13 → 17, {} MiB (pgbench scale {scale})", size >> 20);
+        println!("{:<44} {:>10}", "", "seconds");
+        println!("{:<44} {:>10.1}", "in place (pg_upgrade --link): write outage", in_place);
+        println!("{:<44} {:>10.1}", "in place: spec change → Succeeded (analyzed)", total);
+        println!("{:<44} {:>10.1}", "dump and restore (the runner): dump", dump);
+        println!("{:<44} {:>10.1}", "dump and restore: restore", restore);
+        println!("{:<44} {:>10.1}", "dump and restore: downtime (both)", baseline);
+        println!("baseline / in place: {:.1}×", baseline / in_place);
+        let report = json!({
+            "size_bytes": size, "pgbench_scale": scale, "from": "13", "to": "17",
+            "in_place": {"write_outage_seconds": in_place, "total_seconds": total, "method": "pg_upgrade --link"},
+            "dump_and_restore": {"dump_seconds": dump, "restore_seconds": restore, "downtime_seconds": baseline},
+            "baseline_over_in_place": baseline / in_place,
+        });
+        write_report(&format!("upgrade-{}MiB", size >> 20), &report);
+    })
+    .await;
+}
+
+/// Ready, all instances, for the current generation.
+fn ready(db: &PostgreSQL) -> bool {
+    db.status.as_ref().is_some_and(|s| {
+        s.observed_generation == db.metadata.generation
+            && s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+    })
 }
