@@ -1117,7 +1117,8 @@ async fn a_database_is_upgraded_from_13_to_15_to_17_in_place() {
 
 /// Issue 27: a pg_upgrade that cannot be done (a reg* column, which pg_upgrade cannot
 /// carry over) leaves the database on its old major with its data, a clear status and
-/// a Warning; set back and raised again once the cause is gone, it succeeds.
+/// a Warning; set back and raised again once the cause is gone, it succeeds, two
+/// majors at once.
 #[tokio::test]
 async fn a_failed_upgrade_leaves_the_database_on_its_old_major() {
     e2e("postgresql-upgrade-fails", |env| async move {
@@ -1150,13 +1151,15 @@ async fn a_failed_upgrade_leaves_the_database_on_its_old_major() {
         let still = env.api::<PostgreSQL>().get("test-db").await.unwrap();
         assert_eq!(still.status.unwrap().upgrade.unwrap().step, bosun_api::postgresql::UpgradeStep::Failed);
 
-        // The cause gone, set back and raised again: upgraded.
+        // The cause gone, set back and raised again, two majors at once (one pg_upgrade):
+        // upgraded.
         sql_on(&env, "test-db-0", "DROP TABLE blocker");
         patch_spec(&env, "test-db", json!({"version": "13"})).await;
         wait_ready(&env, "test-db", Duration::from_secs(120)).await;
-        patch_spec(&env, "test-db", json!({"version": "15"})).await;
-        upgrade_ended(&env, "test-db", "15", "AllReplicasReady").await;
-        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 15."));
+        patch_spec(&env, "test-db", json!({"version": "17"})).await;
+        let db = upgrade_ended(&env, "test-db", "17", "AllReplicasReady").await;
+        assert_eq!(db.status.unwrap().upgrade.unwrap().from, "13");
+        assert!(server_version(&env, "test-db-0").contains("PostgreSQL 17."));
         assert_eq!(sql_on(&env, "test-db-0", "SELECT count(*) FROM kept"), "500");
     })
     .await;
