@@ -24,6 +24,7 @@ use std::time::Duration;
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
 use bosun_resources::postgresql::{self as build, Observed, Refusal};
+use bosun_resources::upgrade::{Plan, data_version, plan};
 use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -43,7 +44,6 @@ use crate::permissions::{self, Permission};
 use crate::status::update_status;
 use crate::upgrade::{self, Running};
 use crate::wiring::{self, Outcome};
-use bosun_resources::upgrade::data_version;
 
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "postgresql";
@@ -150,12 +150,11 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let instances = failover::instance_pods(db, &children.pods);
     // No claim, no data: a new version is simply what the instances will run.
     let data = if claim_refs.is_empty() { None } else { data_version(cached.as_deref(), &claim_refs) };
-    let major = match bosun_resources::upgrade::plan(db, data, now) {
-        bosun_resources::upgrade::Plan::Upgrade(u) => {
+    let major = match plan(db, data, now) {
+        Plan::Upgrade(u) => {
             let seen = upgrade::Seen {
                 sts: cached.as_deref(),
                 pods: &instances,
-                claims: &claim_refs,
                 jobs: &children.jobs,
                 backups: &children.backups,
             };
@@ -333,8 +332,9 @@ async fn serve(
         let patch = json!({"spec": {"resources": {"requests": {"storage": db.spec.storage}}}});
         merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
     }
-    // Claims made from the (immutable) template after an upgrade say the old major.
-    if !running.stopped && running.version == db.spec.version {
+    // Each data claim says the major that runs on it: after an upgrade's pg_upgrade,
+    // and for claims made later from the (immutable) template, which says the first.
+    if !running.stopped {
         for claim in claims {
             if let Some(patch) = build::relabel(claim, running.version) {
                 merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;

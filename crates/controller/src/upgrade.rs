@@ -14,7 +14,7 @@ use bosun_resources::upgrade::{self as build, ANALYZE_MARKER};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -33,7 +33,6 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Seen<'a> {
     pub sts: Option<&'a StatefulSet>,
     pub pods: &'a [std::sync::Arc<Pod>],
-    pub claims: &'a [&'a PersistentVolumeClaim],
     pub jobs: &'a Owned<Job>,
     pub backups: &'a Owned<Backup>,
 }
@@ -100,13 +99,9 @@ pub async fn advance(
             Some(Err(why)) => build::failed(&upgrade, &why, now),
             None => upgrade.clone(),
         },
+        // (The claims are relabelled by the StatefulSet's stage, to the major that runs.)
         UpgradeStep::Starting => {
             let to = build::running_version(&upgrade).unwrap_or(db.spec.version);
-            for claim in seen.claims {
-                if let Some(patch) = pg::relabel(claim, to) {
-                    merge_into::<PostgreSQL, _>(ctx, *claim, patch).await?;
-                }
-            }
             match primary_pod(db, seen) {
                 Some(pod) if bosun_resources::failover::pod_ready(pod) && on(pod, to) => next(UpgradeStep::Analyzing),
                 _ => upgrade.clone(),
