@@ -2,9 +2,10 @@
 # Builds one of the pinned storage and MongoDB servers that hack/backends.sh
 # runs, or a tool the packaging tests run (promtool, helm), from the
 # registries (Go module proxy, npm), into a cache outside the checkout, and
-# prints the directory holding its executables.
+# prints the directory holding its executables. actionlint, which make lint runs
+# on .github/workflows, is built the same way.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4 | actionlint
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -68,7 +69,12 @@ case $name in
     files=(helm4/go.mod helm4/go.sum)
     bins=(helm4)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4" >&2; exit 2 ;;
+  actionlint)
+    version=$(go_version_of actionlint github.com/rhysd/actionlint)
+    files=(actionlint/go.mod actionlint/go.sum)
+    bins=(actionlint)
+    ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4|actionlint" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -193,6 +199,17 @@ build_helm() { build_helm_from helm helm.sh/helm/v3 helm; }
 # Helm 4, named helm4 beside Helm 3: its --wait is kstatus's judgement (the tests of
 # bosun's Reconciling/Stalled conditions).
 build_helm4() { build_helm_from helm4 helm.sh/helm/v4 helm4; }
+
+# actionlint from its module's own source and go.sum, its version stamped where its
+# release builds put it (actionlint -version).
+build_actionlint() {
+  go_env
+  module_source actionlint github.com/rhysd/actionlint
+  log "building actionlint $version"
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
+    -ldflags "-s -w -X github.com/rhysd/actionlint.version=${version#v}" -o "$work/bin/actionlint" ./cmd/actionlint)
+  rm -rf "$work/src"
+}
 
 build_azurite() {
   command -v npm >/dev/null || die "npm is not installed (needed to install azurite)"
