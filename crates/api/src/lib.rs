@@ -7,6 +7,7 @@
 pub mod appconfig;
 pub mod backup;
 pub mod conditions;
+pub mod conversion;
 pub mod demovolume;
 pub mod docs;
 pub mod monitoring;

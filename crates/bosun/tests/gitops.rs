@@ -18,7 +18,7 @@ fn chart(dir: &Path, webapp_spec: &str) {
     std::fs::write(dir.join("Chart.yaml"), "apiVersion: v2\nname: shop\nversion: 0.1.0\n").unwrap();
     let templates = format!(
         "apiVersion: apps.example.com/v1\nkind: WebApp\nmetadata: {{name: web}}\nspec: {webapp_spec}\n---\n\
-         apiVersion: voting.schoolofdevops.com/v1alpha1\nkind: VoteConfig\nmetadata: {{name: pets}}\n\
+         apiVersion: voting.schoolofdevops.com/v1\nkind: VoteConfig\nmetadata: {{name: pets}}\n\
          spec: {{options: [{{id: a, label: Cats}}, {{id: b, label: Dogs}}]}}\n"
     );
     std::fs::write(dir.join("templates/resources.yaml"), templates).unwrap();

@@ -123,7 +123,7 @@ async fn objects_bosun_does_not_control_are_never_taken_changed_or_deleted() {
         .unwrap();
         env.apply(&volume).await;
         let vote: VoteConfig = serde_json::from_value(json!({
-            "apiVersion": "voting.schoolofdevops.com/v1alpha1", "kind": "VoteConfig", "metadata": {"name": "pets"},
+            "apiVersion": "voting.schoolofdevops.com/v1", "kind": "VoteConfig", "metadata": {"name": "pets"},
             "spec": {"options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]}
         }))
         .unwrap();

@@ -14,7 +14,7 @@ use serde_json::json;
 
 fn vote(name: &str, spec: serde_json::Value) -> VoteConfig {
     serde_json::from_value(json!({
-        "apiVersion": "voting.schoolofdevops.com/v1alpha1",
+        "apiVersion": "voting.schoolofdevops.com/v1",
         "kind": "VoteConfig",
         "metadata": {"name": name},
         "spec": spec,
@@ -22,11 +22,11 @@ fn vote(name: &str, spec: serde_json::Value) -> VoteConfig {
     .expect("voteconfig")
 }
 
-/// The example of the spec.
+/// The example of the spec, in `v1`.
 fn pets(dogs: &str) -> VoteConfig {
     vote(
         "pets",
-        json!({"title": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": dogs}]}),
+        json!({"question": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": dogs}]}),
     )
 }
 
@@ -222,6 +222,113 @@ async fn the_schema_refuses_bad_options_naming_the_field() {
             json!({"metadata": {"name": long_name}, "spec": {"options": [option("a", "x"), option("b", "y")]}});
         let err = env.create_raw::<VoteConfig>(object).await.expect_err("a name too long for a label").to_string();
         assert!(err.contains("metadata.name"), "{err}");
+    })
+    .await;
+}
+
+/// A port free now, below the kernel's range for outgoing connections.
+fn free_port() -> u16 {
+    loop {
+        let port = 20000 + rand::random::<u16>() % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The spec's manifest, exactly as the voting-app tutorial writes it.
+const SPEC_EXAMPLE: &str = "apiVersion: voting.schoolofdevops.com/v1alpha1
+kind: VoteConfig
+metadata: {name: pets}
+spec:
+  title: Cats or dogs?
+  options: [{id: a, label: Cats}, {id: b, label: Dogs}]
+";
+
+#[tokio::test]
+async fn both_versions_are_served_and_convert_losslessly_through_bosuns_webhook() {
+    e2e("vote-versions", |env| async move {
+        use bosun_api::voteconfig::{DESCRIPTIONS_ANNOTATION, v1alpha1};
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+        // The conversion webhook is served by bosun at a URL (no Service reaches this
+        // host), with the certificate it makes; its admission webhooks select only this
+        // test's namespace.
+        let port = free_port();
+        let _bosun = env
+            .start_bosun(&[
+                "--controllers=voteconfig",
+                &format!("--namespaces={}", env.ns),
+                &format!("--webhook-port={port}"),
+                &format!("--webhook-url=https://127.0.0.1:{port}"),
+                &format!("--webhook-configuration-prefix={}-", env.ns),
+            ])
+            .await;
+        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(env.client.clone());
+        let url = format!("https://127.0.0.1:{port}/convert");
+        let mut pointed = false;
+        for _ in 0..120 {
+            let crd = crds.get("voteconfigs.voting.schoolofdevops.com").await.unwrap();
+            let config = crd.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap();
+            if config.url.as_deref() == Some(url.as_str()) && config.ca_bundle.is_some() && config.service.is_none() {
+                pointed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(pointed, "bosun did not point the CRD's conversion at {url}");
+
+        // The tutorial's manifest applies unchanged, with the deprecation warning…
+        let (ok, out) = env.kubectl_apply(SPEC_EXAMPLE);
+        assert!(ok, "kubectl apply of the v1alpha1 example: {out}");
+        assert!(out.contains("v1alpha1 VoteConfig is deprecated"), "no deprecation warning: {out}");
+        // …and is served in v1, where bosun reconciles it.
+        let v = env.wait_for::<VoteConfig>("pets", "Ready=True", is_ready).await;
+        assert_eq!(v.spec.question.as_deref(), Some("Cats or dogs?"));
+        let cm = env.api::<ConfigMap>().get("pets-config").await.unwrap();
+        assert_eq!(data(&cm)["TITLE"], "Cats or dogs?");
+        let old = env.api::<v1alpha1::VoteConfig>().get("pets").await.unwrap();
+        assert_eq!(old.spec.title.as_deref(), Some("Cats or dogs?"));
+        assert_eq!(old.status, v.status, "the status reads the same in both versions");
+
+        // A v1 object with what only v1 has, read as v1alpha1 and written back by an old
+        // client (a changed title): its descriptions survive.
+        let described = vote(
+            "described",
+            json!({"question": "Tea or coffee?", "options": [
+                {"id": "tea", "label": "Tea", "description": "Steeped, never stirred"},
+                {"id": "coffee", "label": "Coffee"}]}),
+        );
+        env.apply(&described).await;
+        // (Read once bosun wrote its status, so that the write back meets no newer version.)
+        env.wait_for::<VoteConfig>("described", "Ready=True", is_ready).await;
+        let mut old = env.api::<v1alpha1::VoteConfig>().get("described").await.unwrap();
+        assert_eq!(old.spec.title.as_deref(), Some("Tea or coffee?"));
+        assert_eq!(old.annotations()[DESCRIPTIONS_ANNOTATION], r#"{"tea":"Steeped, never stirred"}"#);
+        old.spec.title = Some("Tea, or coffee?".into());
+        let params = kube::api::PostParams { field_manager: Some("old-client".into()), ..Default::default() };
+        env.api::<v1alpha1::VoteConfig>().replace("described", &params, &old).await.expect("the old client's write");
+        let new = env.api::<VoteConfig>().get("described").await.unwrap();
+        assert_eq!(new.spec.question.as_deref(), Some("Tea, or coffee?"));
+        let descriptions: Vec<_> = new.spec.options.iter().map(|o| o.description.as_deref()).collect();
+        assert_eq!(descriptions, [Some("Steeped, never stirred"), None]);
+        assert!(!new.annotations().contains_key(DESCRIPTIONS_ANNOTATION), "the annotation is only for v1alpha1 readers");
+        let cm = env
+            .wait_for::<ConfigMap>("described-config", "the new question", |cm| {
+                data(cm).get("TITLE").map(String::as_str) == Some("Tea, or coffee?")
+            })
+            .await;
+        let published: serde_json::Value = serde_json::from_str(&data(&cm)["options.json"]).unwrap();
+        assert_eq!(
+            published,
+            json!([{"id": "tea", "label": "Tea", "description": "Steeped, never stirred"}, {"id": "coffee", "label": "Coffee"}])
+        );
+        // An old client's merge patch of the title alone keeps them too.
+        let patch = json!({"spec": {"title": "Which?"}});
+        env.api::<v1alpha1::VoteConfig>().patch("described", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let new = env.api::<VoteConfig>().get("described").await.unwrap();
+        assert_eq!(new.spec.question.as_deref(), Some("Which?"));
+        assert_eq!(new.spec.options[0].description.as_deref(), Some("Steeped, never stirred"));
     })
     .await;
 }

@@ -50,23 +50,55 @@ pub struct Served {
     pub start: fn(Start) -> Task,
 }
 
-/// A custom resource type bosun serves: its CRD, and how `bosun render` renders it.
+/// A custom resource type bosun serves: its CRD, how `bosun render` renders it, and,
+/// for a kind served in more than one version, how its objects convert.
 #[derive(Clone, Copy, Debug)]
 pub struct Type {
     pub crd: fn() -> CustomResourceDefinition,
     pub render: render::Renderer,
+    /// Convert an object (JSON, any served version) to an `apiVersion`: what the
+    /// conversion webhook answers for this kind. `None`: one version.
+    pub convert: Option<Converter>,
 }
+
+/// See [`Type::convert`].
+pub type Converter = fn(&Value, &str) -> Result<Value, String>;
 
 impl Type {
     pub const fn of<K: CustomResourceExt + Rendered + JsonSchema>() -> Self {
-        Self { crd: bosun_api::schema::crd::<K>, render: render::renderer::<K> }
+        Self { crd: bosun_api::schema::crd::<K>, render: render::renderer::<K>, convert: None }
     }
 
     /// A type `bosun render` does not render (a Restore's Job comes from the Backup it
     /// names, in the cluster): it is "not served" there.
     pub const fn unrendered<K: CustomResourceExt + kube::Resource<DynamicType = ()> + JsonSchema>() -> Self {
-        Self { crd: bosun_api::schema::crd::<K>, render: |_, _| None }
+        Self { crd: bosun_api::schema::crd::<K>, render: |_, _| None, convert: None }
     }
+}
+
+/// A kind whose objects the conversion webhook converts.
+#[derive(Clone, Debug)]
+pub struct Converted {
+    /// Its CRD, as shipped.
+    pub crd: CustomResourceDefinition,
+    pub convert: Converter,
+    /// The controllers of its run: a bosun serving none of them leaves its CRD alone.
+    pub controllers: &'static [&'static str],
+}
+
+impl Converted {
+    /// The CRD's name (`<plural>.<group>`).
+    pub fn name(&self) -> String {
+        self.crd.metadata.name.clone().unwrap_or_default()
+    }
+}
+
+/// Every kind served in more than one version.
+pub fn converted() -> Vec<Converted> {
+    ALL.iter()
+        .flat_map(|s| s.types.iter().map(move |t| (s, t)))
+        .filter_map(|(s, t)| Some(Converted { crd: (t.crd)(), convert: t.convert?, controllers: s.controllers }))
+        .collect()
 }
 
 /// A running controller: done when its shutdown came and its reconciles finished.
@@ -192,5 +224,18 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), crds().len());
+    }
+
+    #[test]
+    fn the_conversion_permissions_name_exactly_the_converted_crds() {
+        let names: Vec<_> = converted().iter().map(Converted::name).collect();
+        assert_eq!(names, crate::permissions::CONVERTED_CRDS);
+        for c in converted() {
+            assert!(bosun_api::conversion::by_webhook(&c.crd), "{} converts by webhook", c.name());
+            let update = crate::permissions::CONVERSION.iter().any(|p| {
+                p.group == c.crd.spec.group && p.resource == c.crd.spec.names.plural && p.verbs.contains(&"update")
+            });
+            assert!(update, "{}: its objects may be rewritten in the storage version", c.name());
+        }
     }
 }

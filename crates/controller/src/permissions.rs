@@ -15,11 +15,13 @@ pub struct Permission {
     pub resource: &'static str,
     pub subresource: Option<&'static str>,
     pub verbs: &'static [&'static str],
+    /// Only these objects (RBAC's `resourceNames`); empty: all of them.
+    pub names: &'static [&'static str],
 }
 
 impl Permission {
     pub const fn new(group: &'static str, resource: &'static str, verbs: &'static [&'static str]) -> Self {
-        Self { group, resource, subresource: None, verbs }
+        Self { group, resource, subresource: None, verbs, names: &[] }
     }
 
     pub const fn sub(
@@ -28,7 +30,12 @@ impl Permission {
         sub: &'static str,
         verbs: &'static [&'static str],
     ) -> Self {
-        Self { group, resource, subresource: Some(sub), verbs }
+        Self { group, resource, subresource: Some(sub), verbs, names: &[] }
+    }
+
+    /// The same verbs, on the objects named `names` only.
+    pub const fn named(self, names: &'static [&'static str]) -> Self {
+        Self { names, ..self }
     }
 
     /// `resource` or `resource/subresource`, as RBAC spells it.
@@ -88,6 +95,20 @@ pub const WEBHOOKS: &[Permission] = &[
     Permission::new("", "namespaces", &["list", "watch"]),
 ];
 
+/// What the conversion webhook needs: the CRDs of the kinds it converts (their client
+/// configuration and CA bundle kept right and watched, and `status.storedVersions`
+/// trimmed once every object was rewritten in the storage version) and `update` on
+/// those kinds, for that rewrite. A test checks the names against the CRDs.
+pub const CONVERSION: &[Permission] = &[
+    // Watched (by name) with the list and watch every CRD may have (ServiceMonitor's presence).
+    Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["get", "patch"]).named(CONVERTED_CRDS),
+    Permission::sub("apiextensions.k8s.io", "customresourcedefinitions", "status", &["patch"]).named(CONVERTED_CRDS),
+    Permission::new("voting.schoolofdevops.com", "voteconfigs", &["update"]),
+];
+
+/// The CRDs whose versions bosun's webhook converts.
+pub const CONVERTED_CRDS: &[&str] = &["voteconfigs.voting.schoolofdevops.com"];
+
 /// The verbs the webhooks use on the Secret of the self-managed CA and certificate in
 /// bosun's own namespace: watched, created when missing, replaced only with the
 /// resourceVersion read.
@@ -102,22 +123,25 @@ pub const WEBHOOK_CERTIFICATES: &[Permission] = &[Permission::new("", "secrets",
 /// The rules of the ClusterRole: permissions merged per (group, verbs), resources and
 /// verbs sorted, so the generated YAML is stable.
 pub fn rules(permissions: &[Permission]) -> Vec<PolicyRule> {
-    let mut by_group_resource: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
+    let mut by_group_resource: BTreeMap<(&str, String, &[&str]), Vec<&str>> = BTreeMap::new();
     for p in permissions {
-        let verbs = by_group_resource.entry((p.group, p.name())).or_default();
+        let verbs = by_group_resource.entry((p.group, p.name(), p.names)).or_default();
         verbs.extend_from_slice(p.verbs);
         verbs.sort_unstable();
         verbs.dedup();
     }
-    let mut by_group_verbs: BTreeMap<(&str, Vec<&str>), Vec<String>> = BTreeMap::new();
-    for ((group, resource), verbs) in by_group_resource {
-        by_group_verbs.entry((group, verbs)).or_default().push(resource);
+    // One rule per API group, verbs and resource names.
+    type Rule<'a> = (&'a str, Vec<&'a str>, &'a [&'a str]);
+    let mut by_group_verbs: BTreeMap<Rule, Vec<String>> = BTreeMap::new();
+    for ((group, resource, names), verbs) in by_group_resource {
+        by_group_verbs.entry((group, verbs, names)).or_default().push(resource);
     }
     by_group_verbs
         .into_iter()
-        .map(|((group, verbs), resources)| PolicyRule {
+        .map(|((group, verbs, names), resources)| PolicyRule {
             api_groups: Some(vec![group.to_owned()]),
             resources: Some(resources),
+            resource_names: (!names.is_empty()).then(|| names.iter().map(|n| (*n).to_owned()).collect()),
             verbs: verbs.into_iter().map(str::to_owned).collect(),
             ..PolicyRule::default()
         })
@@ -142,6 +166,21 @@ mod tests {
         assert_eq!(rules[1].resources, Some(vec!["deployments".to_owned(), "statefulsets".to_owned()]));
         assert_eq!(rules[1].verbs, vec!["create", "get", "list", "patch", "watch"]);
         assert!(rules.iter().all(|r| !r.verbs.contains(&"*".to_owned())));
+    }
+
+    #[test]
+    fn named_permissions_get_rules_of_their_own() {
+        let perms = [
+            Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["list", "watch"]),
+            Permission::new("apiextensions.k8s.io", "customresourcedefinitions", &["get", "patch"]).named(&["a.b.c"]),
+        ];
+        let rules = rules(&perms);
+        assert_eq!(rules.len(), 2, "{rules:?}");
+        let named = rules.iter().find(|r| r.resource_names.is_some()).unwrap();
+        assert_eq!(named.resource_names, Some(vec!["a.b.c".to_owned()]));
+        assert_eq!(named.verbs, vec!["get", "patch"]);
+        let all = rules.iter().find(|r| r.resource_names.is_none()).unwrap();
+        assert_eq!(all.verbs, vec!["list", "watch"]);
     }
 
     #[test]

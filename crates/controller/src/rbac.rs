@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::permissions::{LEADER_ELECTION, MANAGER, Permission, WEBHOOK_CERTIFICATES, WEBHOOKS, rules};
+use crate::permissions::{CONVERSION, LEADER_ELECTION, MANAGER, Permission, WEBHOOK_CERTIFICATES, WEBHOOKS, rules};
 
 /// Where bosun runs when deployed from `config/` (kubebuilder's `<project>-system`).
 pub const NAMESPACE: &str = "bosun-system";
@@ -19,7 +19,7 @@ pub const LEADER_ELECTION_ROLE_BINDING: &str = "bosun-leader-election-rolebindin
 /// The permissions of the ClusterRole: the manager's and every controller's, in every
 /// namespace bosun serves.
 pub fn cluster_permissions() -> Vec<Permission> {
-    [MANAGER, &crate::kinds::permissions(), WEBHOOKS].concat()
+    [MANAGER, &crate::kinds::permissions(), WEBHOOKS, CONVERSION].concat()
 }
 
 /// The permissions of the leader-election Role, in bosun's own namespace only.

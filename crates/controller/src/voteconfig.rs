@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bosun_api::conditions::reasons;
 use bosun_api::voteconfig::VoteConfig;
 use bosun_resources::conditions::Refused;
+use bosun_resources::render;
 use bosun_resources::voteconfig::{self as build, Observed};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -37,7 +38,15 @@ pub const PERMISSIONS: &[Permission] = &{
 /// The voteconfig controller, for the registry of kinds.
 pub const SERVED: Served = Served {
     controllers: &[CONTROLLER],
-    types: &[Type::of::<VoteConfig>()],
+    types: &[Type {
+        crd: bosun_api::voteconfig::crd,
+        // Both versions render; the deprecated one as the webhook converts it.
+        render: |index, doc| {
+            render::renderer::<VoteConfig>(index, doc)
+                .or_else(|| render::renderer::<bosun_api::voteconfig::v1alpha1::VoteConfig>(index, doc))
+        },
+        convert: Some(bosun_api::voteconfig::convert),
+    }],
     permissions: PERMISSIONS,
     start: |start| start.in_each_namespace(|ctx, ns, concurrency, stop| Box::pin(run(ctx, ns, concurrency, stop))),
 };
@@ -86,9 +95,9 @@ mod tests {
 
     fn vote() -> VoteConfig {
         let v = json!({
-            "apiVersion": "voting.schoolofdevops.com/v1alpha1", "kind": "VoteConfig",
+            "apiVersion": "voting.schoolofdevops.com/v1", "kind": "VoteConfig",
             "metadata": {"name": "pets", "namespace": "shop", "uid": "uid-vote", "generation": 1},
-            "spec": {"title": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]},
+            "spec": {"question": "Cats or dogs?", "options": [{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]},
         });
         serde_json::from_value(v).unwrap()
     }

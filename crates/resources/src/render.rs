@@ -99,6 +99,15 @@ impl Rendered for VoteConfig {
     }
 }
 
+/// The deprecated version renders as what the conversion webhook makes of it.
+impl Rendered for bosun_api::voteconfig::v1alpha1::VoteConfig {
+    fn children(self) -> Result<Vec<Value>, String> {
+        let old = serde_json::to_value(&self).map_err(|e| e.to_string())?;
+        let new = bosun_api::voteconfig::convert(&old, bosun_api::voteconfig::V1)?;
+        serde_json::from_value::<VoteConfig>(new).map_err(|e| e.to_string())?.children()
+    }
+}
+
 impl Rendered for DemoVolume {
     fn children(self) -> Result<Vec<Value>, String> {
         Ok(values([Some(demovolume::desired_claim(&self))]))

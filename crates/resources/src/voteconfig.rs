@@ -24,9 +24,10 @@ use crate::meta::{child_meta, standard_labels};
 
 /// `app.kubernetes.io/name` of VoteConfig children.
 pub const APP_NAME: &str = "voteconfig";
-/// The data key holding the title, when there is one.
+/// The data key holding the question, when there is one (the name the voting app reads).
 pub const TITLE_KEY: &str = "TITLE";
-/// The data key holding every option as a JSON array of `{id, label}`.
+/// The data key holding every option as a JSON array of `{id, label}` (and
+/// `description`, for an option that has one).
 pub const OPTIONS_JSON_KEY: &str = "options.json";
 
 /// The ConfigMap of the VoteConfig named `vote`.
@@ -53,18 +54,27 @@ pub fn option_key(index: usize) -> String {
 
 /// The options as the JSON array published under `options.json`.
 pub fn options_json(options: &[VoteOption]) -> String {
-    let list = options.iter().map(|o| serde_json::json!({"id": o.id, "label": o.label})).collect();
+    let list = options
+        .iter()
+        .map(|o| {
+            let mut item = serde_json::json!({"id": o.id, "label": o.label});
+            if let Some(description) = &o.description {
+                item["description"] = serde_json::Value::String(description.clone());
+            }
+            item
+        })
+        .collect();
     serde_json::Value::Array(list).to_string()
 }
 
 /// The data a VoteConfig's ConfigMap should hold: one `OPTION_<letter>` per option,
-/// ready for `envFrom`, `TITLE` when set, and `options.json`.
+/// ready for `envFrom`, `TITLE` when a question is set, and `options.json`.
 pub fn desired_data(vote: &VoteConfig) -> BTreeMap<String, String> {
     let spec = &vote.spec;
     let mut data: BTreeMap<String, String> =
         spec.options.iter().enumerate().map(|(i, o)| (option_key(i), o.label.clone())).collect();
-    if let Some(title) = &spec.title {
-        data.insert(TITLE_KEY.to_owned(), title.clone());
+    if let Some(question) = &spec.question {
+        data.insert(TITLE_KEY.to_owned(), question.clone());
     }
     data.insert(OPTIONS_JSON_KEY.to_owned(), options_json(&spec.options));
     data
@@ -132,10 +142,10 @@ mod tests {
     fn vote(title: Option<&str>, options: &[(&str, &str)]) -> VoteConfig {
         let options: Vec<_> = options.iter().map(|(id, label)| serde_json::json!({"id": id, "label": label})).collect();
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "voting.schoolofdevops.com/v1alpha1",
+            "apiVersion": "voting.schoolofdevops.com/v1",
             "kind": "VoteConfig",
             "metadata": {"name": "pets", "namespace": "polls", "uid": "u-1", "generation": 4},
-            "spec": {"title": title, "options": options}
+            "spec": {"question": title, "options": options}
         }))
         .unwrap()
     }
@@ -182,6 +192,19 @@ mod tests {
         assert_eq!(data["TITLE"], "Cats or dogs?");
         let list: serde_json::Value = serde_json::from_str(&data["options.json"]).unwrap();
         assert_eq!(list, serde_json::json!([{"id": "a", "label": "Cats"}, {"id": "b", "label": "Dogs"}]));
+    }
+
+    #[test]
+    fn a_description_is_published_in_the_json_list_only() {
+        let mut v = pets();
+        v.spec.options[0].description = Some("Independent and quiet".into());
+        let data = desired_data(&v);
+        let list: serde_json::Value = serde_json::from_str(&data["options.json"]).unwrap();
+        assert_eq!(
+            list,
+            serde_json::json!([{"id": "a", "label": "Cats", "description": "Independent and quiet"}, {"id": "b", "label": "Dogs"}])
+        );
+        assert_eq!(data["OPTION_A"], "Cats");
     }
 
     #[test]

@@ -106,6 +106,13 @@ async fn install_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in bosun_controller::kinds::crds() {
         let name = crd.name_any();
+        // A bosun run with --webhook-url pointed the conversion at its URL; the shipped
+        // CRD names the Service, and the apiserver refuses both at once: the Service first.
+        if let Some(webhook) = crd.spec.conversion.as_ref().and_then(|c| c.webhook.as_ref()) {
+            let service = webhook.client_config.as_ref().and_then(|c| c.service.clone());
+            let back = serde_json::json!({"spec": {"conversion": {"webhook": {"clientConfig": {"url": null, "service": service}}}}});
+            let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&back)).await;
+        }
         api.patch(&name, &PatchParams::apply("bosun-e2e").force(), &Patch::Apply(&crd))
             .await
             .unwrap_or_else(|e| panic!("installing CRD {name}: {e}"));

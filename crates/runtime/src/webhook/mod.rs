@@ -9,6 +9,7 @@
 
 pub mod certs;
 pub mod configs;
+pub mod conversion;
 pub mod server;
 pub mod sync;
 
@@ -93,7 +94,14 @@ pub async fn start(
     } else {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     });
-    let admission = Arc::new(Admission { policy, namespaces, metrics: metrics.clone() });
+    // The kinds this bosun reconciles are the kinds whose conversion it keeps.
+    let enabled = args.enabled_controllers();
+    let converted: Vec<_> = bosun_controller::kinds::converted()
+        .into_iter()
+        .filter(|c| c.controllers.iter().any(|n| enabled.contains(n)))
+        .collect();
+    let converted_names = converted.iter().map(bosun_controller::kinds::Converted::name).collect();
+    let admission = Arc::new(Admission { policy, namespaces, metrics: metrics.clone(), converted });
     let bound =
         server::serve(SocketAddr::new(host, args.webhook_port), certificate.clone(), admission, shutdown.clone())
             .await
@@ -128,8 +136,15 @@ pub async fn start(
                 ca_renew_before: args.webhook_ca_renew_before,
                 overlap: args.webhook_ca_overlap,
             },
+            conversion_target: match &shape.target {
+                Target::Url(url) => bosun_api::conversion::Target::Url(url.clone()),
+                Target::Service { namespace, name } => {
+                    bosun_api::conversion::Target::Service { namespace: namespace.clone(), name: name.clone() }
+                }
+            },
             shape,
             create_configurations: args.webhook_url.is_some(),
+            converted: converted_names,
         };
         tokio::spawn(sync::self_managed(cfg, certificate, metrics, ctx, shutdown));
     }
@@ -193,7 +208,7 @@ pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
 }
 
 /// The webhook Service `config/webhook/` ships (`--webhook-service-name`'s default).
-pub const SERVICE: &str = "bosun-webhook-service";
+pub const SERVICE: &str = bosun_api::conversion::SERVICE;
 
 #[cfg(test)]
 mod tests {

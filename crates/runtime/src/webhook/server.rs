@@ -14,11 +14,13 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
+use bosun_controller::kinds::Converted;
 use bosun_resources::admission::{self, Policy, Subject};
 use hyper_util::rt::TokioIo;
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -121,12 +123,12 @@ impl Metrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "bosun_webhook_admissions",
-            "Admission reviews answered, by webhook (validating, mutating) and result (allowed, denied, errored)",
+            "Admission and conversion reviews answered, by webhook (validating, mutating, converting) and result (allowed, denied, errored)",
             self.admissions.clone(),
         );
         registry.register(
             "bosun_webhook_admission_duration_seconds",
-            "Time to answer an admission review, by webhook",
+            "Time to answer an admission or conversion review, by webhook",
             self.duration.clone(),
         );
         registry.register(
@@ -143,6 +145,8 @@ pub struct Admission {
     /// Namespaces' labels, for `productionNamespaceSelector`.
     pub namespaces: Store<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>,
     pub metrics: Arc<Metrics>,
+    /// The kinds served in more than one version, for `/convert`.
+    pub converted: Vec<Converted>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -256,6 +260,64 @@ async fn handle<K: WebAppKind>(
     ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// Answer one ConversionReview: every object converted to the version asked, in order,
+/// or the whole review failed naming the first object that could not be (the
+/// apiserver then refuses the request that needed it; nothing is stored half-converted).
+fn convert(converted: &[Converted], body: &[u8]) -> (ConversionReview, &'static str) {
+    let request = match serde_json::from_slice::<ConversionReview>(body)
+        .map_err(|e| e.to_string())
+        .and_then(|r| ConversionRequest::from_review(r).map_err(|e| e.to_string()))
+    {
+        Ok(request) => request,
+        Err(problem) => {
+            let status = kube::core::Status::failure(
+                &format!("bosun cannot read this ConversionReview: {problem}"),
+                "BadRequest",
+            );
+            return (ConversionResponse::invalid(status).into_review(), "errored");
+        }
+    };
+    let desired = request.desired_api_version.clone();
+    let group = desired.split_once('/').map_or("", |(g, _)| g);
+    let objects: Result<Vec<_>, String> = request
+        .objects
+        .iter()
+        .map(|object| {
+            let kind = object.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default();
+            let name = object.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or_default();
+            let converter = converted
+                .iter()
+                .find(|c| c.crd.spec.group == group && c.crd.spec.names.kind == kind)
+                .ok_or_else(|| format!("bosun converts no {kind} of {group}"))?;
+            (converter.convert)(object, &desired).map_err(|e| format!("{kind} {name}: {e}"))
+        })
+        .collect();
+    let response = ConversionResponse::for_request(request);
+    match objects {
+        Ok(objects) => (response.success(objects).into_review(), "allowed"),
+        Err(problem) => (response.failure(kube::core::Status::failure(&problem, "Invalid")).into_review(), "errored"),
+    }
+}
+
+async fn handle_conversion(admission: Arc<Admission>, body: axum::body::Bytes) -> axum::response::Response {
+    let started = Instant::now();
+    let (review, result) = convert(&admission.converted, &body);
+    if result != "allowed" {
+        warn!(message = ?review.response.as_ref().map(|r| &r.result.message), "conversion failed");
+    }
+    admission.metrics.admissions.get_or_create(&AdmissionLabels { webhook: CONVERTING, result }).inc();
+    admission
+        .metrics
+        .duration
+        .get_or_create(&WebhookLabel { webhook: CONVERTING })
+        .observe(started.elapsed().as_secs_f64());
+    let body = serde_json::to_vec(&review).unwrap_or_default();
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The `webhook` label of conversions in the admission metrics.
+const CONVERTING: &str = "converting";
+
 fn router(admission: Arc<Admission>) -> Router {
     use super::configs::path;
     let route = |hook: Hook, group: &str| {
@@ -283,6 +345,10 @@ fn router(admission: Arc<Admission>) -> Router {
             };
         }
     }
+    app = app.route(
+        bosun_api::conversion::PATH,
+        post(|State(a): State<Arc<Admission>>, body: axum::body::Bytes| handle_conversion(a, body)),
+    );
     app.with_state(admission)
 }
 
@@ -341,7 +407,12 @@ mod tests {
 
     fn admission() -> Admission {
         let (namespaces, _writer) = kube::runtime::reflector::store();
-        Admission { policy: Arc::new(RwLock::new(Arc::new(Policy::default()))), namespaces, metrics: Arc::default() }
+        Admission {
+            policy: Arc::new(RwLock::new(Arc::new(Policy::default()))),
+            namespaces,
+            metrics: Arc::default(),
+            converted: bosun_controller::kinds::converted(),
+        }
     }
 
     fn request(object: serde_json::Value) -> AdmissionRequest<DynamicObject> {
@@ -378,5 +449,50 @@ mod tests {
         let (response, result) = review::<apps_v1::WebApp>(Hook::Validate, &admission(), &request(good));
         assert_eq!(result, "denied");
         assert!(response.result.message.contains("spec.replicas: 12 exceeds the maximum of 10"));
+    }
+}
+
+#[cfg(test)]
+mod conversion_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn review(desired: &str, objects: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "r1", "desiredAPIVersion": desired, "objects": objects},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_review_converts_every_object_in_order_or_fails_naming_the_object() {
+        let converted = bosun_controller::kinds::converted();
+        let old = |name: &str, title: &str| {
+            json!({"apiVersion": "voting.schoolofdevops.com/v1alpha1", "kind": "VoteConfig", "metadata": {"name": name},
+                   "spec": {"title": title, "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}})
+        };
+        let (answer, result) =
+            convert(&converted, &review("voting.schoolofdevops.com/v1", json!([old("x", "X?"), old("y", "Y?")])));
+        assert_eq!(result, "allowed");
+        let response = answer.response.unwrap();
+        assert_eq!(response.uid, "r1");
+        let questions: Vec<_> = response.converted_objects.iter().map(|o| o["spec"]["question"].clone()).collect();
+        assert_eq!(questions, [json!("X?"), json!("Y?")]);
+        let serialized = serde_json::to_value(&response).unwrap();
+        assert_eq!(serialized["result"]["status"], "Success", "{serialized}");
+
+        let strange =
+            json!({"apiVersion": "voting.schoolofdevops.com/v0", "kind": "VoteConfig", "metadata": {"name": "z"}});
+        let (answer, result) =
+            convert(&converted, &review("voting.schoolofdevops.com/v1", json!([old("x", "X?"), strange])));
+        assert_eq!(result, "errored");
+        let response = answer.response.unwrap();
+        assert!(response.converted_objects.is_empty());
+        assert!(response.result.message.contains("VoteConfig z"), "{}", response.result.message);
+        let (answer, result) = convert(&converted, b"{not json");
+        assert_eq!(result, "errored");
+        assert!(answer.response.unwrap().result.message.contains("cannot read"));
     }
 }

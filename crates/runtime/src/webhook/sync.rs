@@ -22,6 +22,7 @@ use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -35,6 +36,7 @@ use bosun_resources::admission::Policy;
 
 use super::certs::{self, Data, Lifetimes, Plan};
 use super::configs::Shape;
+use super::conversion;
 use super::server::{Certificate, CertificateLabel, Metrics};
 
 /// How often certificates are looked at without any event.
@@ -53,6 +55,10 @@ pub struct SelfManaged {
     pub shape: Shape,
     /// Create the configurations (with `--webhook-url`), not only inject the bundle.
     pub create_configurations: bool,
+    /// The CRDs whose conversion this bosun keeps (of the kinds it reconciles), and
+    /// where the apiserver reaches it.
+    pub converted: Vec<String>,
+    pub conversion_target: bosun_api::conversion::Target,
 }
 
 impl std::fmt::Debug for SelfManaged {
@@ -64,11 +70,22 @@ impl std::fmt::Debug for SelfManaged {
     }
 }
 
-/// What the watches hold: the certificate Secret and both configurations.
+/// What the watches hold: the certificate Secret, both configurations and the CRDs
+/// bosun converts.
 struct Stores {
     secret: Store<Secret>,
     validating: Store<ValidatingWebhookConfiguration>,
     mutating: Store<MutatingWebhookConfiguration>,
+    crds: Vec<(String, Store<CustomResourceDefinition>)>,
+}
+
+impl Stores {
+    fn ready(&self) -> bool {
+        ready(&self.secret)
+            && ready(&self.validating)
+            && ready(&self.mutating)
+            && self.crds.iter().all(|(_, s)| ready(s))
+    }
 }
 
 /// A reflector of the one object `name` of `api`, and its events (each only a wake-up).
@@ -103,12 +120,19 @@ pub async fn self_managed(
     let (secret, a) = reflected(secrets.clone(), &cfg.secret);
     let (validating, b) = reflected(Api::all(cfg.client.clone()), &cfg.shape.validating_name());
     let (mutating, c) = reflected(Api::all(cfg.client.clone()), &cfg.shape.mutating_name());
-    let stores = Stores { secret, validating, mutating };
-    let events = futures::stream::select_all([a, b, c]);
+    let mut watches = vec![a, b, c];
+    let mut crds = Vec::new();
+    for name in &cfg.converted {
+        let (store, events) = reflected(Api::<CustomResourceDefinition>::all(cfg.client.clone()), name);
+        crds.push((name.clone(), store));
+        watches.push(events);
+    }
+    let stores = Stores { secret, validating, mutating, crds };
+    let events = futures::stream::select_all(watches);
     tokio::pin!(events);
-    // Nothing is decided before all three caches hold what exists.
+    // Nothing is decided before every cache holds what exists.
     let synced = async {
-        while !(ready(&stores.secret) && ready(&stores.validating) && ready(&stores.mutating)) {
+        while !stores.ready() {
             if events.next().await.is_none() {
                 return;
             }
@@ -199,7 +223,27 @@ async fn sync_once(
         }
     }
     if leading {
-        inject(cfg, stores, &certs::bundle(&data)).await?;
+        let bundle = certs::bundle(&data);
+        inject(cfg, stores, &bundle).await?;
+        convert(cfg, stores, &bundle).await?;
+    }
+    Ok(())
+}
+
+/// Point every converted CRD at this bosun with `bundle`; then, once one does, move
+/// objects stored in an older version to the storage version.
+async fn convert(cfg: &SelfManaged, stores: &Stores, bundle: &str) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(cfg.client.clone());
+    for (name, store) in &stores.crds {
+        let Some(crd) = store.get(&ObjectRef::new(name)) else { continue };
+        if let Some(patch) = conversion::patch(&crd, &cfg.conversion_target, bundle) {
+            api.patch(name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| format!("pointing the conversion of CRD {name} at bosun: {e}"))?;
+            info!(crd = %name, "conversion webhook configured");
+        } else if conversion::needs_migration(&crd, &cfg.conversion_target, bundle) {
+            conversion::migrate(&cfg.client, &crd, MANAGER).await?;
+        }
     }
     Ok(())
 }
