@@ -133,6 +133,29 @@ undeploy: ## Remove what make deploy installed; refuses while custom resources e
 	KUBECONFIG=$(RUN_KUBECONFIG) IMG=$(IMG) RUNNER_IMG=$(RUNNER_IMG) LOCAL=$(if $(filter true,$(USE_EXISTING_CLUSTER)),false,true) \
 	  hack/deploy.sh undeploy
 
+# make smoke: hack/smoke.sh, the steps the CI workflow runs against staging. On the local
+# cluster: the images built and loaded into the real node, a release and namespaces of its
+# own (not bosun-system, where make deploy and the e2e tests install), bosun uninstalled
+# at the end. With USE_EXISTING_CLUSTER=true: the images must be in a registry the
+# cluster pulls from (make docker-push), the release is the documented one and stays.
+ifeq ($(USE_EXISTING_CLUSTER),true)
+SMOKE_RELEASE ?= bosun
+SMOKE_RELEASE_NAMESPACE ?= bosun-system
+SMOKE_PREREQ :=
+else
+SMOKE_RELEASE ?= bosun-smoke
+SMOKE_RELEASE_NAMESPACE ?= bosun-smoke-system
+SMOKE_PREREQ := cluster docker-build
+endif
+SMOKE_NAMESPACE ?= bosun-smoke
+SMOKE_TIMEOUT ?= 300s
+
+.PHONY: smoke
+smoke: $(SMOKE_PREREQ) ## helm upgrade --install bosun (IMG) and wait until config/samples/staging-platform.yaml is Ready in SMOKE_NAMESPACE, printing what failed if it is not; removes what it made (on the local cluster, bosun too).
+	KUBECONFIG=$(RUN_KUBECONFIG) IMG=$(IMG) RUNNER_IMG=$(RUNNER_IMG) LOCAL=$(if $(filter true,$(USE_EXISTING_CLUSTER)),false,true) \
+	  RELEASE=$(SMOKE_RELEASE) RELEASE_NAMESPACE=$(SMOKE_RELEASE_NAMESPACE) SMOKE_NAMESPACE=$(SMOKE_NAMESPACE) \
+	  SMOKE_TIMEOUT=$(SMOKE_TIMEOUT) hack/smoke.sh
+
 ##@ Benchmarks
 
 N ?= 1000
