@@ -185,6 +185,10 @@ pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
                         .map(|(k, v)| (k.to_owned(), v.to_owned()))
                         .into(),
                 ),
+                // Every bosun pod that runs, Ready or not: a leader whose caches wait for a
+                // conversion (objects of a kind stored in an older version) is not Ready
+                // until it is served one, and may be the only pod that serves it.
+                publish_not_ready_addresses: Some(true),
                 ports: Some(vec![ServicePort {
                     name: Some("webhook".to_owned()),
                     port: 443,

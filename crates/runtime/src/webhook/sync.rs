@@ -222,17 +222,18 @@ async fn sync_once(
             metrics.expiry.get_or_create(&CertificateLabel { certificate: which }).set(at.as_second());
         }
     }
+    let bundle = certs::bundle(&data);
     if leading {
-        let bundle = certs::bundle(&data);
         inject(cfg, stores, &bundle).await?;
-        convert(cfg, stores, &bundle).await?;
     }
-    Ok(())
+    convert(cfg, stores, &bundle, leading).await
 }
 
-/// Point every converted CRD at this bosun with `bundle`; then, once one does, move
+/// Point every converted CRD at this bosun with `bundle` — every replica does, since
+/// the leader may need a conversion to start (its watches of a kind stored in an older
+/// version), and all hold the same bundle; then, once a CRD does, the leader moves
 /// objects stored in an older version to the storage version.
-async fn convert(cfg: &SelfManaged, stores: &Stores, bundle: &str) -> Result<(), String> {
+async fn convert(cfg: &SelfManaged, stores: &Stores, bundle: &str, leading: bool) -> Result<(), String> {
     let api: Api<CustomResourceDefinition> = Api::all(cfg.client.clone());
     for (name, store) in &stores.crds {
         let Some(crd) = store.get(&ObjectRef::new(name)) else { continue };
@@ -241,7 +242,7 @@ async fn convert(cfg: &SelfManaged, stores: &Stores, bundle: &str) -> Result<(),
                 .await
                 .map_err(|e| format!("pointing the conversion of CRD {name} at bosun: {e}"))?;
             info!(crd = %name, "conversion webhook configured");
-        } else if conversion::needs_migration(&crd, &cfg.conversion_target, bundle) {
+        } else if leading && conversion::needs_migration(&crd, &cfg.conversion_target, bundle) {
             conversion::migrate(&cfg.client, &crd, MANAGER).await?;
         }
     }
