@@ -410,3 +410,414 @@ async fn helm_install_runs_bosun_on_the_real_node_and_helm_uninstall_removes_it(
     })
     .await;
 }
+
+/// The previous release (`hack/previous-release.sh`): its commit, its bosun image
+/// (loaded into the real node) and its source tree (for its chart).
+fn previous_release() -> (String, String, std::path::PathBuf) {
+    let started = Instant::now();
+    let out = run_ok("hack/previous-release.sh", &[]);
+    let mut words = out.split_whitespace().map(str::to_owned);
+    let (commit, image, src) = (words.next().unwrap(), words.next().unwrap(), words.next().unwrap());
+    let socket = cluster_dir().join("node/containerd.sock");
+    run_ok("hack/docker-build.sh", &["load", &image, "--address", socket.to_str().unwrap()]);
+    eprintln!("install: the previous release {commit} ({image}) ready after {:.0} s", started.elapsed().as_secs_f64());
+    (commit, image, src.into())
+}
+
+/// `helm install|upgrade bosun CHART` into bosun's namespace with bosun `image`, the
+/// local cluster's database and cache images, and `--wait`.
+fn helm_release(verb: &str, chart: &str, image: &str) {
+    let (repository, tag) = image.rsplit_once(':').unwrap();
+    let (repository, tag) = (format!("image.repository={repository}"), format!("image.tag={tag}"));
+    let args = r#"extraArgs=["--postgres-image=localhost/postgres:{version}","--postgres-volume-permissions","--redis-image=localhost/redis:7"]"#;
+    let started = Instant::now();
+    let (ok, out, err) = run(
+        &helm(),
+        &[
+            verb,
+            "bosun",
+            chart,
+            "-n",
+            NAMESPACE,
+            "--set",
+            &repository,
+            "--set",
+            &tag,
+            "--set-json",
+            args,
+            "--wait",
+            "--timeout",
+            "4m",
+        ],
+    );
+    if !ok {
+        // What kept the rollout from finishing: the pods, and what each said last.
+        let (_, pods, _) = run("kubectl", &["get", "pods", "-n", NAMESPACE, "-o", "wide"]);
+        let (_, logs, _) = run(
+            "kubectl",
+            &[
+                "logs",
+                "-n",
+                NAMESPACE,
+                "-l",
+                "control-plane=controller-manager",
+                "--tail=30",
+                "--prefix",
+                "--all-containers",
+            ],
+        );
+        panic!("helm {verb} {chart}:\n{out}\n{err}\npods:\n{pods}\nlogs:\n{logs}");
+    }
+    eprintln!("install: helm {verb} --wait took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// One of every kind, on the real node; every workload runs the Redis image (a server
+/// that stays up), the databases the local PostgreSQL image.
+const EVERY_KIND: &str = r#"
+apiVersion: apps.example.com/v1
+kind: WebApp
+metadata: {name: web}
+spec: {image: "localhost/redis:7", replicas: 1, port: 6379}
+---
+apiVersion: example.com/v1
+kind: WebApp
+metadata: {name: legacy}
+spec: {image: "localhost/redis:7", replicas: 1, port: 6379}
+---
+apiVersion: voting.schoolofdevops.com/v1alpha1
+kind: VoteConfig
+metadata: {name: pets}
+spec:
+  title: Cats or dogs?
+  options: [{id: a, label: Cats}, {id: b, label: Dogs}]
+---
+apiVersion: voting.schoolofdevops.com/v1alpha1
+kind: VoteConfig
+metadata: {name: lunch}
+spec:
+  options: [{id: soup, label: Soup}, {id: salad, label: Salad}, {id: stew, label: Stew}]
+---
+apiVersion: demo.example.com/v1
+kind: DemoVolume
+metadata: {name: demo-volume}
+spec: {name: demo-volume, size: 1}
+---
+apiVersion: config.example.com/v1
+kind: AppConfig
+metadata: {name: myapp}
+spec:
+  application: myapp
+  environment: staging
+  config: {DB_HOST: "db.{{ environment }}.internal", APP_ID: "{{ application }}-{{ namespace }}"}
+---
+apiVersion: database.example.com/v1
+kind: PostgreSQL
+metadata: {name: test-db}
+spec: {version: "15", storage: 1Gi, replicas: 1}
+---
+apiVersion: backup.example.com/v1
+kind: Backup
+metadata: {name: nightly}
+spec:
+  source: {type: postgresql, connection: {host: test-db, port: 5432, database: postgres, secretRef: {name: test-db-credentials}}}
+  destination: {type: s3, bucket: backups}
+  schedule: "0 2 * * *"
+  retention: 30d
+---
+apiVersion: backup.example.com/v1
+kind: Restore
+metadata: {name: nightly-restore}
+spec:
+  backupRef: {name: nightly}
+  target: {type: postgresql, connection: {host: restored-db, port: 5432, database: app, secretRef: {name: restored-db-credentials}}}
+---
+apiVersion: app.example.com/v1
+kind: AppStack
+metadata: {name: shop}
+spec:
+  database: {type: postgresql, version: "15", storage: 1Gi}
+  cache: {enabled: true}
+  backend: {image: "localhost/redis:7", replicas: 1, port: 6379}
+  frontend: {image: "localhost/redis:7", replicas: 1, port: 6379}
+---
+apiVersion: platform.example.com/v1
+kind: EcommercePlatform
+metadata: {name: store}
+spec:
+  environment: development
+  frontend: {replicas: 1, image: "localhost/redis:7"}
+  backend: {replicas: 1, image: "localhost/redis:7"}
+  database: {type: postgresql, version: "15", storage: 1Gi}
+  cache: {enabled: true}
+  monitoring: {enabled: false}
+"#;
+
+/// The kinds whose Ready condition the upgrade test waits for (a Restore of a Backup
+/// that never ran is not Ready, and stays as it is).
+const READY_KINDS: [&str; 9] = [
+    "webapps.apps.example.com",
+    "webapps.example.com",
+    "voteconfigs",
+    "demovolumes",
+    "appconfigs",
+    "postgresqls",
+    "backups",
+    "appstacks",
+    "ecommerceplatforms",
+];
+
+/// Every child in `ns` and its version: `Kind/name generation resourceVersion`, and
+/// every pod with its uid and restarts.
+fn children(ns: &str) -> std::collections::BTreeMap<String, String> {
+    let kinds = "deployments,statefulsets,services,configmaps,secrets,persistentvolumeclaims,cronjobs,ingresses,jobs";
+    let objects = run_ok(
+        "kubectl",
+        &[
+            "get",
+            kinds,
+            "-n",
+            ns,
+            "-o",
+            r#"jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.generation} {.metadata.resourceVersion}{"\n"}{end}"#,
+        ],
+    );
+    let pods = run_ok(
+        "kubectl",
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-o",
+            r#"jsonpath={range .items[*]}Pod/{.metadata.name} {.metadata.uid} restarts={.status.containerStatuses[*].restartCount}{"\n"}{end}"#,
+        ],
+    );
+    objects
+        .lines()
+        .chain(pods.lines())
+        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_owned(), v.to_owned())))
+        .collect()
+}
+
+/// Events in `ns` reported by bosun, by name: `type reason object: message (count)`.
+fn bosun_events(ns: &str) -> std::collections::BTreeMap<String, String> {
+    let out = run_ok(
+        "kubectl",
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            ns,
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name}|{.reportingController}|{.type} {.reason} {.regarding.kind}/{.regarding.name}: {.note} ({.series.count}){"\n"}{end}"#,
+        ],
+    );
+    out.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, '|');
+            let (name, controller, what) = (parts.next()?, parts.next()?, parts.next()?);
+            controller.starts_with("bosun").then(|| (name.to_owned(), what.to_owned()))
+        })
+        .collect()
+}
+
+/// Wait until every object of `READY_KINDS` in `ns` is Ready for its generation.
+async fn until_all_ready(ns: &str, within: Duration) {
+    let started = Instant::now();
+    loop {
+        let mut waiting = Vec::new();
+        for kind in READY_KINDS {
+            let out = run_ok(
+                "kubectl",
+                &[
+                    "get",
+                    kind,
+                    "-n",
+                    ns,
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+                ],
+            );
+            for line in out.lines() {
+                let w: Vec<&str> = line.split(' ').collect();
+                if w.len() < 4 || w[1] != w[2] || w[3] != "True" {
+                    waiting.push(format!("{kind}/{line}"));
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        assert!(started.elapsed() < within, "not Ready within {within:?}: {waiting:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The VoteConfigs' specs read in `version`.
+fn vote_specs(ns: &str, version: &str) -> String {
+    run_ok(
+        "kubectl",
+        &[
+            "get",
+            &format!("voteconfigs.{version}.voting.schoolofdevops.com"),
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.spec}{\"\\n\"}{end}",
+        ],
+    )
+}
+
+/// Whatever the upgrade test leaves, the cluster's namespaces can still be deleted: the
+/// namespace controller lists VoteConfigs in `v1`, which needs the conversion webhook
+/// for objects still stored as `v1alpha1`, and no bosun serves it once the test ends.
+/// So the CRD converts by `None` (objects read as `v1` lose their `title`: these are
+/// the test's, about to go), and its stored versions are `v1` alone. The next test
+/// binary applies bosun's CRDs again.
+struct VoteConfigsDeletable;
+
+impl Drop for VoteConfigsDeletable {
+    fn drop(&mut self) {
+        let crd = "crd/voteconfigs.voting.schoolofdevops.com";
+        let stored = run("kubectl", &["get", crd, "-o", "jsonpath={.status.storedVersions}"]).1;
+        if stored.contains("v1alpha1") {
+            run(
+                "kubectl",
+                &["patch", crd, "--type=merge", "-p", r#"{"spec":{"conversion":{"strategy":"None","webhook":null}}}"#],
+            );
+            run("kubectl", &["delete", "voteconfigs", "--all-namespaces", "--all", "--wait"]);
+            run(
+                "kubectl",
+                &[
+                    "patch",
+                    crd,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    r#"{"status":{"storedVersions":["v1"]}}"#,
+                ],
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconfigs_to_v1() {
+    e2e("helm-upgrade", |env| async move {
+        let _prepared = prepare(&env).await;
+        // Dropped first: before the cleanup uninstalls bosun and deletes its namespace.
+        let _deletable = VoteConfigsDeletable;
+        let (commit, previous, src) = previous_release();
+        let crds = bosun_controller::kinds::crds().iter().map(|c| c.name_any()).collect::<Vec<_>>();
+
+        // A fresh install of the previous release: its CRDs (Helm installs a chart's
+        // crds/ when they are absent), its chart, its image.
+        let mut delete = vec!["delete", "crd", "--ignore-not-found", "--wait"];
+        delete.extend(crds.iter().map(String::as_str));
+        run_ok("kubectl", &delete);
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": NAMESPACE, "annotations": real_node_annotations()}}))
+                .unwrap();
+        Api::<Namespace>::all(env.client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+        helm_release("install", src.join("charts/bosun").to_str().unwrap(), &previous);
+        let stored = run_ok("kubectl", &["get", "crd", "voteconfigs.voting.schoolofdevops.com", "-o", "jsonpath={.spec.versions[*].name}"]);
+        assert_eq!(stored, "v1alpha1", "the previous release ({commit}) serves VoteConfig v1alpha1 only");
+
+        // One of every kind, Ready under the previous release.
+        env.use_real_node().await;
+        let (ok, out) = env.kubectl_apply(EVERY_KIND);
+        assert!(ok, "applying one of every kind: {out}");
+        until_all_ready(&env.ns, Duration::from_secs(300)).await;
+        let votes_before = vote_specs(&env.ns, "v1alpha1");
+        // Whatever the first reconciles still settle (a status, a rollout's last word).
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let before = children(&env.ns);
+        let vote_maps = ["lunch-config", "pets-config"];
+        let data = |name: &str| run_ok("kubectl", &["get", "configmap", name, "-n", &env.ns, "-o", "jsonpath={.data}"]);
+        let data_before: Vec<String> = vote_maps.iter().map(|m| data(m)).collect();
+        let events_before = bosun_events(&env.ns);
+        let lease = Api::<Lease>::namespaced(env.client.clone(), NAMESPACE);
+        let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        let old_leader = holder(lease.get("bosun-leader").await.unwrap());
+        eprintln!("install: {} children and pods under {commit}; leader {old_leader}", before.len());
+
+        // The upgrade as documented: the new CRDs (Helm never upgrades crds/), then the chart.
+        let upgraded = Instant::now();
+        run_ok("kubectl", &["apply", "--server-side", "--force-conflicts", "-f", "charts/bosun/crds/"]);
+        helm_release("upgrade", "charts/bosun", IMG);
+        let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
+        let new_pods: Vec<String> = pods
+            .list(&ListParams::default().labels("control-plane=controller-manager"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.containers[0].image.as_deref() == Some(IMG)))
+            .map(|p| p.name_any())
+            .collect();
+        let mut new_leader = String::new();
+        while !new_pods.contains(&new_leader) {
+            assert!(upgraded.elapsed() < Duration::from_secs(300), "no new pod leads; {new_leader} does");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            new_leader = holder(lease.get("bosun-leader").await.unwrap());
+        }
+        eprintln!("install: {new_leader} leads {:.1} s after the upgrade began", upgraded.elapsed().as_secs_f64());
+
+        // The VoteConfigs written in v1alpha1 are rewritten in v1, and v1alpha1 leaves
+        // the stored versions.
+        let started = Instant::now();
+        loop {
+            let stored = run_ok("kubectl", &["get", "crd", "voteconfigs.voting.schoolofdevops.com", "-o", "jsonpath={.status.storedVersions}"]);
+            if stored == r#"["v1"]"# {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(120), "storedVersions still {stored}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        eprintln!("install: VoteConfigs migrated to v1 {:.1} s after the upgrade began", upgraded.elapsed().as_secs_f64());
+        assert_eq!(vote_specs(&env.ns, "v1alpha1"), votes_before, "read as v1alpha1, they mean what they meant");
+        let v1 = vote_specs(&env.ns, "v1");
+        assert!(v1.contains(r#"pets={"options":[{"id":"a","label":"Cats"},{"id":"b","label":"Dogs"}],"question":"Cats or dogs?"}"#), "{v1}");
+        assert!(v1.contains(r#"lunch={"options":[{"id":"soup","label":"Soup"},{"id":"salad","label":"Salad"},{"id":"stew","label":"Stew"}]}"#), "{v1}");
+
+        // The new bosun has looked at everything (its first reconciles follow its start);
+        // nothing it owns was written, no pod restarted.
+        until_all_ready(&env.ns, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let after = children(&env.ns);
+        // One write is the upgrade's own: a VoteConfig's ConfigMap names its owner by the
+        // version bosun reconciles, now v1 — the garbage collector finds owners by that
+        // apiVersion, and v1alpha1 is to go one day. Its data stays as it was.
+        for (map, was) in vote_maps.iter().zip(&data_before) {
+            assert_eq!(&data(map), was, "{map}'s data");
+            let owner = run_ok("kubectl", &["get", "configmap", map, "-n", &env.ns, "-o", "jsonpath={.metadata.ownerReferences[0].apiVersion}"]);
+            assert_eq!(owner, "voting.schoolofdevops.com/v1", "{map}'s owner reference");
+        }
+        let changed: Vec<String> = before
+            .iter()
+            .filter(|(k, _)| !vote_maps.iter().any(|m| **k == format!("ConfigMap/{m}")))
+            .filter(|(k, v)| after.get(*k) != Some(v))
+            .map(|(k, v)| format!("{k}: {v} → {:?}", after.get(k)))
+            .chain(after.keys().filter(|k| !before.contains_key(*k)).map(|k| format!("{k}: new")))
+            .collect();
+        assert!(changed.is_empty(), "the upgrade changed children or pods:\n{}", changed.join("\n"));
+        let new_events: Vec<String> =
+            bosun_events(&env.ns).into_iter().filter(|(k, v)| events_before.get(k) != Some(v)).map(|(_, v)| v).collect();
+        eprintln!("install: {} children and pods unchanged; events by bosun since the upgrade: {new_events:?}", after.len());
+        // No storm: the one event of each owner-reference write above, nothing else.
+        let others: Vec<&String> =
+            new_events.iter().filter(|e| !vote_maps.iter().any(|m| e.ends_with(&format!("Updated ConfigMap {m} ()")))).collect();
+        assert!(others.is_empty() && new_events.len() <= vote_maps.len(), "bosun posted events after the upgrade: {new_events:?}");
+        // Its own release works as the fresh install's does (the WebApp made for that runs
+        // nginx, which only the fake nodes "have").
+        let unpinned: serde_json::Map<_, _> = real_node_annotations().keys().map(|k| (k.clone(), json!(null))).collect();
+        let unpin = json!({"metadata": {"annotations": unpinned}});
+        Api::<Namespace>::all(env.client.clone())
+            .patch(&env.ns, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&unpin))
+            .await
+            .unwrap();
+        check_running(&env, "helm upgrade").await;
+        env.api::<apps_v1::WebApp>().delete("after-helm", &DeleteParams::default()).await.unwrap();
+    })
+    .await;
+}
