@@ -621,7 +621,8 @@ fn bosun_events(ns: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
-/// Wait until every object of `READY_KINDS` in `ns` is Ready for its generation.
+/// Wait until every object of `READY_KINDS` in `ns` is Current as kstatus has it: Ready
+/// for its generation, neither Reconciling nor Stalled.
 async fn until_all_ready(ns: &str, within: Duration) {
     let started = Instant::now();
     loop {
@@ -635,12 +636,12 @@ async fn until_all_ready(ns: &str, within: Duration) {
                     "-n",
                     ns,
                     "-o",
-                    r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+                    r#"jsonpath={range .items[*]}{.metadata.name} {.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Reconciling")].status}{.status.conditions[?(@.type=="Stalled")].status}{"\n"}{end}"#,
                 ],
             );
             for line in out.lines() {
                 let w: Vec<&str> = line.split(' ').collect();
-                if w.len() < 4 || w[1] != w[2] || w[3] != "True" {
+                if w.len() < 5 || w[1] != w[2] || w[3] != "True" || w[4].contains("True") {
                     waiting.push(format!("{kind}/{line}"));
                 }
             }
@@ -648,7 +649,7 @@ async fn until_all_ready(ns: &str, within: Duration) {
         if waiting.is_empty() {
             return;
         }
-        assert!(started.elapsed() < within, "not Ready within {within:?}: {waiting:?}");
+        assert!(started.elapsed() < within, "not Current within {within:?}: {waiting:?}");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
