@@ -19,6 +19,7 @@ pub mod postgresql;
 pub mod quantity;
 pub mod render;
 pub mod stacks;
+pub mod teardown;
 pub mod upgrade;
 pub mod voteconfig;
 pub mod webapp;
