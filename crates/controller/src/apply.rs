@@ -223,11 +223,34 @@ pub async fn delete_exactly<C>(ctx: &Context, target: &C) -> Result<bool, Error>
 where
     C: crate::guard::Reconciled,
 {
-    let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
     // In the background: a Job's pods go with it (the API's default for Jobs orphans them).
+    delete_with(ctx, target, DeleteParams::background()).await
+}
+
+/// Delete `target` of `owner` — that very object (a uid precondition) — in the
+/// foreground: it stays in the API, with a `deletionTimestamp`, until the garbage
+/// collector has deleted what it owns (a Deployment's ReplicaSets and their pods, a
+/// StatefulSet's pods, a PostgreSQL's StatefulSet and Services), so "gone" means gone
+/// with its pods. A `Deleted` event on `owner` names it.
+pub async fn delete_in_foreground<K, C>(ctx: &Context, owner: &K, target: &C) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: crate::guard::Reconciled,
+{
+    if delete_with(ctx, target, DeleteParams::foreground()).await? {
+        ctx.events.deleted(&owner.object_ref(&()), target.object_ref(&()));
+    }
+    Ok(())
+}
+
+async fn delete_with<C>(ctx: &Context, target: &C, params: DeleteParams) -> Result<bool, Error>
+where
+    C: crate::guard::Reconciled,
+{
+    let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
     let params = DeleteParams {
         preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version: None }),
-        ..DeleteParams::background()
+        ..params
     };
     match Api::<C>::namespaced(ctx.client.clone(), &namespace).delete(&name, &params).await {
         Ok(_) => Ok(true),

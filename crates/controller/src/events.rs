@@ -152,6 +152,12 @@ impl Events {
         }
     }
 
+    /// bosun stopped waiting for a step of `owner`'s deletion and removed its finalizer
+    /// (`reason`, e.g. `DeletionTimedOut`): the garbage collector deletes what is left.
+    pub fn deletion_given_up(&self, owner: &ObjectReference, reason: &str, note: String) {
+        self.warn(owner, reason, note);
+    }
+
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
     pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
         self.warn(owner, reason, message.to_owned());

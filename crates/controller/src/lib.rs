@@ -25,6 +25,7 @@ pub mod dependencies;
 pub mod error;
 pub mod events;
 pub mod failover;
+pub mod finalizers;
 pub mod gate;
 pub mod guard;
 pub mod health;

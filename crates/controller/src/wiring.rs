@@ -15,6 +15,8 @@
 //!   reported on itself and counted, and the watch goes on for all others.
 //! * A parent with a `deletionTimestamp` is never reconciled into its children: it is
 //!   going away, and its children go with it or — `--cascade=orphan` — stay as they are.
+//!   Only a controller's own finalizer brings it to a reconcile, for that finalizer's
+//!   cleanup ([`drive_finalized`], [`crate::finalizers`]).
 //! * Children are watched only when labelled `app.kubernetes.io/managed-by=bosun`, once
 //!   per kind however many parent kinds own it ([`watch_children`]), slimmed to what
 //!   decisions read ([`Child::slim`]), into a cache ([`Owned`]) that answers who controls
@@ -406,6 +408,30 @@ pub async fn drive<K, F, Fut>(
     F: FnMut(Arc<K>, Arc<Context>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
 {
+    drive_finalized(controller, ctrl, concurrency, ctx, shutdown, None, reconcile).await;
+}
+
+/// [`drive`] for a controller with a finalizer of its own: an object being deleted
+/// that still carries `finalizer` goes to `reconcile` too, whose cleanup removes it
+/// ([`crate::finalizers::finalized`]); one without it is left alone, as by [`drive`].
+pub async fn drive_finalized<K, F, Fut>(
+    controller: &'static str,
+    ctrl: Controller<Guarded<K>>,
+    concurrency: u16,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    finalizer: Option<&'static str>,
+    reconcile: F,
+) where
+    K: Reconciled + HasStatus,
+    K::Status: DeserializeOwned,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+{
+    // Being deleted, with nothing of this controller's left to do.
+    let left_alone = move |meta: &kube::api::ObjectMeta| {
+        meta.deletion_timestamp.is_some() && !finalizer.is_some_and(|f| crate::finalizers::holds(meta, f))
+    };
     let store = ctrl.store();
     let workers = Arc::new(Semaphore::new(usize::from(concurrency.max(1))));
     let dispatch = move |guarded: Arc<Guarded<K>>, ctx: Arc<Context>| -> Reconcile {
@@ -420,7 +446,7 @@ pub async fn drive<K, F, Fut>(
                     Ok(Action::await_change())
                 })
             }
-            Ok(obj) if obj.meta().deletion_timestamp.is_some() => {
+            Ok(obj) if left_alone(obj.meta()) => {
                 debug!(
                     controller,
                     namespace = obj.namespace().unwrap_or_default(),
@@ -445,7 +471,7 @@ pub async fn drive<K, F, Fut>(
                     ctx.queues.of(controller).done(&key);
                     let current = store.get(&key);
                     let obj = match current.as_deref().map(|g| &g.0) {
-                        Some(Ok(obj)) if obj.meta().deletion_timestamp.is_none() && ctx.leader.leading() => obj,
+                        Some(Ok(obj)) if !left_alone(obj.meta()) && ctx.leader.leading() => obj,
                         // Gone, going, unreadable since, or shutting down: the watch says what is next.
                         _ => return Ok(Action::await_change()),
                     };
