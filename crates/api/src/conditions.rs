@@ -90,6 +90,16 @@ pub mod reasons {
     pub const ALL_COMPONENTS_READY: &str = "AllComponentsReady";
     /// A stack's components are starting or waiting for what they depend on.
     pub const DEPLOYING: &str = "Deploying";
+    /// A stack is being deleted, component by component: the message names the one
+    /// being deleted, since when, and what is left of it.
+    pub const DELETING: &str = "Deleting";
+    /// A stack's component has been being deleted for longer than bosun expects (30 s,
+    /// or half the bound when that is shorter): the message says what holds it and when
+    /// bosun stops waiting.
+    pub const DELETION_STUCK: &str = "DeletionStuck";
+    /// (Event) bosun stopped waiting for a stack's component to be deleted and removed
+    /// its finalizer: the garbage collector deletes what is left.
+    pub const DELETION_TIMED_OUT: &str = "DeletionTimedOut";
     /// A stack's `spec.database.type` differs from the database its data is in.
     pub const DATABASE_TYPE_CHANGE_REFUSED: &str = "DatabaseTypeChangeRefused";
     /// Monitoring is asked for but the Prometheus operator's CRD is not installed.

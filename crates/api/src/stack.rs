@@ -21,6 +21,12 @@
 //! type does not have, a storage size that is not whole GiB, fewer than one replica, a
 //! port outside 1–65535, an unknown environment. Changing the database type of a running
 //! stack is refused by the controller (the data is in the old one).
+//!
+//! Deleting a stack deletes its components in reverse order — frontend, backend, cache,
+//! database — each gone before the next starts, under the finalizer
+//! `app.example.com/ordered-deletion` (`platform.example.com/ordered-deletion`); a step
+//! that does not end is given up after a bound, and a namespace being deleted is never
+//! held up (see the controller, `bosun_controller::stacks`).
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -250,7 +256,7 @@ pub struct EcommercePlatformSpec {
     pub ingress: Option<IngressSettings>,
 }
 
-/// `Deploying`, `Running` or `Failed`.
+/// `Deploying`, `Running`, `Failed` or `Deleting`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum Phase {
     /// Components are starting, waiting for their dependencies, or not all ready.
@@ -259,6 +265,9 @@ pub enum Phase {
     Running,
     /// The spec cannot be served (a refused change, a name held by someone else).
     Failed,
+    /// The stack is being deleted, component by component in reverse dependency order
+    /// (frontend, backend, cache, database), each gone before the next.
+    Deleting,
 }
 
 /// One component of a stack.
@@ -268,7 +277,9 @@ pub struct ComponentStatus {
     /// `database`, `cache`, `backend` or `frontend`.
     pub name: String,
     pub ready: bool,
-    /// What it waits for, or why it is not ready.
+    /// What it waits for, or why it is not ready; while the stack is being deleted,
+    /// whether it is deleted, since when it is being deleted and what is left of it, or
+    /// what it waits for to be deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

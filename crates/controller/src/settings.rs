@@ -13,6 +13,9 @@ pub struct Settings {
     pub stack: bosun_resources::stacks::Images,
     /// How AppConfig rollouts are paced (`--appconfig-settle`, `--appconfig-min-interval`).
     pub rollout_pace: bosun_resources::appconfig::Pace,
+    /// How long one step of a stack's ordered deletion may last before bosun stops
+    /// waiting and removes its finalizer (`--stack-deletion-timeout`).
+    pub stack_deletion: bosun_resources::teardown::Bound,
 }
 
 /// `--appconfig-settle`'s default: changes within it roll consumers once.
@@ -33,6 +36,7 @@ impl Default for Settings {
                 settle: DEFAULT_ROLLOUT_SETTLE,
                 min_interval: DEFAULT_ROLLOUT_MIN_INTERVAL,
             },
+            stack_deletion: bosun_resources::teardown::Bound::default(),
         }
     }
 }

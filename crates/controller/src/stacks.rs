@@ -10,9 +10,30 @@
 //! <name>`, or `app.example.com/stack: <name>`); one watch per kind serves both
 //! controllers and maps each change back by that label — the MySQL credentials have no
 //! owner (a password outlives the stack, as its data does).
+//!
+//! Deletion, under the finalizer `app.example.com/ordered-deletion`
+//! (`platform.example.com/ordered-deletion`), added on a stack's first reconcile
+//! ([`crate::finalizers`]): the components go in reverse dependency order
+//! ([`build::DELETION_ORDER`]: frontend with its Ingress and ServiceMonitor, backend,
+//! cache, database), each deleted in the foreground and gone from the API — with its
+//! pods — before the next is deleted. The decision is [`bosun_resources::teardown`]'s:
+//!
+//! ```text
+//!  stack deleted ─▶ namespace terminating, or --cascade=orphan/foreground ─▶ finalizer removed at once
+//!               ─▶ frontend ─gone─▶ backend ─gone─▶ cache ─gone─▶ database ─gone─▶ finalizer removed
+//!                     └ a step lasting --stack-deletion-timeout (5m) ─▶ Warning DeletionTimedOut, finalizer removed
+//! ```
+//!
+//! Each step shows in the status (phase `Deleting`, `Ready=False Deleting` naming the
+//! component, since when and what is left of it; `DeletionStuck` and a Warning event
+//! once it has lasted 30 s). The data stays as it would without the finalizer: the
+//! PostgreSQL keeps its claims unless its `deletionPolicy` says `Delete`, a MySQL
+//! StatefulSet's claims are never deleted, and the credentials and the dumps' claim
+//! have no owner.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +45,7 @@ use bosun_api::postgresql::PostgreSQL;
 use bosun_api::stack::{AppStack, EcommercePlatform, StackStatus};
 use bosun_resources::conditions::{self as conds, Desired};
 use bosun_resources::stacks::{self as build, Plan};
+use bosun_resources::teardown::{self, Left, Next, Owner, Release, Step};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -36,12 +58,14 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tracing::{info, warn};
 
-use crate::apply::{apply_child, create_if_absent, delete_child};
+use crate::apply::{apply_child, create_if_absent, delete_child, delete_in_foreground};
 use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
 use crate::dependencies::{Component, Health, Pass, converge};
 use crate::error::Error;
+use crate::finalizers::{self, Cleanup};
 use crate::kinds::{Served, Type};
 use crate::permissions::{self, Permission};
 use crate::status::update_status;
@@ -68,12 +92,21 @@ pub const PERMISSIONS: &[Permission] = &{
         e0,
         e1,
         e2,
+        // The ordered-deletion finalizer, added once and removed when the stack is gone;
+        // whether the namespace is being deleted (then the finalizer goes at once).
+        finalizers::permission("app.example.com", "appstacks"),
+        finalizers::permission("platform.example.com", "ecommerceplatforms"),
+        finalizers::NAMESPACES,
+        // The children a deletion takes, one component at a time.
+        Permission::new("database.example.com", "postgresqls", &["delete"]),
+        Permission::new("apps", "statefulsets", &["delete"]),
+        Permission::new("networking.k8s.io", "ingresses", &["delete"]),
         Permission::new("database.example.com", "postgresqls", permissions::OWN),
         Permission::new("apps", "statefulsets", permissions::OWN),
         Permission::new("apps", "deployments", permissions::OWN),
         Permission::new("", "services", permissions::OWN),
         Permission::new("networking.k8s.io", "ingresses", permissions::OWN),
-        // The cache when it is turned off.
+        // The cache when it is turned off, and every tier when the stack is deleted.
         Permission::new("apps", "deployments", &["delete"]),
         Permission::new("", "services", &["delete"]),
         // A MySQL database's Backup, deleted when backups are off; its claim of dumps,
@@ -113,12 +146,19 @@ struct Children {
     monitor_crd: Store<CustomResourceDefinition>,
 }
 
+/// The finalizer under which an AppStack's components are deleted in order.
+pub const APPSTACK_FINALIZER: &str = "app.example.com/ordered-deletion";
+/// The finalizer under which an EcommercePlatform's components are deleted in order.
+pub const PLATFORM_FINALIZER: &str = "platform.example.com/ordered-deletion";
+
 /// A stack kind: how it reduces to a [`Plan`], and the label naming it on its children.
 trait StackKind: wiring::Reconciled + HasStatus<Status = StackStatus> {
     const CONTROLLER: &'static str;
     const LABEL: &'static str;
     /// Whether it fills in defaults, which `status.effective` then shows.
     const DEFAULTS: bool;
+    /// The finalizer its ordered deletion runs under.
+    const FINALIZER: &'static str;
     fn plan(&self) -> Plan;
 }
 
@@ -126,6 +166,7 @@ impl StackKind for AppStack {
     const CONTROLLER: &'static str = APPSTACK;
     const LABEL: &'static str = build::STACK_LABEL;
     const DEFAULTS: bool = false;
+    const FINALIZER: &'static str = APPSTACK_FINALIZER;
 
     fn plan(&self) -> Plan {
         build::app_stack(self)
@@ -136,6 +177,7 @@ impl StackKind for EcommercePlatform {
     const CONTROLLER: &'static str = PLATFORM;
     const LABEL: &'static str = build::PLATFORM_LABEL;
     const DEFAULTS: bool = true;
+    const FINALIZER: &'static str = PLATFORM_FINALIZER;
 
     fn plan(&self) -> Plan {
         build::platform(self)
@@ -337,7 +379,7 @@ async fn run_kind<K>(
         Some((crd_changes, monitors)) => by_stack_label::<K, _>(ctrl.reconcile_all_on(crd_changes), &ctx, monitors),
         None => ctrl,
     };
-    wiring::drive(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, move |stack, ctx| {
+    wiring::drive_finalized(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, Some(K::FINALIZER), move |stack, ctx| {
         reconcile(stack, ctx, children.clone())
     })
     .await;
@@ -357,7 +399,22 @@ async fn reconcile<K>(stack: Arc<K>, ctx: Arc<Context>, children: Children) -> R
 where
     K: StackKind,
 {
-    let stack = stack.as_ref();
+    let (stack, ctx, children) = (stack.as_ref(), ctx.as_ref(), &children);
+    finalizers::finalized(
+        ctx,
+        K::FINALIZER,
+        stack,
+        || converge_stack(stack, ctx, children),
+        || delete_in_order(stack, ctx, children),
+    )
+    .await
+}
+
+/// A living stack: its components brought to the spec, in dependency order.
+async fn converge_stack<K>(stack: &K, ctx: &Context, children: &Children) -> Result<Outcome, Error>
+where
+    K: StackKind,
+{
     let now = ctx.now();
     let ns = stack.namespace().unwrap_or_default();
     let plan = stack.plan();
@@ -371,15 +428,15 @@ where
         let desired = vec![Desired::new(types::READY, false, reasons::DATABASE_TYPE_CHANGE_REFUSED, message.clone())];
         let status =
             desired_status(stack, &plan, &pass, conds::merge(&previous, desired, stack.meta().generation, now));
-        let announce = update_status(&ctx, K::CONTROLLER, stack, &status).await?;
+        let announce = update_status(ctx, K::CONTROLLER, stack, &status).await?;
         return Ok(Outcome::of(Some((reasons::DATABASE_TYPE_CHANGE_REFUSED, message)), announce));
     }
 
-    let pass = converge(components(stack, &ctx, &children, &plan)).await?;
+    let pass = converge(components(stack, ctx, children, &plan)).await?;
     if !plan.cache {
-        drop_cache(stack, &ctx, &children, &plan).await?;
+        drop_cache(stack, ctx, children, &plan).await?;
     }
-    let monitoring = monitoring(stack, &ctx, &children, &plan).await?;
+    let monitoring = monitoring(stack, ctx, children, &plan).await?;
 
     let status_ready = pass.phase() == bosun_api::stack::Phase::Running;
     let ready = Desired::new(
@@ -395,7 +452,7 @@ where
     let mut desired = vec![ready];
     desired.extend(monitoring);
     let status = desired_status(stack, &plan, &pass, conds::merge(&previous, desired, stack.meta().generation, now));
-    let announce = update_status(&ctx, K::CONTROLLER, stack, &status).await?;
+    let announce = update_status(ctx, K::CONTROLLER, stack, &status).await?;
     Ok(match pass.refused {
         Some((reason, message)) => Outcome::of(Some((reason, message)), announce),
         // Not all ready: looked at again soon, for a pod that cannot start.
@@ -609,6 +666,151 @@ async fn drop_cache<K: StackKind>(stack: &K, ctx: &Context, children: &Children,
     delete_child(ctx, stack, &children.services, &ns, &plan.cache_name()).await
 }
 
+/// A lazy deletion of one child: run only for the step under way.
+type Delete<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
+
+/// The child `name` of kind `C`, when the stack controls it: what the teardown knows of
+/// it, and its deletion (in the foreground, that very object).
+fn held<'a, K: StackKind, C: Child>(
+    ctx: &'a Context,
+    stack: &'a K,
+    owned: &Owned<C>,
+    name: &str,
+) -> Option<(Left, Delete<'a>)> {
+    let ns = stack.namespace().unwrap_or_default();
+    let child = owned.get(&ns, name).filter(|c| controlled_by(c.as_ref(), stack))?;
+    let meta = child.meta();
+    let since = meta.deletion_timestamp.as_ref().map(|t| t.0);
+    let left = Left::new(C::kind(&()), name, since, meta.finalizers.as_deref().unwrap_or_default());
+    Some((left, Box::pin(async move { delete_in_foreground(ctx, stack, child.as_ref()).await })))
+}
+
+/// What is left of each component of `stack`, in [`build::DELETION_ORDER`]: the
+/// frontend with the Ingress and the ServiceMonitor in front of it, the backend, the
+/// cache (whatever the spec says now: it may have been turned off and not yet
+/// deleted), and the database — the PostgreSQL (whose StatefulSet, Services and Backup
+/// go with it), or MySQL's Backup, StatefulSet and Service.
+fn what_is_left<'a, K: StackKind>(
+    stack: &'a K,
+    ctx: &'a Context,
+    children: &Children,
+) -> Vec<(&'static str, Vec<(Left, Delete<'a>)>)> {
+    let plan = stack.plan();
+    let tier = |component: &str| {
+        let name = plan.tier_name(component);
+        vec![held(ctx, stack, &children.deployments, &name), held(ctx, stack, &children.services, &name)]
+    };
+    build::DELETION_ORDER
+        .iter()
+        .map(|&component| {
+            let held: Vec<Option<(Left, Delete<'a>)>> = match component {
+                build::FRONTEND_COMPONENT => {
+                    let mut front = vec![
+                        held(ctx, stack, &children.ingresses, &plan.name),
+                        held(ctx, stack, &children.monitors, &plan.name),
+                    ];
+                    front.extend(tier(component));
+                    front
+                }
+                build::DATABASE_COMPONENT => {
+                    let db = plan.database_name();
+                    vec![
+                        held(ctx, stack, &children.postgresqls, &db),
+                        held(ctx, stack, &children.backups, &format!("{db}-backup")),
+                        held(ctx, stack, &children.statefulsets, &db),
+                        held(ctx, stack, &children.services, &db),
+                    ]
+                }
+                _ => tier(component),
+            };
+            (component, held.into_iter().flatten().collect())
+        })
+        .collect()
+}
+
+/// A stack being deleted: the next step of its ordered deletion (see the module docs).
+async fn delete_in_order<K: StackKind>(stack: &K, ctx: &Context, children: &Children) -> Result<Cleanup, Error> {
+    let ns = stack.namespace().unwrap_or_default();
+    let mut left = what_is_left(stack, ctx, children);
+    let steps: Vec<Step> =
+        left.iter().map(|(name, held)| Step { name, left: held.iter().map(|(l, _)| l.clone()).collect() }).collect();
+    let owner = Owner {
+        namespace_terminating: finalizers::namespace_terminating(ctx, &ns).await,
+        finalizers: stack.meta().finalizers.as_deref().unwrap_or_default(),
+    };
+    let progress = match teardown::next(&steps, owner, ctx.now(), ctx.settings.stack_deletion) {
+        Next::Wait(progress) => progress,
+        Next::Release(why) => {
+            released(stack, ctx, &steps, why);
+            return Ok(Cleanup::Done);
+        }
+    };
+    if let Some((_, held)) = left.get_mut(progress.step) {
+        let deletes = held.drain(..).enumerate().filter(|(i, _)| progress.delete.contains(i)).map(|(_, (_, d))| d);
+        futures::future::try_join_all(deletes).await?;
+    }
+    let previous = stack.status().cloned().unwrap_or_default();
+    let (components, reason, message) = build::deletion_status(&steps, &progress, &previous.components);
+    let generation = stack.meta().generation;
+    let mut conditions = conds::merge(
+        &previous.conditions,
+        vec![Desired::new(types::READY, false, reason, message)],
+        generation,
+        ctx.now(),
+    );
+    // The others (MonitoringAvailable) stay as they were.
+    let kept: Vec<Condition> =
+        previous.conditions.iter().filter(|c| !conditions.iter().any(|n| n.type_ == c.type_)).cloned().collect();
+    conditions.extend(kept.into_iter().filter(|c| c.type_ != types::RECONCILING && c.type_ != types::STALLED));
+    let status = StackStatus {
+        observed_generation: generation,
+        phase: Some(bosun_api::stack::Phase::Deleting),
+        components,
+        conditions,
+        ..previous.clone()
+    };
+    if update_status(ctx, K::CONTROLLER, stack, &status).await? {
+        let owner = stack.object_ref(&());
+        let stuck = [reasons::DELETION_STUCK];
+        ctx.events.condition_failed(&owner, None, types::READY, &stuck, &previous.conditions, &status.conditions);
+    }
+    Ok(Cleanup::Pending(progress.look_again))
+}
+
+/// The ordered deletion of `stack` ends (`why`): said in the log, and in a Warning
+/// event when a step was given up.
+fn released<K: StackKind>(stack: &K, ctx: &Context, steps: &[Step], why: Release) {
+    let (ns, name) = (stack.namespace().unwrap_or_default(), stack.name_any());
+    match why {
+        Release::Done => info!(controller = K::CONTROLLER, namespace = ns, object = name, "deleted in order"),
+        Release::NamespaceTerminating => info!(
+            controller = K::CONTROLLER,
+            namespace = ns,
+            object = name,
+            "the namespace is being deleted: Kubernetes deletes everything in it at once; finalizer removed"
+        ),
+        Release::Propagation(policy) => info!(
+            controller = K::CONTROLLER,
+            namespace = ns,
+            object = name,
+            policy,
+            "deleted with a propagation of the user's choice: finalizer removed, the garbage collector goes on"
+        ),
+        Release::TimedOut(progress) => {
+            let component = steps.get(progress.step).map_or("", |s| s.name);
+            let note = format!(
+                "gave up waiting for the {component} after {}s: being deleted since {}: {}; the finalizer is \
+                 removed, and the garbage collector deletes the rest of the stack",
+                ctx.settings.stack_deletion.timeout.as_secs(),
+                progress.since,
+                progress.left(steps),
+            );
+            warn!(controller = K::CONTROLLER, namespace = ns, object = name, %note, "ordered deletion given up");
+            ctx.events.deletion_given_up(&stack.object_ref(&()), reasons::DELETION_TIMED_OUT, note);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kube::runtime::reflector::store::Writer;
@@ -620,7 +822,8 @@ mod tests {
     fn platform(database: &str) -> Arc<EcommercePlatform> {
         let p = json!({
             "apiVersion": "platform.example.com/v1", "kind": "EcommercePlatform",
-            "metadata": {"name": "store", "namespace": "shop", "uid": "uid-store", "generation": 1},
+            "metadata": {"name": "store", "namespace": "shop", "uid": "uid-store", "generation": 1,
+                         "finalizers": [PLATFORM_FINALIZER]},
             "spec": {"environment": "production",
                      "frontend": {"replicas": 2, "image": "shop/frontend:1"}, "backend": {"replicas": 2, "image": "shop/backend:1"},
                      "database": {"type": database, "version": if database == "mysql" { "8.0" } else { "15" }, "storage": "1Gi"},
@@ -695,5 +898,215 @@ mod tests {
             ],
             "one create-only apply, refused, then a look at whose it is: nothing written over theirs"
         );
+    }
+
+    /// A child of the platform `store` (controlled by it, uid `uid-<name>`), as the
+    /// cache holds it; being deleted since `deleting` with `finalizers`.
+    fn child<C: Child>(kind: &str, api_version: &str, name: &str, deleting: Option<&str>, finalizers: &[&str]) -> C {
+        serde_json::from_value(json!({
+            "apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                         "deletionTimestamp": deleting, "finalizers": finalizers,
+                         "ownerReferences": [{"apiVersion": "platform.example.com/v1", "kind": "EcommercePlatform",
+                                              "name": "store", "uid": "uid-store", "controller": true}]},
+        }))
+        .unwrap()
+    }
+
+    fn deployment(name: &str, deleting: Option<&str>, finalizers: &[&str]) -> Deployment {
+        child("Deployment", "apps/v1", name, deleting, finalizers)
+    }
+
+    fn service(name: &str) -> Service {
+        child("Service", "v1", name, None, &[])
+    }
+
+    /// The whole platform `store` (PostgreSQL, no cache): what a deletion finds.
+    fn running_platform(children: &mut Children) {
+        let p = platform("postgresql");
+        let mut pg = build::desired_postgresql(p.as_ref(), &p.plan()).unwrap();
+        pg.metadata.uid = Some("uid-store-db".to_owned());
+        children.postgresqls = mock::cache([pg]);
+        children.deployments = mock::cache(["store-frontend", "store-backend"].map(|n| deployment(n, None, &[])));
+        children.services = mock::cache(["store-frontend", "store-backend"].map(service));
+    }
+
+    /// The platform, being deleted since 08:00:00.
+    fn deleted(p: &EcommercePlatform, finalizers: &[&str]) -> Arc<EcommercePlatform> {
+        let mut p = p.clone();
+        p.metadata.deletion_timestamp = serde_json::from_value(json!("2027-01-15T08:00:00Z")).unwrap();
+        p.metadata.finalizers = Some(finalizers.iter().map(|f| (*f).to_owned()).collect());
+        p.metadata.generation = Some(2);
+        Arc::new(p)
+    }
+
+    fn at(time: &'static str) -> fn() -> jiff::Timestamp {
+        match time {
+            "08:00:05" => || "2027-01-15T08:00:05Z".parse().unwrap(),
+            "08:06:00" => || "2027-01-15T08:06:00Z".parse().unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The apiserver for a stack being deleted: deletes succeed, the finalizer's JSON
+    /// patch returns the stack, anything else as [`mock::answer`].
+    fn apiserver(p: &EcommercePlatform) -> impl Fn(&mock::Call) -> (u16, Value) + Send + Sync + 'static {
+        let answer = mock::answer(p);
+        let stored = serde_json::to_value(p).unwrap();
+        move |call| {
+            if call.method == "DELETE" {
+                return (200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}));
+            }
+            // The finalizer's apply or JSON patch of the stack itself answers with the stack.
+            if call.method == "PATCH" && call.path.split('?').next().is_some_and(|p| p.ends_with("/store")) {
+                return (200, stored.clone());
+            }
+            answer(call)
+        }
+    }
+
+    fn with_clock(ctx: Arc<Context>, clock: fn() -> jiff::Timestamp) -> Arc<Context> {
+        let mut ctx = Arc::into_inner(ctx).unwrap();
+        ctx.clock = clock;
+        Arc::new(ctx)
+    }
+
+    #[tokio::test]
+    async fn a_stack_without_the_finalizer_gets_it_in_one_patch_before_any_child() {
+        let mut p = (*platform("postgresql")).clone();
+        p.metadata.finalizers = None;
+        let (ctx, calls) = mock::context(apiserver(&p));
+        reconcile(Arc::new(p), ctx, children(vec![], false)).await.unwrap();
+        let writes = calls.writes();
+        assert_eq!(writes[0], "PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store");
+        let body = calls.body("/ecommerceplatforms/store").unwrap();
+        assert_eq!(body["metadata"]["finalizers"], json!([PLATFORM_FINALIZER]));
+        assert_eq!(body["metadata"]["uid"], "uid-store", "that very object only");
+        assert_eq!(body.get("spec"), None, "the finalizer alone");
+        assert!(writes[1].contains("/postgresqls/store-db"), "then the children: {writes:?}");
+
+        // With the finalizer, the stack itself is never written again.
+        let (ctx, calls) = mock::context(mock::answer(platform("postgresql").as_ref()));
+        reconcile(platform("postgresql"), ctx, children(vec![], false)).await.unwrap();
+        assert!(!calls.writes().iter().any(|w| w.ends_with("/ecommerceplatforms/store")), "{:?}", calls.writes());
+    }
+
+    #[tokio::test]
+    async fn a_deleted_stack_deletes_its_frontend_first_in_the_foreground_and_says_so() {
+        let p = deleted(&platform("postgresql"), &[PLATFORM_FINALIZER]);
+        let (ctx, calls) = mock::context(apiserver(p.as_ref()));
+        let ctx = with_clock(ctx, at("08:00:05"));
+        let mut children = children(vec![], false);
+        running_platform(&mut children);
+        let outcome = reconcile(p, ctx, children).await.unwrap();
+        assert!(matches!(outcome, Outcome::Requeue(_)), "{outcome:?}");
+        let mut writes = calls.writes();
+        // The deletes of one step go together, in any order.
+        writes[1..3].sort();
+        assert_eq!(
+            writes,
+            [
+                "GET /api/v1/namespaces/shop",
+                "DELETE /api/v1/namespaces/shop/services/store-frontend",
+                "DELETE /apis/apps/v1/namespaces/shop/deployments/store-frontend",
+                "PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store/status",
+            ],
+            "the frontend alone; the backend and the database wait"
+        );
+        let delete = calls.body("/deployments/store-frontend").unwrap();
+        assert_eq!(delete["propagationPolicy"], "Foreground", "gone means gone with its pods");
+        assert_eq!(delete["preconditions"]["uid"], "uid-store-frontend");
+        let status = calls.body("/status").unwrap()["status"].clone();
+        assert_eq!(status["phase"], "Deleting");
+        assert_eq!(mock::condition(&calls, "Ready"), "False/Deleting");
+        let components = status["components"].as_array().unwrap();
+        let frontend = components.iter().find(|c| c["name"] == "frontend").unwrap();
+        assert_eq!(
+            frontend["message"],
+            "being deleted since 2027-01-15T08:00:05Z: Deployment store-frontend, Service store-frontend"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_frontend_being_deleted_holds_the_backend_back_and_is_given_up_after_the_bound() {
+        let p = deleted(&platform("postgresql"), &[PLATFORM_FINALIZER]);
+        let mut children = children(vec![], false);
+        running_platform(&mut children);
+        let held =
+            deployment("store-frontend", Some("2027-01-15T08:00:01Z"), &["foregroundDeletion", "example.com/hold"]);
+        children.deployments = mock::cache([held, deployment("store-backend", None, &[])]);
+        children.services = mock::cache([service("store-backend")]);
+
+        let (ctx, calls) = mock::context(apiserver(p.as_ref()));
+        reconcile(p.clone(), with_clock(ctx, at("08:00:05")), children.clone()).await.unwrap();
+        assert!(!calls.writes().iter().any(|w| w.starts_with("DELETE")), "nothing deleted twice, nothing after it");
+        let status = calls.body("/status").unwrap()["status"].clone();
+        let frontend = status["components"].as_array().unwrap().iter().find(|c| c["name"] == "frontend").cloned();
+        assert_eq!(
+            frontend.unwrap()["message"],
+            "being deleted since 2027-01-15T08:00:01Z: Deployment store-frontend (held by finalizer example.com/hold)"
+        );
+
+        // Five minutes on: the finalizer goes, exactly it, and nothing else is deleted.
+        let (ctx, calls) = mock::context(apiserver(p.as_ref()));
+        reconcile(p, with_clock(ctx, at("08:06:00")), children).await.unwrap();
+        assert_eq!(
+            calls.writes(),
+            [
+                "GET /api/v1/namespaces/shop",
+                "PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store"
+            ]
+        );
+        let patch = calls.body("/ecommerceplatforms/store").unwrap();
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "uid-store"},
+                {"op": "test", "path": "/metadata/finalizers/0", "value": PLATFORM_FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/0"},
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn once_everything_is_gone_the_finalizer_goes() {
+        let p = deleted(&platform("postgresql"), &["example.com/theirs", PLATFORM_FINALIZER]);
+        let (ctx, calls) = mock::context(apiserver(p.as_ref()));
+        reconcile(p, with_clock(ctx, at("08:00:05")), children(vec![], false)).await.unwrap();
+        let patch = calls.body("/ecommerceplatforms/store").unwrap();
+        assert_eq!(patch[2], json!({"op": "remove", "path": "/metadata/finalizers/1"}), "theirs stays");
+        assert!(!calls.writes().iter().any(|w| w.ends_with("/status")), "no status for a stack that goes");
+    }
+
+    #[tokio::test]
+    async fn a_terminating_namespace_or_an_orphaning_delete_releases_at_once() {
+        let terminating = |call: &mock::Call| -> Option<(u16, Value)> {
+            (call.method == "GET" && call.path.starts_with("/api/v1/namespaces/shop")).then(|| {
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"},
+                             "status": {"phase": "Terminating"}}),
+                )
+            })
+        };
+        for (finalizers, namespace_terminating) in
+            [(vec![PLATFORM_FINALIZER], true), (vec!["orphan", PLATFORM_FINALIZER], false)]
+        {
+            let p = deleted(&platform("postgresql"), &finalizers);
+            let answer = apiserver(p.as_ref());
+            let api = move |call: &mock::Call| {
+                namespace_terminating.then(|| terminating(call)).flatten().unwrap_or_else(|| answer(call))
+            };
+            let (ctx, calls) = mock::context(api);
+            let mut children = children(vec![], false);
+            running_platform(&mut children);
+            reconcile(p, with_clock(ctx, at("08:00:05")), children).await.unwrap();
+            let writes = calls.writes();
+            assert!(!writes.iter().any(|w| w.starts_with("DELETE")), "{writes:?}");
+            assert_eq!(
+                writes.last().map(String::as_str),
+                Some("PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store")
+            );
+        }
     }
 }

@@ -13,10 +13,12 @@
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
+use bosun_api::conditions::reasons;
 use bosun_api::monitoring::{Endpoint, ServiceMonitor, ServiceMonitorSpec};
 use bosun_api::postgresql::{BackupSettings, PostgreSQL, PostgreSQLSpec};
 use bosun_api::stack::{
-    AppStack, DatabaseType, EcommercePlatform, Effective, EffectiveBackup, Environment, IngressSettings, Tier,
+    AppStack, ComponentStatus, DatabaseType, EcommercePlatform, Effective, EffectiveBackup, Environment,
+    IngressSettings, Tier,
 };
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
@@ -33,6 +35,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use crate::meta::{child_meta, standard_labels};
+use crate::teardown::{Progress, Step};
 
 /// `app.kubernetes.io/name` of a stack's children.
 pub const APP_NAME: &str = "stack";
@@ -65,6 +68,9 @@ pub const FRONTEND_COMPONENT: &str = "frontend";
 pub const CACHE_AFTER: &[&str] = &[DATABASE_COMPONENT];
 pub const BACKEND_AFTER: &[&str] = &[DATABASE_COMPONENT];
 pub const FRONTEND_AFTER: &[&str] = &[BACKEND_COMPONENT];
+/// The components in the order a stack's deletion takes them: the reverse of the order
+/// they start in, each gone before the next.
+pub const DELETION_ORDER: [&str; 4] = [FRONTEND_COMPONENT, BACKEND_COMPONENT, CACHE_COMPONENT, DATABASE_COMPONENT];
 
 /// The images the operator runs for the parts the spec does not choose (flags, so a
 /// cluster without a registry can use local ones).
@@ -672,6 +678,61 @@ pub fn postgresql_ready(db: &PostgreSQL) -> Result<(), String> {
     }
 }
 
+/// A stack's components and the Ready condition's (reason, message) while its deletion
+/// is at `progress` of `steps` (in [`DELETION_ORDER`]). The components are listed in
+/// dependency order, as ever: those the status listed before (`previous`) and any that
+/// still has something left. Before the step under way each is `deleted`; the one under
+/// way says since when, what is left of it and what holds that; after it each waits,
+/// keeping the readiness it had.
+pub fn deletion_status(
+    steps: &[Step],
+    progress: &Progress,
+    previous: &[ComponentStatus],
+) -> (Vec<ComponentStatus>, &'static str, String) {
+    let current = steps.get(progress.step).map_or("", |s| s.name);
+    let left = progress.left(steps);
+    let release_at = progress.release_at;
+    let components = steps
+        .iter()
+        .enumerate()
+        .rev()
+        .filter_map(|(i, step)| {
+            let before = previous.iter().find(|c| c.name == step.name);
+            if before.is_none() && step.left.is_empty() {
+                return None;
+            }
+            let (ready, message) = match i.cmp(&progress.step) {
+                std::cmp::Ordering::Less => (false, "deleted".to_owned()),
+                std::cmp::Ordering::Equal => (false, format!("being deleted since {}: {left}", progress.since)),
+                std::cmp::Ordering::Greater => {
+                    (before.is_some_and(|c| c.ready), format!("waits for {current} to be deleted"))
+                }
+            };
+            Some(ComponentStatus { name: step.name.to_owned(), ready, message: Some(message) })
+        })
+        .collect();
+    let (reason, message) = if progress.stuck {
+        (
+            reasons::DELETION_STUCK,
+            format!(
+                "the {current} is stuck: being deleted since {}: {left}; at {release_at} bosun stops waiting, \
+                 removes its finalizer and leaves the rest to the garbage collector",
+                progress.since
+            ),
+        )
+    } else {
+        (
+            reasons::DELETING,
+            format!(
+                "deleting in reverse dependency order: the {current} since {}: {left}; bosun stops waiting at \
+                 {release_at}",
+                progress.since
+            ),
+        )
+    };
+    (components, reason, message)
+}
+
 /// The database type the stack's existing children hold, when it differs from the
 /// spec's: changing it is refused (the data is in the old one).
 pub fn type_change(plan: &Plan, has_postgresql: bool, has_mysql: bool) -> Option<String> {
@@ -861,6 +922,74 @@ mod tests {
             Err("rolling out: 1/1 replicas updated, 1 old ones left".to_owned())
         );
         assert!(deployment_ready(&d(2, 2, (1, 0, 1)), 1).is_err());
+    }
+
+    #[test]
+    fn while_a_stack_is_deleted_each_component_says_where_it_stands() {
+        use crate::teardown::{self, Bound, Left, Next, Owner};
+        let at = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let left = |kind: &str, name: &str, since: Option<i64>, finalizers: &[&str]| {
+            let finalizers: Vec<String> = finalizers.iter().map(|f| (*f).to_owned()).collect();
+            Left::new(kind, name, since.map(at), &finalizers)
+        };
+        let steps = |frontend: Vec<Left>| {
+            DELETION_ORDER
+                .iter()
+                .map(|name| teardown::Step {
+                    name,
+                    left: match *name {
+                        FRONTEND_COMPONENT => frontend.clone(),
+                        BACKEND_COMPONENT => vec![left("Deployment", "shop-backend", None, &[])],
+                        DATABASE_COMPONENT => vec![left("PostgreSQL", "shop-db", None, &[])],
+                        _ => vec![],
+                    },
+                })
+                .collect::<Vec<_>>()
+        };
+        let previous: Vec<ComponentStatus> = ["database", "backend", "frontend"]
+            .iter()
+            .map(|n| ComponentStatus { name: (*n).to_owned(), ready: true, message: None })
+            .collect();
+        let owner = Owner { namespace_terminating: false, finalizers: &[] };
+        let held =
+            steps(vec![left("Deployment", "shop-frontend", Some(0), &["foregroundDeletion", "example.com/hold"])]);
+        let Next::Wait(progress) = teardown::next(&held, owner, at(5), Bound::default()) else { panic!("waits") };
+        let (components, reason, message) = deletion_status(&held, &progress, &previous);
+        let shown: Vec<(&str, bool, &str)> =
+            components.iter().map(|c| (c.name.as_str(), c.ready, c.message.as_deref().unwrap_or_default())).collect();
+        assert_eq!(
+            shown,
+            [
+                ("database", true, "waits for frontend to be deleted"),
+                ("backend", true, "waits for frontend to be deleted"),
+                (
+                    "frontend",
+                    false,
+                    "being deleted since 2027-01-15T08:00:00Z: Deployment shop-frontend (held by finalizer example.com/hold)"
+                ),
+            ],
+            "no cache: it never was, and nothing of it is left"
+        );
+        assert_eq!(reason, "Deleting");
+        assert!(
+            message.contains("the frontend since 2027-01-15T08:00:00Z") && message.contains("08:05:00Z"),
+            "{message}"
+        );
+
+        let Next::Wait(stuck) = teardown::next(&held, owner, at(30), Bound::default()) else { panic!("waits") };
+        let (_, reason, message) = deletion_status(&held, &stuck, &previous);
+        assert_eq!(reason, "DeletionStuck");
+        assert!(message.starts_with("the frontend is stuck: being deleted since 2027-01-15T08:00:00Z"), "{message}");
+        assert!(message.contains("example.com/hold") && message.contains("at 2027-01-15T08:05:00Z"), "{message}");
+
+        // The frontend is gone; the backend is under way.
+        let next = steps(vec![]);
+        let Next::Wait(progress) = teardown::next(&next, owner, at(40), Bound::default()) else { panic!("waits") };
+        let (components, _, _) = deletion_status(&next, &progress, &previous);
+        let frontend = components.iter().find(|c| c.name == "frontend").unwrap();
+        assert_eq!((frontend.ready, frontend.message.as_deref()), (false, Some("deleted")));
+        let database = components.iter().find(|c| c.name == "database").unwrap();
+        assert_eq!(database.message.as_deref(), Some("waits for backend to be deleted"));
     }
 
     #[test]

@@ -169,6 +169,12 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_APPCONFIG_MIN_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     pub appconfig_min_interval: std::time::Duration,
 
+    /// How long one step of a stack's ordered deletion (frontend, backend, cache, database)
+    /// may last before bosun stops waiting, removes the stack's finalizer and leaves the
+    /// rest to the garbage collector.
+    #[arg(long, env = "BOSUN_STACK_DELETION_TIMEOUT", default_value = "5m", value_parser = parse_positive_duration)]
+    pub stack_deletion_timeout: std::time::Duration,
+
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,
@@ -192,6 +198,15 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 }
 
 pub use bosun_resources::duration::parse_duration;
+
+/// A duration of at least a second.
+pub fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d < std::time::Duration::from_secs(1) {
+        return Err(format!("invalid duration {s:?}: at least 1s"));
+    }
+    Ok(d)
+}
 
 #[cfg(test)]
 mod tests {

@@ -80,6 +80,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         bosun_resources::stacks::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
     ctx.settings.rollout_pace.settle = args.appconfig_settle;
     ctx.settings.rollout_pace.min_interval = args.appconfig_min_interval;
+    ctx.settings.stack_deletion.timeout = args.stack_deletion_timeout;
     let ctx = Arc::new(ctx);
 
     let shutdown = CancellationToken::new();
