@@ -273,6 +273,12 @@ impl<C: Child> Owned<C> {
         Self { store, records: Arc::default() }
     }
 
+    /// Whether the watch has listed everything once: until then, an object the cache
+    /// lacks may exist all the same.
+    pub fn synced(&self) -> bool {
+        synced(&self.store)
+    }
+
     /// The cached `namespace/name`, if bosun's watch has it.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<C>> {
         self.store.get(&ObjectRef::new(name).within(namespace))
@@ -301,6 +307,14 @@ impl<C: Child> Owned<C> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<C>, Applied>> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Whether `store`'s watch has listed everything once (its readiness is kept once set).
+pub fn synced<K: kube::Resource + Clone + 'static>(store: &Store<K>) -> bool
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|ready| ready.is_ok())
 }
 
 /// Keep of a child's metadata only what the ownership rule, change detection and the

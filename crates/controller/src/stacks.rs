@@ -199,6 +199,22 @@ fn desired_status<K: StackKind>(stack: &K, plan: &Plan, pass: &Pass, conditions:
 
 type Changes<C> = UnboundedReceiver<C>;
 
+impl Children {
+    /// Whether every cache a deletion reads has listed once: before that, "nothing
+    /// left" may only mean "not seen yet" (right after bosun started).
+    fn synced(&self) -> bool {
+        let monitors = crate::children::synced(&self.monitor_crd)
+            && (self.monitor_crd.state().is_empty() || self.monitors.synced());
+        monitors
+            && self.postgresqls.synced()
+            && self.statefulsets.synced()
+            && self.deployments.synced()
+            && self.services.synced()
+            && self.ingresses.synced()
+            && self.backups.synced()
+    }
+}
+
 /// One watch of `C` for both kinds, routed by which stack label a child carries.
 fn shared<C: Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
     let (owned, changes) =
@@ -730,6 +746,9 @@ fn what_is_left<'a, K: StackKind>(
 
 /// A stack being deleted: the next step of its ordered deletion (see the module docs).
 async fn delete_in_order<K: StackKind>(stack: &K, ctx: &Context, children: &Children) -> Result<Cleanup, Error> {
+    if !children.synced() {
+        return Ok(Cleanup::Pending(Duration::from_secs(1)));
+    }
     let ns = stack.namespace().unwrap_or_default();
     let mut left = what_is_left(stack, ctx, children);
     let steps: Vec<Step> =
@@ -835,6 +854,8 @@ mod tests {
     /// The stack's caches; the ServiceMonitor CRD installed when `monitoring`.
     fn children(postgresqls: Vec<PostgreSQL>, monitoring: bool) -> Children {
         let (monitor_crd, mut writer): (_, Writer<CustomResourceDefinition>) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
         if monitoring {
             let crd = json!({"metadata": {"name": SERVICE_MONITOR_CRD},
                              "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced", "versions": [],
@@ -1066,6 +1087,18 @@ mod tests {
                 {"op": "remove", "path": "/metadata/finalizers/0"},
             ])
         );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_decided_before_the_caches_have_listed() {
+        let p = deleted(&platform("postgresql"), &[PLATFORM_FINALIZER]);
+        let (ctx, calls) = mock::context(apiserver(p.as_ref()));
+        let mut children = children(vec![], false);
+        // Empty, but not listed yet: nothing says the children are gone.
+        children.deployments = Owned::new(reflector::store().0);
+        let outcome = reconcile(p, with_clock(ctx, at("08:00:05")), children).await.unwrap();
+        assert_eq!(outcome, Outcome::Requeue(Duration::from_secs(1)));
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
     }
 
     #[tokio::test]
