@@ -213,6 +213,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_stack_deletion_timeout_is_at_least_a_second() {
+        assert_eq!(parse_positive_duration("5m"), Ok(std::time::Duration::from_secs(300)));
+        assert!(parse_positive_duration("500ms").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
     fn addresses() {
         assert_eq!(parse_addr(":8080").unwrap().to_string(), "0.0.0.0:8080");
         assert_eq!(parse_addr("127.0.0.1:0").unwrap().port(), 0);
