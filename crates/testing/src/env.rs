@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,7 +33,8 @@ impl Debug for Env {
 }
 
 /// Run `test` in a fresh namespace named after it; the namespace is deleted
-/// afterwards, whether the test passed or panicked.
+/// afterwards, whether the test passed or panicked (bosun's finalizers removed from what
+/// is left first: the test's bosun is gone).
 pub async fn e2e<F, Fut>(name: &str, test: F)
 where
     F: FnOnce(Env) -> Fut,
@@ -53,11 +54,54 @@ where
         .await
         .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
 
-    let env = Env { cluster, client, ns: ns.clone() };
+    let env = Env { cluster, client: client.clone(), ns: ns.clone() };
     let result = AssertUnwindSafe(test(env)).catch_unwind().await;
+    release_finalizers(&client, &ns).await;
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// Remove bosun's own finalizers — a stack's `…/ordered-deletion` — from what a test
+/// left in `ns` and in the namespaces `ns` owns. The test's bosun has stopped by now and
+/// nothing else removes them, so those namespaces could never finish deleting; a user
+/// who removes bosun for good does the same by hand. Each request is bounded: a broken
+/// cluster delays the cleanup, never the suite.
+async fn release_finalizers(client: &Client, ns: &str) {
+    use bosun_api::stack::{AppStack, EcommercePlatform};
+    use bosun_controller::stacks::{APPSTACK_FINALIZER, PLATFORM_FINALIZER};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut targets = vec![ns.to_owned()];
+    if let Ok(Some(uid)) = namespaces.get_opt(ns).await.map(|n| n.and_then(|n| n.metadata.uid)) {
+        let owned = namespaces.list(&ListParams::default().labels("bosun.dev/e2e=true")).await;
+        let owned = owned.map(|l| l.items).unwrap_or_default();
+        targets.extend(
+            owned.into_iter().filter(|n| n.owner_references().iter().any(|o| o.uid == uid)).map(|n| n.name_any()),
+        );
+    }
+    for target in &targets {
+        release::<AppStack>(client, target, APPSTACK_FINALIZER).await;
+        release::<EcommercePlatform>(client, target, PLATFORM_FINALIZER).await;
+    }
+}
+
+/// Remove `finalizer` from every `K` in `ns`.
+async fn release<K>(client: &Client, ns: &str, finalizer: &str)
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let bound = Duration::from_secs(10);
+    let Ok(Ok(list)) = tokio::time::timeout(bound, api.list(&ListParams::default())).await else { return };
+    for obj in list.items {
+        let finalizers = obj.meta().finalizers.clone().unwrap_or_default();
+        if finalizers.iter().any(|f| f == finalizer) {
+            let keep: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
+            let patch = serde_json::json!({"metadata": {"finalizers": keep}});
+            let name = obj.meta().name.clone().unwrap_or_default();
+            let _ = tokio::time::timeout(bound, api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))).await;
+        }
     }
 }
 
