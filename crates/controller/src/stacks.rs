@@ -146,6 +146,22 @@ struct Children {
     monitor_crd: Store<CustomResourceDefinition>,
 }
 
+impl Children {
+    /// Whether every cache a deletion reads has listed once: before that, "nothing
+    /// left" may only mean "not seen yet" (right after bosun started).
+    fn synced(&self) -> bool {
+        let monitors = crate::children::synced(&self.monitor_crd)
+            && (self.monitor_crd.state().is_empty() || self.monitors.synced());
+        monitors
+            && self.postgresqls.synced()
+            && self.statefulsets.synced()
+            && self.deployments.synced()
+            && self.services.synced()
+            && self.ingresses.synced()
+            && self.backups.synced()
+    }
+}
+
 /// The finalizer under which an AppStack's components are deleted in order.
 pub const APPSTACK_FINALIZER: &str = "app.example.com/ordered-deletion";
 /// The finalizer under which an EcommercePlatform's components are deleted in order.
@@ -198,22 +214,6 @@ fn desired_status<K: StackKind>(stack: &K, plan: &Plan, pass: &Pass, conditions:
 }
 
 type Changes<C> = UnboundedReceiver<C>;
-
-impl Children {
-    /// Whether every cache a deletion reads has listed once: before that, "nothing
-    /// left" may only mean "not seen yet" (right after bosun started).
-    fn synced(&self) -> bool {
-        let monitors = crate::children::synced(&self.monitor_crd)
-            && (self.monitor_crd.state().is_empty() || self.monitors.synced());
-        monitors
-            && self.postgresqls.synced()
-            && self.statefulsets.synced()
-            && self.deployments.synced()
-            && self.services.synced()
-            && self.ingresses.synced()
-            && self.backups.synced()
-    }
-}
 
 /// One watch of `C` for both kinds, routed by which stack label a child carries.
 fn shared<C: Child>(ctx: &Context, ns: Option<&str>) -> (Owned<C>, [Changes<C>; 2]) {
