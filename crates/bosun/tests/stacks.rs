@@ -508,3 +508,375 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
     })
     .await;
 }
+
+// === Ordered deletion (issue 28 item 4) ===
+
+/// What a watch saw of one object while a stack was being deleted: the etcd revision
+/// (resourceVersion) of the first event with a `deletionTimestamp`, and of its deletion,
+/// with when each arrived. Revisions are one order across every kind, so "gone before
+/// the next step started" is checked without clocks.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    deleting: Option<(u64, std::time::Instant)>,
+    gone: Option<(u64, std::time::Instant)>,
+}
+
+type Timeline = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), Seen>>>;
+
+fn revision(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    meta.resource_version.as_deref().and_then(|rv| rv.parse().ok()).expect("a numeric resourceVersion")
+}
+
+/// Watch every `K` in `ns` into `timeline` until the task is aborted.
+fn record<K>(env: &Env, ns: &str, timeline: Timeline) -> tokio::task::JoinHandle<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: Api<K> = Api::namespaced(env.client.clone(), ns);
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let now = std::time::Instant::now();
+            let (obj, gone) = match event {
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => (obj, false),
+                Ok(watcher::Event::Delete(obj)) => (obj, true),
+                _ => continue,
+            };
+            let key = (K::kind(&()).into_owned(), obj.name_any());
+            let mut timeline = timeline.lock().unwrap();
+            let seen = timeline.entry(key).or_default();
+            if gone {
+                seen.gone.get_or_insert((revision(obj.meta()), now));
+            } else if obj.meta().deletion_timestamp.is_some() {
+                seen.deleting.get_or_insert((revision(obj.meta()), now));
+            }
+        }
+    })
+}
+
+/// The step of a stack `stack`'s deletion an object of that name belongs to: `<stack>`
+/// (the Ingress) and `<stack>-frontend…` the frontend, and so on; pods by their prefix.
+fn step_of(stack: &str, name: &str) -> Option<usize> {
+    if name == stack {
+        return Some(0);
+    }
+    let rest = name.strip_prefix(stack)?.strip_prefix('-')?;
+    ["frontend", "backend", "cache", "db"].iter().position(|c| rest.starts_with(c))
+}
+
+/// Prove the order of `stack`'s deletion from `timeline`: every object of each step
+/// gone (pods included) before anything of the next step was deleted. Prints the
+/// timeline, relative to `started`.
+fn assert_deleted_in_order(stack: &str, timeline: &Timeline, started: std::time::Instant) {
+    const STEPS: [&str; 4] = ["frontend", "backend", "cache", "database"];
+    let timeline = timeline.lock().unwrap();
+    let mut steps: [Vec<(&(String, String), &Seen)>; 4] = Default::default();
+    for (key, seen) in timeline.iter() {
+        if let Some(step) = step_of(stack, &key.1) {
+            steps[step].push((key, seen));
+        }
+    }
+    let at = |t: std::time::Instant| t.duration_since(started).as_secs_f64();
+    for (step, objects) in steps.iter().enumerate() {
+        for ((kind, name), seen) in objects {
+            let (gone, gone_at) =
+                seen.gone.unwrap_or_else(|| panic!("{kind} {name} of the {} was not deleted", STEPS[step]));
+            let deleting = seen.deleting.map_or("-".to_owned(), |(rv, t)| format!("rv {rv} at +{:.2}s", at(t)));
+            eprintln!(
+                "{stack}: {:<8} {kind} {name}: deleting {deleting}, gone rv {gone} at +{:.2}s",
+                STEPS[step],
+                at(gone_at)
+            );
+        }
+    }
+    let present: Vec<usize> = (0..4).filter(|s| !steps[*s].is_empty()).collect();
+    assert!(present.contains(&0) && present.contains(&3), "{stack}: no frontend or database seen: {timeline:?}");
+    for pair in present.windows(2) {
+        let (before, after) = (pair[0], pair[1]);
+        let (last_gone, last) = steps[before].iter().map(|(k, s)| (s.gone.unwrap().0, k)).max().unwrap();
+        let (first_deleting, first) = steps[after]
+            .iter()
+            .filter(|((kind, _), _)| kind != "Pod") // pods go with their workload
+            .map(|(k, s)| {
+                (s.deleting.unwrap_or_else(|| panic!("{k:?}: no deletionTimestamp seen before it went")).0, k)
+            })
+            .min()
+            .unwrap();
+        assert!(
+            last_gone < first_deleting,
+            "{stack}: the {} started (rv {first_deleting}, {first:?}) before the {} was gone (rv {last_gone}, {last:?})",
+            STEPS[after],
+            STEPS[before]
+        );
+    }
+}
+
+/// The finalizers of a stack, as the API has them.
+fn finalizers_of<K: Resource>(obj: &K) -> Vec<String> {
+    obj.meta().finalizers.clone().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_deleted_stack_goes_frontend_backend_cache_database_and_keeps_its_data() {
+    e2e("stack-delete-order", |env| async move {
+        let bosun = env.start_bosun(&[BOTH]).await;
+        let (ok, out) = env.kubectl_apply(SHOP);
+        assert!(ok, "{out}");
+        let (ok, out) = env.kubectl_apply(&platform("my", "development", "mysql"));
+        assert!(ok, "{out}");
+        let stack = env
+            .wait_for_within::<AppStack>("shop", "Ready=True", Duration::from_secs(180), |s| {
+                s.status
+                    .as_ref()
+                    .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"))
+            })
+            .await;
+        assert_eq!(finalizers_of(&stack), ["app.example.com/ordered-deletion"]);
+        let my = env
+            .wait_for_within::<EcommercePlatform>(
+                "my",
+                "Ready=True",
+                Duration::from_secs(180),
+                platform_is("Ready", "True", "AllComponentsReady"),
+            )
+            .await;
+        assert_eq!(finalizers_of(&my), ["platform.example.com/ordered-deletion"]);
+        // The finalizer is one write, once: converged, the stacks stay as they are.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let unchanged = env.api::<AppStack>().get("shop").await.unwrap();
+        assert_eq!(unchanged.resource_version(), stack.resource_version(), "a converged AppStack was written again");
+        let unchanged = env.api::<EcommercePlatform>().get("my").await.unwrap();
+        assert_eq!(unchanged.resource_version(), my.resource_version(), "a converged platform was written again");
+
+        let claims = env.api::<PersistentVolumeClaim>();
+        for claim in ["data-shop-db-0", "data-my-db-0"] {
+            claims.get(claim).await.unwrap_or_else(|e| panic!("no claim {claim}: {e}"));
+        }
+        let timeline = Timeline::default();
+        let recorders = vec![
+            record::<Deployment>(&env, &env.ns, timeline.clone()),
+            record::<Service>(&env, &env.ns, timeline.clone()),
+            record::<Ingress>(&env, &env.ns, timeline.clone()),
+            record::<PostgreSQL>(&env, &env.ns, timeline.clone()),
+            record::<StatefulSet>(&env, &env.ns, timeline.clone()),
+            record::<Pod>(&env, &env.ns, timeline.clone()),
+        ];
+        // Every status the AppStack goes through (a deletion on the fake nodes takes
+        // about a second: too short to poll for).
+        let statuses = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = statuses.clone();
+        let stacks = env.api::<AppStack>();
+        let status_watch = tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut events = kube::runtime::watcher(stacks, kube::runtime::watcher::Config::default()).boxed();
+            while let Some(event) = events.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(s)) = event {
+                    seen.lock().unwrap().extend(s.status);
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await; // the watches have listed
+
+        let started = std::time::Instant::now();
+        env.api::<AppStack>().delete("shop", &DeleteParams::default()).await.unwrap();
+        env.api::<EcommercePlatform>().delete("my", &DeleteParams::default()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let shop = env.api::<AppStack>().get_opt("shop").await.unwrap();
+            let my = env.api::<EcommercePlatform>().get_opt("my").await.unwrap();
+            if shop.is_none() && my.is_none() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not deleted: {:?} {:?}\n{}",
+                shop.and_then(|s| s.status),
+                my.and_then(|p| p.status),
+                bosun.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("both stacks deleted in {:.1} s", started.elapsed().as_secs_f64());
+        tokio::time::sleep(Duration::from_secs(1)).await; // the last watch events arrive
+        for recorder in recorders {
+            recorder.abort();
+        }
+        status_watch.abort();
+        assert_deleted_in_order("shop", &timeline, started);
+        assert_deleted_in_order("my", &timeline, started);
+        // The status said so meanwhile, component by component.
+        let deleting: Vec<String> = statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|st| st.phase == Some(Phase::Deleting))
+            .filter_map(|st| condition(&st.conditions, "Ready").filter(|c| c.reason == "Deleting"))
+            .map(|c| c.message.clone())
+            .collect();
+        for component in ["frontend", "backend", "cache", "database"] {
+            assert!(
+                deleting.iter().any(|m| m.contains(&format!("the {component} since "))),
+                "no status said the {component} was being deleted: {deleting:#?}"
+            );
+        }
+
+        // The data stays: PostgreSQL's deletionPolicy is Retain (the stack sets none), and
+        // a MySQL StatefulSet's claims are never deleted; so do the credentials.
+        for claim in ["data-shop-db-0", "data-my-db-0"] {
+            let kept = claims.get(claim).await.unwrap_or_else(|e| panic!("claim {claim} was deleted: {e}"));
+            assert!(kept.metadata.deletion_timestamp.is_none(), "claim {claim} is being deleted");
+        }
+        for secret in ["shop-db-credentials", "my-db-credentials"] {
+            env.api::<Secret>().get(secret).await.unwrap_or_else(|e| panic!("Secret {secret} was deleted: {e}"));
+        }
+    })
+    .await;
+}
+
+/// Removes every finalizer of Deployment `.1` when dropped, also when the test fails.
+struct Lift<'a>(&'a Env, &'static str);
+
+impl Drop for Lift<'_> {
+    fn drop(&mut self) {
+        let (ok, out) = self.0.kubectl(&[
+            "patch",
+            "deployment",
+            self.1,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        if !ok && !out.contains("NotFound") {
+            eprintln!("could not lift the hold on {}: {out}", self.1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stuck_step_shows_in_the_status_and_is_given_up_after_the_bound() {
+    e2e("stack-delete-stuck", |env| async move {
+        // Stuck after 10 s (half the bound), given up after 20 s.
+        let bosun = env.start_bosun(&[BOTH, "--stack-deletion-timeout=20s"]).await;
+        let (ok, out) = env.kubectl_apply(&platform("held", "development", "postgresql"));
+        assert!(ok, "{out}");
+        env.wait_for_within::<EcommercePlatform>(
+            "held",
+            "Ready=True",
+            Duration::from_secs(180),
+            platform_is("Ready", "True", "AllComponentsReady"),
+        )
+        .await;
+        // A finalizer of someone else's that never goes holds the frontend (lifted at the
+        // end, or when the test fails: a held Deployment would hold its namespace too).
+        const HOLD: &str = "e2e.bosun.dev/hold";
+        let deployments = env.api::<Deployment>();
+        let patch = json!({"metadata": {"finalizers": [HOLD]}});
+        deployments.patch("held-frontend", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
+        let lift = Lift(&env, "held-frontend");
+
+        let started = std::time::Instant::now();
+        env.api::<EcommercePlatform>().delete("held", &DeleteParams::default()).await.unwrap();
+        let stuck = env
+            .wait_for_within::<EcommercePlatform>("held", "Ready=False DeletionStuck", Duration::from_secs(30), |p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.reason == "DeletionStuck"))
+            })
+            .await;
+        let stuck_after = started.elapsed();
+        let status = stuck.status.unwrap();
+        assert_eq!(status.phase, Some(Phase::Deleting));
+        let ready = condition(&status.conditions, "Ready").unwrap();
+        assert!(
+            ready.message.starts_with("the frontend is stuck: being deleted since ")
+                && ready.message.contains(&format!("Deployment held-frontend (held by finalizer {HOLD})")),
+            "{}",
+            ready.message
+        );
+        let frontend = status.components.iter().find(|c| c.name == "frontend").unwrap();
+        assert!(!frontend.ready && frontend.message.as_deref().unwrap().contains(HOLD), "{frontend:?}");
+        let backend = status.components.iter().find(|c| c.name == "backend").unwrap();
+        assert_eq!(backend.message.as_deref(), Some("waits for frontend to be deleted"));
+        env.wait_warning("held", "DeletionStuck", HOLD).await;
+        // Nothing after the frontend was touched while it is held.
+        let backend = deployments.get("held-backend").await.unwrap();
+        assert!(backend.metadata.deletion_timestamp.is_none(), "the backend was deleted before the frontend was gone");
+        assert!(env.api::<PostgreSQL>().get("held-db").await.unwrap().metadata.deletion_timestamp.is_none());
+
+        // The bound: bosun removes its finalizer, and the garbage collector takes the rest.
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        while env.api::<EcommercePlatform>().get_opt("held").await.unwrap().is_some() {
+            assert!(std::time::Instant::now() < deadline, "the platform was never released\n{}", bosun.log_tail(30));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let released_after = started.elapsed();
+        eprintln!(
+            "held: DeletionStuck after {:.1} s, released after {:.1} s",
+            stuck_after.as_secs_f64(),
+            released_after.as_secs_f64()
+        );
+        assert!(released_after >= Duration::from_secs(19), "released before the bound: {released_after:?}");
+        env.wait_warning("held", "DeletionTimedOut", "gave up waiting for the frontend").await;
+        env.wait_gone::<Deployment>("held-backend").await;
+        env.wait_gone::<PostgreSQL>("held-db").await;
+        // The hold is someone else's: the frontend goes once it is lifted.
+        drop(lift);
+        env.wait_gone::<Deployment>("held-frontend").await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_the_namespace_of_a_stack_completes() {
+    e2e("stack-delete-namespace", |env| async move {
+        // A namespace of its own: bosun's ServiceAccount lives in the test's namespace,
+        // which must outlive the one deleted here.
+        let doomed = env.extra_namespace("doomed").await;
+        let bosun = env.start_bosun(&[BOTH, &format!("--namespaces={doomed}")]).await;
+        let file = std::env::temp_dir().join(format!("{doomed}-shop.yaml"));
+        std::fs::write(&file, SHOP).unwrap();
+        let (ok, out) = env.kubectl(&["apply", &format!("--namespace={doomed}"), "-f", file.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let stacks: Api<AppStack> = Api::namespaced(env.client.clone(), &doomed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let s = stacks.get("shop").await.unwrap();
+            let ready = s
+                .status
+                .as_ref()
+                .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"));
+            if ready && finalizers_of(&s) == ["app.example.com/ordered-deletion"] {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "not Ready: {:?}\n{}", s.status, bosun.log_tail(30));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let namespaces: Api<Namespace> = Api::all(env.client.clone());
+        let started = std::time::Instant::now();
+        namespaces.delete(&doomed, &DeleteParams::default()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while namespaces.get_opt(&doomed).await.unwrap().is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "namespace {doomed} is still there: {:?}\n{}",
+                namespaces.get_opt(&doomed).await.unwrap().and_then(|n| n.status),
+                bosun.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("namespace {doomed} with a stack deleted in {:.1} s", started.elapsed().as_secs_f64());
+        let log = bosun.log_tail(200);
+        assert!(
+            log.contains("the namespace is being deleted"),
+            "bosun did not release the stack for the namespace's deletion:\n{log}"
+        );
+    })
+    .await;
+}
