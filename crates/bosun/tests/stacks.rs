@@ -626,10 +626,12 @@ fn finalizers_of<K: Resource>(obj: &K) -> Vec<String> {
 #[tokio::test]
 async fn a_deleted_stack_goes_frontend_backend_cache_database_and_keeps_its_data() {
     e2e("stack-delete-order", |env| async move {
+        // A platform that exists before bosun runs (as one made under an earlier bosun
+        // without the finalizer) gets it on its first reconcile.
+        let (ok, out) = env.kubectl_apply(&platform("my", "development", "mysql"));
+        assert!(ok, "{out}");
         let bosun = env.start_bosun(&[BOTH]).await;
         let (ok, out) = env.kubectl_apply(SHOP);
-        assert!(ok, "{out}");
-        let (ok, out) = env.kubectl_apply(&platform("my", "development", "mysql"));
         assert!(ok, "{out}");
         let stack = env
             .wait_for_within::<AppStack>("shop", "Ready=True", Duration::from_secs(180), |s| {
