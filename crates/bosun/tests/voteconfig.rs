@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bosun_api::voteconfig::VoteConfig;
-use bosun_testing::{Env, e2e};
+use bosun_testing::{Env, e2e, free_port};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
@@ -224,16 +224,6 @@ async fn the_schema_refuses_bad_options_naming_the_field() {
         assert!(err.contains("metadata.name"), "{err}");
     })
     .await;
-}
-
-/// A port free now, below the kernel's range for outgoing connections.
-fn free_port() -> u16 {
-    loop {
-        let port = 20000 + rand::random::<u16>() % 12000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// The spec's manifest, exactly as the voting-app tutorial writes it.

@@ -8,24 +8,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bosun_api::webapp::apps_v1;
-use bosun_testing::{Bosun, Env, e2e};
+use bosun_testing::{Bosun, Env, e2e, free_port};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-/// A port free now, below the kernel's range for outgoing connections
-/// (`ip_local_port_range`, from 32768 by default): a port handed out for `:0` comes
-/// from that range, and any connection's source port could take it before bosun binds
-/// it (seen once: the standby's webhook server failed with "Address already in use").
-fn free_port() -> u16 {
-    loop {
-        let port = 20000 + rand::random::<u16>() % 12000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 struct Hooks {
     policy: PathBuf,

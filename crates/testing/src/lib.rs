@@ -41,3 +41,16 @@ pub use operator::Bosun;
 
 /// How long a wait may take by default; the fake nodes make pods ready in about a second.
 pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A port free now, below the kernel's range for outgoing connections
+/// (`ip_local_port_range`, from 32768 by default): a port handed out for `:0` comes
+/// from that range, and any connection's source port could take it before bosun binds
+/// it (seen once: the standby's webhook server failed with "Address already in use").
+pub fn free_port() -> u16 {
+    loop {
+        let port = 20000 + rand::random::<u16>() % 12000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}

@@ -22,14 +22,9 @@ pub fn path(verb: &str, group: &str) -> String {
     format!("/{verb}-{}-v1-webapp", group.replace('.', "-"))
 }
 
-/// Where the apiserver sends reviews.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// The webhook Service in bosun's namespace, port 443.
-    Service { namespace: String, name: String },
-    /// A URL (`https://host:port`), when no Service routes to bosun.
-    Url(String),
-}
+/// Where the apiserver sends reviews: the conversion webhook's target type, one for
+/// every webhook bosun serves.
+pub use bosun_api::conversion::Target;
 
 /// What the configurations are built from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -136,12 +136,6 @@ pub async fn start(
                 ca_renew_before: args.webhook_ca_renew_before,
                 overlap: args.webhook_ca_overlap,
             },
-            conversion_target: match &shape.target {
-                Target::Url(url) => bosun_api::conversion::Target::Url(url.clone()),
-                Target::Service { namespace, name } => {
-                    bosun_api::conversion::Target::Service { namespace: namespace.clone(), name: name.clone() }
-                }
-            },
             shape,
             create_configurations: args.webhook_url.is_some(),
             converted: converted_names,

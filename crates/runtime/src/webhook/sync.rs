@@ -55,10 +55,9 @@ pub struct SelfManaged {
     pub shape: Shape,
     /// Create the configurations (with `--webhook-url`), not only inject the bundle.
     pub create_configurations: bool,
-    /// The CRDs whose conversion this bosun keeps (of the kinds it reconciles), and
-    /// where the apiserver reaches it.
+    /// The CRDs whose conversion this bosun keeps (of the kinds it reconciles); the
+    /// apiserver reaches it where it reaches the admission webhooks (`shape.target`).
     pub converted: Vec<String>,
-    pub conversion_target: bosun_api::conversion::Target,
 }
 
 impl std::fmt::Debug for SelfManaged {
@@ -237,12 +236,12 @@ async fn convert(cfg: &SelfManaged, stores: &Stores, bundle: &str, leading: bool
     let api: Api<CustomResourceDefinition> = Api::all(cfg.client.clone());
     for (name, store) in &stores.crds {
         let Some(crd) = store.get(&ObjectRef::new(name)) else { continue };
-        if let Some(patch) = conversion::patch(&crd, &cfg.conversion_target, bundle) {
+        if let Some(patch) = conversion::patch(&crd, &cfg.shape.target, bundle) {
             api.patch(name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| format!("pointing the conversion of CRD {name} at bosun: {e}"))?;
             info!(crd = %name, "conversion webhook configured");
-        } else if leading && conversion::needs_migration(&crd, &cfg.conversion_target, bundle) {
+        } else if leading && conversion::needs_migration(&crd, &cfg.shape.target, bundle) {
             conversion::migrate(&cfg.client, &crd, MANAGER).await?;
         }
     }
