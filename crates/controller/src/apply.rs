@@ -243,13 +243,36 @@ where
     Ok(())
 }
 
+/// Delete `target` only as it was seen: its uid and its resourceVersion are
+/// preconditions. For a decision taken on a cache that may lag behind the apiserver
+/// (restart this pod): when the object has changed since — already being deleted by
+/// the previous reconcile, say — nothing is done and `Ok(false)` says so, and the
+/// change's watch event brings the decision back on what is current. Without it, a
+/// pod already terminating is "deleted" a second time, with a second event.
+pub async fn delete_as_seen<C>(ctx: &Context, target: &C) -> Result<bool, Error>
+where
+    C: crate::guard::Reconciled,
+{
+    let seen = target.meta().resource_version.clone();
+    delete_with(
+        ctx,
+        target,
+        DeleteParams {
+            preconditions: Some(Preconditions { uid: None, resource_version: seen }),
+            ..DeleteParams::background()
+        },
+    )
+    .await
+}
+
 async fn delete_with<C>(ctx: &Context, target: &C, params: DeleteParams) -> Result<bool, Error>
 where
     C: crate::guard::Reconciled,
 {
     let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
+    let resource_version = params.preconditions.as_ref().and_then(|p| p.resource_version.clone());
     let params = DeleteParams {
-        preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version: None }),
+        preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version }),
         ..params
     };
     match Api::<C>::namespaced(ctx.client.clone(), &namespace).delete(&name, &params).await {

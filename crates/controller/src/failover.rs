@@ -41,7 +41,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::apply::{delete_exactly, merge_into};
+use crate::apply::{delete_as_seen, merge_into};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
@@ -162,7 +162,7 @@ async fn roll(
         }
         build::Roll::Restart(name, why) => {
             let Some(pod) = pods.iter().find(|p| p.name_any() == name) else { return Ok(None) };
-            if delete_exactly(ctx, *pod).await? {
+            if delete_as_seen(ctx, *pod).await? {
                 info!(db = %db.name_any(), pod = name, why, "restarting an instance");
                 ctx.events.instance_restarted(&db.object_ref(&()), pod.object_ref(&()), &why);
             }
