@@ -11,7 +11,13 @@
 //! * gives every [`Quantity`] the Kubernetes quantity `pattern`, so `memory: 1.5.5Gi`
 //!   is refused at admission instead of failing when the Deployment is applied (the
 //!   pattern only constrains the string form of these `x-kubernetes-int-or-string`
-//!   values).
+//!   values);
+//! * gives `status` the default `{observedGeneration: 0}`: the apiserver applies a
+//!   default when it reads an object from storage, and drops the status a create
+//!   carries, so an object bosun has not looked at yet reads as generation 1,
+//!   observed 0 — which kstatus (Flux, Argo CD, Helm 4's `--wait`) reads as
+//!   InProgress. Without it, an object with no status at all is Current to kstatus,
+//!   and a GitOps rollout that created it would end before bosun began.
 //!
 //! Quantities are found by type, not by field name: the CRD's root type is generated a
 //! second time without inlining, where each Quantity is a `$ref` to its definition,
@@ -38,11 +44,23 @@ where
     for v in &mut crd.spec.versions {
         let Some(schema) = v.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else { continue };
         bound_integers(schema);
+        unobserved_until_reconciled(schema);
         if v.name == version {
             mark_quantities::<K>(schema);
         }
     }
     crd
+}
+
+/// `status` defaults to "generation 0 observed" (see the module docs), when the
+/// schema has a `status.observedGeneration`.
+fn unobserved_until_reconciled(schema: &mut JSONSchemaProps) {
+    let Some(status) = schema.properties.as_mut().and_then(|p| p.get_mut("status")) else { return };
+    if status.properties.as_ref().is_some_and(|p| p.contains_key("observedGeneration")) {
+        status.default = Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(
+            serde_json::json!({"observedGeneration": 0}),
+        ));
+    }
 }
 
 /// The `maximum` of an int64: the largest f64 below 2^63, i.e. `i64::MAX - 1023`.
@@ -254,6 +272,28 @@ mod tests {
             }
         }
         node
+    }
+
+    #[test]
+    fn an_unobserved_object_reads_generation_0_observed_and_its_status_type_decodes_that() {
+        let default = serde_json::json!({"observedGeneration": 0});
+        for (name, schema) in schemas() {
+            let status = &schema.properties.as_ref().expect("properties")["status"];
+            assert_eq!(status.default.as_ref().map(|d| &d.0), Some(&default), "{name}");
+        }
+        // What bosun's watches decode from an object it has not reconciled yet.
+        fn decodes<T: serde::de::DeserializeOwned>(value: &Value) {
+            serde_json::from_value::<T>(value.clone())
+                .unwrap_or_else(|e| panic!("{}: {e}", std::any::type_name::<T>()));
+        }
+        decodes::<crate::webapp::WebAppStatus>(&default);
+        decodes::<crate::voteconfig::VoteConfigStatus>(&default);
+        decodes::<crate::demovolume::DemoVolumeStatus>(&default);
+        decodes::<crate::appconfig::AppConfigStatus>(&default);
+        decodes::<crate::backup::BackupStatus>(&default);
+        decodes::<crate::backup::RestoreStatus>(&default);
+        decodes::<crate::postgresql::PostgreSQLStatus>(&default);
+        decodes::<crate::stack::StackStatus>(&default);
     }
 
     #[test]
