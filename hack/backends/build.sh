@@ -5,7 +5,7 @@
 # prints the directory holding its executables. actionlint, which make lint runs
 # on .github/workflows, is built the same way.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4 | actionlint
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4 | kapply | actionlint
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -69,12 +69,17 @@ case $name in
     files=(helm4/go.mod helm4/go.sum)
     bins=(helm4)
     ;;
+  kapply)
+    version=$(go_version_of kapply sigs.k8s.io/cli-utils)
+    files=(kapply/go.mod kapply/go.sum)
+    bins=(kapply)
+    ;;
   actionlint)
     version=$(go_version_of actionlint github.com/rhysd/actionlint)
     files=(actionlint/go.mod actionlint/go.sum)
     bins=(actionlint)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4|actionlint" >&2; exit 2 ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4|kapply|actionlint" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -199,6 +204,17 @@ build_helm() { build_helm_from helm helm.sh/helm/v3 helm; }
 # Helm 4, named helm4 beside Helm 3: its --wait is kstatus's judgement (the tests of
 # bosun's Reconciling/Stalled conditions).
 build_helm4() { build_helm_from helm4 helm.sh/helm/v4 helm4; }
+
+# kapply, cli-utils' own command line for kstatus (kapply status prints each change of
+# a resource's status as the library computes it: the tests of every kind's
+# Reconciling/Stalled conditions), from its module's own source and go.sum.
+build_kapply() {
+  go_env
+  module_source kapply sigs.k8s.io/cli-utils
+  log "building kapply (cli-utils $version)"
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$work/bin/kapply" ./cmd)
+  rm -rf "$work/src"
+}
 
 # actionlint from its module's own source and go.sum, its version stamped where its
 # release builds put it (actionlint -version).
