@@ -399,6 +399,61 @@ async fn pod_states(env: &Env) -> Vec<(String, String, String, bool)> {
         .collect()
 }
 
+/// Send `signal` (`STOP`, `CONT`) to the postgres processes of `pod` whose title
+/// contains `which` (`walreceiver`; empty: all of them, the postmaster too).
+fn signal_postgres(env: &Env, pod: &str, signal: &str, which: &str) {
+    let script = format!(
+        r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue; case $c in postgres*{which}* | */bin/postgres\ *{which}*) kill -{signal} "${{p#/proc/}}" && echo "${{p#/proc/}} $c" ;; esac; done"#
+    );
+    let out = env.exec_ok(pod, &["bash", "-c", &script]);
+    eprintln!("failover: SIG{signal} in {pod}: {out}");
+}
+
+#[tokio::test]
+async fn a_standby_with_wal_the_new_primary_lacks_is_rewound_and_follows() {
+    e2e("failover-diverged", |env| async move {
+        let (_bosun, first) = database(&env, "").await;
+        start_writer(&env).await;
+        let (lagging, ahead) = ("test-db-1", "test-db-2");
+        // test-db-1 stops receiving WAL while test-db-2 receives the writer's rows, then
+        // test-db-2 stops whole (not Ready, it cannot be asked) and so does the primary:
+        // test-db-1, behind, is the one standby that can take over.
+        signal_postgres(&env, lagging, "STOP", "walreceiver");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        signal_postgres(&env, ahead, "STOP", "");
+        let start = Instant::now();
+        while bosun_testing::node::pod_ready(&env.api::<Pod>().get(ahead).await.unwrap()) {
+            if start.elapsed() > Duration::from_secs(60) {
+                let ps = env.exec(ahead, &["bash", "-c", r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' <$p/cmdline); echo "$p: ${c:0:60} $(grep State $p/status) $(id -u)"; done"#]);
+                panic!("{ahead} stayed Ready while stopped: {ps:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        signal_postgres(&env, &first, "STOP", "");
+        signal_postgres(&env, lagging, "CONT", "walreceiver");
+        wait_until("test-db-1 promoted", Duration::from_secs(120), || {
+            psql(&env, lagging, "SELECT pg_is_in_recovery()").as_deref() == Some("f")
+        })
+        .await;
+        // Both come back. test-db-2 holds WAL of the old timeline past the point where
+        // test-db-1's forked off: it can only follow once rewound.
+        signal_postgres(&env, &first, "CONT", "");
+        signal_postgres(&env, ahead, "CONT", "");
+        let primary = wait_converged(&env, "a standby ahead of the new primary", Duration::from_secs(240)).await;
+        assert_eq!(primary, lagging);
+        let notes = events(&env, "Rewinding").await;
+        assert!(notes.iter().any(|n| n.starts_with(&format!("{ahead} (a standby)"))), "{notes:?}");
+        let (_, log) = env.kubectl(&["logs", ahead, "-c", "postgres"]);
+        assert!(log.contains("pg_rewind"), "{ahead} was not rewound:\n{log}");
+        let newest = acks(&env).last().unwrap().0;
+        wait_until("test-db-2 to replicate rows written after the failover", Duration::from_secs(60), || {
+            psql(&env, ahead, &format!("SELECT count(*) FROM w WHERE id = {newest}")).as_deref() == Some("1")
+        })
+        .await;
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_rolling_change_restarts_the_standbys_then_switches_over_then_restarts_the_old_primary() {
     e2e("failover-roll", |env| async move {

@@ -143,6 +143,12 @@ impl Events {
         self.normal(owner, "Restarted", "Restart", format!("restarted: {why}"), Some(related));
     }
 
+    /// A standby of `owner` (its pod, `related`) that could not follow the primary was
+    /// restarted to rewind its data.
+    pub fn instance_rewound(&self, owner: &ObjectReference, related: ObjectReference, note: String) {
+        self.publish(owner, Some(related), "Rewinding", note);
+    }
+
     /// A major upgrade of `owner` reached a step: a Warning when it failed.
     pub fn upgrade_step(&self, owner: &ObjectReference, reason: &'static str, warning: bool, note: String) {
         if warning {

@@ -23,6 +23,10 @@
 //! primary lost its label is abandoned (its label holder is Ready) and, the
 //! annotation still being there, started again.
 //!
+//! After a change of primary, a standby that does not stream from the new primary and
+//! is on an older timeline holds WAL the new primary never had: it is told to rewind
+//! on its next start and restarted ([`build::followers`]).
+//!
 //! A rolling change (a new pod template; the StatefulSet is `OnDelete`) is the last
 //! step, when nothing else changed the primary: one instance at a time, standbys
 //! first, then a switchover, then the old primary as a standby ([`build::roll`]).
@@ -135,12 +139,69 @@ pub async fn ensure(
     }
     label(ctx, &refs, &primary.name).await?;
     if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
+        let (rewinding, look_again) = follow(db, ctx, &refs, &primary.name, now).await?;
+        if let Some(wait) = look_again {
+            primary.recheck = Some(primary.recheck.map_or(wait, |r| r.min(wait)));
+        }
+        if rewinding {
+            return Ok(primary);
+        }
         primary.change = roll(controller, db, ctx, (sts, &refs), &assessment, backoff.is_none(), now).await?;
         if let Some(change) = &primary.change {
             primary.name = change.to.clone();
         }
     }
     Ok(primary)
+}
+
+/// Standbys that cannot follow the primary after a change of it ([`build::followers`]):
+/// one that does not stream from the primary and is on an older timeline is told to
+/// rewind on its next start ([`build::REWIND_ON_START`]) and restarted. Returns whether
+/// one was restarted, and when to look again.
+async fn follow(
+    db: &PostgreSQL,
+    ctx: &Context,
+    pods: &[&Pod],
+    primary: &str,
+    now: Timestamp,
+) -> Result<(bool, Option<Duration>), Error> {
+    let standbys = match build::followers(db, pods, primary, now) {
+        build::Follow::Nothing => return Ok((false, None)),
+        build::Follow::Later(wait) => return Ok((false, Some(wait))),
+        build::Follow::Look(standbys) => standbys,
+    };
+    let ns = db.namespace().unwrap_or_default();
+    let answer = instances::sql(&ctx.client, &ns, primary, CONTAINER, build::STREAMING_SQL, ASK_TIMEOUT).await;
+    let Some((timeline, streaming)) = answer.as_deref().ok().and_then(build::parse_streaming) else {
+        info!(db = %db.name_any(), primary, ?answer, "the primary did not say who streams from it");
+        return Ok((false, Some(build::FOLLOW_RECHECK)));
+    };
+    let behind: Vec<&String> = standbys.iter().filter(|s| !streaming.contains(s)).collect();
+    let mut rewinding = false;
+    for standby in &behind {
+        let theirs = instances::sql(&ctx.client, &ns, standby, CONTAINER, build::TIMELINE_SQL, ASK_TIMEOUT).await;
+        let Some(theirs) = theirs.as_deref().ok().and_then(|t| t.trim().parse::<u32>().ok()) else { continue };
+        let Some(pod) = pods.iter().find(|p| p.name_any() == **standby) else { continue };
+        if theirs >= timeline {
+            continue;
+        }
+        let command = ["bash", "-c", build::REWIND_ON_START];
+        if let Err(err) = instances::run(&ctx.client, (&ns, standby, CONTAINER), &command, TELL_TIMEOUT).await {
+            info!(db = %db.name_any(), pod = %standby, %err, "a standby that cannot follow could not be told to rewind");
+            continue;
+        }
+        if delete_as_seen(ctx, *pod).await? {
+            let why = format!(
+                "{standby} (a standby) does not stream from the primary {primary} and is on timeline {theirs}, \
+                 the primary on {timeline}: it holds WAL the primary does not have, and is restarted to rewind it \
+                 (pg_rewind) and follow"
+            );
+            warn!(db = %db.name_any(), pod = %standby, why, "rewinding a standby");
+            ctx.events.instance_rewound(&db.object_ref(&()), pod.object_ref(&()), why);
+            rewinding = true;
+        }
+    }
+    Ok((rewinding, (!behind.is_empty()).then_some(build::FOLLOW_RECHECK)))
 }
 
 /// The next step of rolling a new pod template out ([`build::roll`]): restart a

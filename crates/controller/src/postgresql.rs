@@ -213,6 +213,8 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             ctx.events.condition_failed(&db.object_ref(&()), related, type_, &[reason], previous, &status.conditions);
         }
     }
+    // A look the primary's stage asked for (a failover delay, a standby that may not follow).
+    let soon = |then: Duration| primary.as_ref().and_then(|p| p.recheck).map_or(then, |r| r.min(then));
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
         (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
@@ -222,12 +224,11 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         (None, None)
             if !bosun_resources::conditions::is_true(&status.conditions, bosun_api::conditions::types::READY) =>
         {
-            let recheck = primary.and_then(|p| p.recheck).unwrap_or(crate::read::POD_RECHECK);
-            Outcome::Requeue(recheck.min(crate::read::POD_RECHECK))
+            Outcome::Requeue(soon(crate::read::POD_RECHECK))
         }
         // The archiver's health is asked of the primary on each look.
-        (None, None) if build::continuous_destination(db).is_some() => Outcome::Requeue(ARCHIVER_RECHECK),
-        (None, None) => Outcome::Requeue(RECHECK),
+        (None, None) if build::continuous_destination(db).is_some() => Outcome::Requeue(soon(ARCHIVER_RECHECK)),
+        (None, None) => Outcome::Requeue(soon(RECHECK)),
     })
 }
 

@@ -338,6 +338,72 @@ pub fn roll(sts: &StatefulSet, pods: &[&Pod], assessment: &Assessment) -> Roll {
     }
 }
 
+/// How long after a change of primary bosun looks for standbys that cannot follow
+/// the new primary (see [`followers`]).
+pub const FOLLOW_WINDOW: Duration = Duration::from_secs(600);
+/// How long a standby may go without streaming from a new primary before it is
+/// looked at: a restart and a reconnect take seconds.
+pub const FOLLOW_GRACE: Duration = Duration::from_secs(30);
+/// How often the standbys are looked at again while one does not stream.
+pub const FOLLOW_RECHECK: Duration = Duration::from_secs(10);
+
+/// Asked of the primary: its timeline (from the name of its current WAL file) and the
+/// standbys streaming from it (their `application_name`, which is the pod's name).
+pub const STREAMING_SQL: &str = "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
+     || ' ' || coalesce((SELECT string_agg(application_name, ',') FROM pg_stat_replication \
+     WHERE state = 'streaming'), '')";
+/// Asked of a standby: the timeline of its last restartpoint.
+pub const TIMELINE_SQL: &str = "SELECT timeline_id FROM pg_control_checkpoint()";
+/// Run in a standby that cannot follow before its pod is deleted: without
+/// `standby.signal`, its instance rewinds the data (pg_rewind) before it starts, as
+/// it does for a former primary's.
+pub const REWIND_ON_START: &str = r#"rm -f "$PGDATA/standby.signal""#;
+
+/// [`STREAMING_SQL`]'s answer: the primary's timeline and who streams from it.
+pub fn parse_streaming(answer: &str) -> Option<(u32, Vec<String>)> {
+    let (timeline, names) = answer.trim().split_once(' ').unwrap_or((answer.trim(), ""));
+    let names = names.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect();
+    Some((timeline.parse().ok()?, names))
+}
+
+/// What to do about standbys that may not follow the primary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Follow {
+    /// Nothing: no recent change of primary (or it is too long ago).
+    Nothing,
+    /// Look again after this long: the change is too recent to judge.
+    Later(Duration),
+    /// Ask the primary who streams from it; these standbys (Ready, labelled replica,
+    /// not being deleted) should.
+    Look(Vec<String>),
+}
+
+/// After a change of primary, every standby should stream from the new one. One that
+/// does not may hold WAL past the point where the new primary's timeline forked off —
+/// the old primary wrote on for a moment after the standbys' positions were compared
+/// (a force-deleted pod runs until its kubelet stops it), or the standby did not
+/// answer then — and would wait forever for WAL that never comes: such a standby is
+/// rewound (bosun looks for [`FOLLOW_WINDOW`] after the change, from [`FOLLOW_GRACE`]).
+pub fn followers(db: &PostgreSQL, pods: &[&Pod], primary: &str, now: Timestamp) -> Follow {
+    let Some(change) = db.status.as_ref().and_then(|s| s.last_primary_change.as_ref()) else {
+        return Follow::Nothing;
+    };
+    let Ok(started) = change.started.parse::<Timestamp>() else { return Follow::Nothing };
+    let since = now.duration_since(started).unsigned_abs();
+    if since >= FOLLOW_WINDOW {
+        return Follow::Nothing;
+    }
+    if let Some(wait) = FOLLOW_GRACE.checked_sub(since).filter(|d| !d.is_zero()) {
+        return Follow::Later(wait);
+    }
+    let standbys = pods
+        .iter()
+        .filter(|p| p.name_any() != primary && role(p) == Some(ROLE_REPLICA) && !deleting(p) && readiness(p).0)
+        .map(|p| p.name_any())
+        .collect();
+    Follow::Look(standbys)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -373,6 +439,30 @@ mod tests {
     }
 
     const T0: &str = "2026-11-25T10:00:00Z";
+
+    #[test]
+    fn standbys_are_looked_at_from_the_grace_until_the_window_after_a_change_of_primary() {
+        let mut d = db(3, Some("db-1"));
+        let (p0, p1) = (pod("db-0", Some("replica"), true, T0), pod("db-1", Some("primary"), true, T0));
+        let (p2, mut gone) = (pod("db-2", Some("replica"), false, T0), pod("db-3", Some("replica"), true, T0));
+        gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(T0)));
+        let pods = [&p0, &p1, &p2, &gone];
+        assert_eq!(followers(&d, &pods, "db-1", at(T0)), Follow::Nothing, "no change of primary");
+        let change = json!({"from": "db-0", "to": "db-1", "kind": "Failover", "reason": "x", "started": T0});
+        d.status.as_mut().unwrap().last_primary_change = Some(serde_json::from_value(change).unwrap());
+        assert_eq!(followers(&d, &pods, "db-1", at("2026-11-25T10:00:10Z")), Follow::Later(Duration::from_secs(20)));
+        // Ready standbys only: one not ready is restarting anyway, one deleted goes.
+        assert_eq!(followers(&d, &pods, "db-1", at("2026-11-25T10:00:30Z")), Follow::Look(vec!["db-0".into()]));
+        assert_eq!(followers(&d, &pods, "db-1", at("2026-11-25T10:10:00Z")), Follow::Nothing, "too long ago");
+    }
+
+    #[test]
+    fn the_primarys_answer_names_its_timeline_and_who_streams() {
+        assert_eq!(parse_streaming("2 db-0,db-2\n"), Some((2, vec!["db-0".into(), "db-2".into()])));
+        assert_eq!(parse_streaming("3 "), Some((3, vec![])));
+        assert_eq!(parse_streaming("3"), Some((3, vec![])));
+        assert_eq!(parse_streaming("psql: error"), None);
+    }
 
     #[test]
     fn a_new_database_starts_with_instance_0_and_never_fails_over() {
