@@ -224,7 +224,7 @@ where
     C: crate::guard::Reconciled,
 {
     // In the background: a Job's pods go with it (the API's default for Jobs orphans them).
-    delete_with(ctx, target, DeleteParams::background()).await
+    delete_with(ctx, target, DeleteParams::background(), None).await
 }
 
 /// Delete `target` of `owner` — that very object (a uid precondition) — in the
@@ -237,7 +237,7 @@ where
     K: Resource<DynamicType = ()>,
     C: crate::guard::Reconciled,
 {
-    if delete_with(ctx, target, DeleteParams::foreground()).await? {
+    if delete_with(ctx, target, DeleteParams::foreground(), None).await? {
         ctx.events.deleted(&owner.object_ref(&()), target.object_ref(&()));
     }
     Ok(())
@@ -254,23 +254,21 @@ where
     C: crate::guard::Reconciled,
 {
     let seen = target.meta().resource_version.clone();
-    delete_with(
-        ctx,
-        target,
-        DeleteParams {
-            preconditions: Some(Preconditions { uid: None, resource_version: seen }),
-            ..DeleteParams::background()
-        },
-    )
-    .await
+    delete_with(ctx, target, DeleteParams::background(), seen).await
 }
 
-async fn delete_with<C>(ctx: &Context, target: &C, params: DeleteParams) -> Result<bool, Error>
+/// Delete `target` — that very object (its uid), and with `resource_version`, only as
+/// it was then.
+async fn delete_with<C>(
+    ctx: &Context,
+    target: &C,
+    params: DeleteParams,
+    resource_version: Option<String>,
+) -> Result<bool, Error>
 where
     C: crate::guard::Reconciled,
 {
     let (namespace, name) = (target.namespace().unwrap_or_default(), target.name_any());
-    let resource_version = params.preconditions.as_ref().and_then(|p| p.resource_version.clone());
     let params = DeleteParams {
         preconditions: Some(Preconditions { uid: target.meta().uid.clone(), resource_version }),
         ..params
