@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
-use bosun_api::stack::{AppStack, EcommercePlatform, Phase};
+use bosun_api::stack::{AppStack, EcommercePlatform, Phase, StackStatus};
 use bosun_testing::node::images;
 use bosun_testing::{Env, e2e};
 use jiff::Timestamp;
@@ -50,6 +50,11 @@ const BOTH: &str = "--controllers=appstack,ecommerceplatform,postgresql";
 
 fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// A stack's Ready condition (AppStack and EcommercePlatform share their status).
+fn ready_of(status: &Option<StackStatus>) -> Option<&Condition> {
+    condition(&status.as_ref()?.conditions, "Ready")
 }
 
 fn platform_condition(p: &EcommercePlatform, type_: &str) -> Option<Condition> {
@@ -470,7 +475,7 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
             deployments.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
         }
         env.wait_for_within::<AppStack>("shop", "Ready=True", Duration::from_secs(240), |s| {
-            s.status.as_ref().is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"))
+            ready_of(&s.status).is_some_and(|c| c.status == "True")
         })
         .await;
         let pods = env.api::<Pod>().list(&ListParams::default().labels("app.kubernetes.io/component=backend")).await.unwrap();
@@ -502,7 +507,7 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
         assert!(message.contains("container frontend cannot pull its image"), "{message}");
         stacks.patch("shop", &PatchParams::default(), &Patch::Merge(image(images::TOOLBOX))).await.unwrap();
         env.wait_for_within::<AppStack>("shop", "Ready=True again", Duration::from_secs(120), |s| {
-            s.status.as_ref().is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"))
+            ready_of(&s.status).is_some_and(|c| c.status == "True")
         })
         .await;
     })
@@ -635,9 +640,7 @@ async fn a_deleted_stack_goes_frontend_backend_cache_database_and_keeps_its_data
         assert!(ok, "{out}");
         let stack = env
             .wait_for_within::<AppStack>("shop", "Ready=True", Duration::from_secs(180), |s| {
-                s.status
-                    .as_ref()
-                    .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True"))
+                ready_of(&s.status).is_some_and(|c| c.status == "True")
             })
             .await;
         assert_eq!(finalizers_of(&stack), ["app.example.com/ordered-deletion"]);
@@ -787,9 +790,7 @@ async fn a_stuck_step_shows_in_the_status_and_is_given_up_after_the_bound() {
         env.api::<EcommercePlatform>().delete("held", &DeleteParams::default()).await.unwrap();
         let stuck = env
             .wait_for_within::<EcommercePlatform>("held", "Ready=False DeletionStuck", Duration::from_secs(30), |p| {
-                p.status
-                    .as_ref()
-                    .is_some_and(|st| condition(&st.conditions, "Ready").is_some_and(|c| c.reason == "DeletionStuck"))
+                ready_of(&p.status).is_some_and(|c| c.reason == "DeletionStuck")
             })
             .await;
         let stuck_after = started.elapsed();
