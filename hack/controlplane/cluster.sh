@@ -317,27 +317,28 @@ write_kubeconfig() {  # file identity
 # kwok's stage definitions are copied from its module by build.sh. Only the
 # ones we need: nodes become Ready and keep a lease, pods become Ready and Job
 # pods Succeed, deleted pods go away, and claims of the kwok StorageClass get a
-# bound volume (and release/delete it again).
+# bound volume (and release/delete it again). The claims' binding is our own
+# stage (stages/pvc-provision.yaml says why).
 write_kwok_config() {
   local stages=$1 f first=1
   local files=(
-    node/fast/node-initialize.yaml
-    node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
-    pod/fast/pod-ready.yaml
-    pod/fast/pod-complete.yaml
-    pod/fast/pod-delete.yaml
-    volume/fast/pvc-provision.yaml
-    volume/fast/pv-bind.yaml
-    volume/fast/pvc-delete.yaml
-    volume/fast/pv-delete.yaml
+    "$stages/node/fast/node-initialize.yaml"
+    "$stages/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml"
+    "$stages/pod/fast/pod-ready.yaml"
+    "$stages/pod/fast/pod-complete.yaml"
+    "$stages/pod/fast/pod-delete.yaml"
+    "$here/stages/pvc-provision.yaml"
+    "$stages/volume/fast/pv-bind.yaml"
+    "$stages/volume/fast/pvc-delete.yaml"
+    "$stages/volume/fast/pv-delete.yaml"
   )
   mkdir -p "$state/kwok"
   {
     for f in "${files[@]}"; do
-      [ -f "$stages/$f" ] || die "kwok stage $stages/$f is missing; rebuild with build.sh"
+      [ -f "$f" ] || die "kwok stage $f is missing; rebuild with build.sh"
       [ "$first" = 1 ] || echo "---"
       first=0
-      sed "s|$kwok_volume_root|$state/volumes|g" "$stages/$f"
+      sed "s|$kwok_volume_root|$state/volumes|g" "$f"
     done
   } >"$state/kwok/kwok.yaml"
 }
