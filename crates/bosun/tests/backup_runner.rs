@@ -532,6 +532,118 @@ async fn corrupted_dump_fails_the_restore() {
     place.clear().await;
 }
 
+// --- encryption -----------------------------------------------------------------------
+
+/// An age identity file holding `identities`, first to last, as age-keygen writes one.
+fn key_file(name: &str, identities: &[&age::x25519::Identity]) -> std::path::PathBuf {
+    use age::secrecy::ExposeSecret;
+    let mut text = String::new();
+    for i in identities {
+        text.push_str(&format!("# public key: {}\n{}\n", i.to_public(), i.to_string().expose_secret()));
+    }
+    let path = std::env::temp_dir().join(format!("{name}.agekey"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Dumps made with `--encryption-key-file`: the bucket holds only ciphertext (a row
+/// written in clear in the database is nowhere in the object, which a plain dump's
+/// decompressed bytes show it would be), the manifest names the key, and a restore
+/// with the key gives the data back. Rotation: with the new key first and the old one
+/// below, new dumps use the new key and the dump from before (and one from before
+/// encryption) still restore. A wrong key or none fails naming the key file's Secret
+/// and the key the dump needs, before the target is touched.
+#[tokio::test]
+async fn encrypted_dumps_hold_only_ciphertext_and_restore_with_their_key_across_a_rotation() {
+    let _timed = Timed::start("encrypted_dumps_hold_only_ciphertext");
+    let b = backends();
+    let name = unique("sealed");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let canary = "canary-row-in-clear-7e3f";
+    psql(&b, &name, &format!("INSERT INTO t (id, txt) VALUES (100001, '{canary}')")).await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let (old, new, stranger) =
+        (age::x25519::Identity::generate(), age::x25519::Identity::generate(), age::x25519::Identity::generate());
+    let keys = |file: &std::path::Path, secret: &str| {
+        [
+            "--encryption-key-file".to_owned(),
+            file.display().to_string(),
+            "--encryption-key-name".to_owned(),
+            format!("Secret {secret} (key identities)"),
+        ]
+    };
+    let before_rotation = key_file(&format!("{name}-old"), &[&old]);
+    let rotated = key_file(&format!("{name}-rotated"), &[&new, &old]);
+    let wrong = key_file(&format!("{name}-wrong"), &[&stranger]);
+
+    // Before encryption was turned on, then with the old key, then after the rotation,
+    // each of a different state of the data.
+    let mut sums = vec![db.checksum().await];
+    let plain = bosun_ok(&b, &backup_args(&db, &place, "sealed", &name, &[])).await;
+    psql(&b, &name, "DELETE FROM t WHERE id BETWEEN 1 AND 1000").await;
+    sums.push(db.checksum().await);
+    let with_old =
+        bosun_ok(&b, &backup_args(&db, &place, "sealed", &name, &as_strs(&keys(&before_rotation, "backup-key")))).await;
+    psql(&b, &name, "DELETE FROM t WHERE id BETWEEN 1001 AND 2000").await;
+    sums.push(db.checksum().await);
+    let with_new =
+        bosun_ok(&b, &backup_args(&db, &place, "sealed", &name, &as_strs(&keys(&rotated, "backup-key")))).await;
+
+    let plain_bytes = zstd::decode_all(&place.get(&place.relative(plain["key"].as_str().unwrap())).await[..]).unwrap();
+    assert!(contains(&plain_bytes, canary.as_bytes()), "the control: a plain dump holds the row in clear");
+    for (run, identity) in [(&with_old, &old), (&with_new, &new)] {
+        let key = place.relative(run["key"].as_str().unwrap());
+        assert!(key.ends_with(".pgdump.zst.age"), "{key}");
+        let raw = place.get(&key).await;
+        assert!(raw.starts_with(b"age-encryption.org/v1\n-> X25519 "), "{key} is an age file");
+        assert!(!contains(&raw, canary.as_bytes()) && zstd::decode_all(&raw[..]).is_err(), "{key}: ciphertext only");
+        let m = place.manifest(&manifest_key_of(&key).unwrap()).await.expect("a manifest");
+        let e = m.encryption.expect("the manifest records the encryption");
+        assert_eq!((e.scheme.as_str(), e.recipient), ("age", identity.to_public().to_string()));
+        assert_eq!(m.sha256, place.sha256(&key).await.1, "the checksum is of the stored ciphertext");
+    }
+    assert_eq!(listed(&b, &place, "sealed", &name).await.len(), 3, "all three are good backups");
+
+    let target = Db::create(&b, Engine::Postgresql, &unique("sealed_target")).await;
+    let empty = target.checksum().await;
+    let restore = |key: &str, extra: &[String]| {
+        let mut args: Vec<String> =
+            ["restore", "run", "--key", key, "--target", &target.url(), "--overwrite"].map(str::to_owned).to_vec();
+        args.extend(place.args());
+        args.extend(extra.iter().cloned());
+        args
+    };
+    // A wrong key, and no key: refused, naming the Secret and the key needed; the
+    // target is as it was.
+    let file = result_file(&format!("{name}-wrong"));
+    let mut args = restore(with_new["key"].as_str().unwrap(), &keys(&wrong, "wrong-key"));
+    args.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&args)).await;
+    let needed = new.to_public().to_string();
+    assert_failed(&out, &file, &["Secret wrong-key (key identities)", &needed, "not that one"]);
+    let mut args = restore(with_new["key"].as_str().unwrap(), &[]);
+    args.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&args)).await;
+    assert_failed(&out, &file, &["is encrypted", &needed]);
+    assert_eq!(target.checksum().await, empty, "a refused restore leaves the target as it was");
+
+    // With the rotated file: all three, each giving back the data it was made of.
+    for (run, sum) in [(&plain, &sums[0]), (&with_old, &sums[1]), (&with_new, &sums[2])] {
+        let restored = bosun_ok(&b, &restore(run["key"].as_str().unwrap(), &keys(&rotated, "backup-key"))).await;
+        assert_eq!(restored["key"], run["key"]);
+        assert_eq!(&target.checksum().await, sum, "{} restored with the rotated keys", run["key"]);
+    }
+    for f in [before_rotation, rotated, wrong] {
+        let _ = std::fs::remove_file(f);
+    }
+    place.clear().await;
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 // --- WAL archiving ------------------------------------------------------------------
 
 /// `bosun wal push` and `bosun wal fetch` against `dest`'s real server: a segment
@@ -750,6 +862,7 @@ async fn base_backups_are_kept_by_recovery_window_with_the_wal_they_need() {
                 start_wal: wal.clone(),
                 end_wal: wal,
             }),
+            encryption: None,
         };
         place.put(&manifest_key, serde_json::to_vec(&m).unwrap()).await;
         seeded.push(key);

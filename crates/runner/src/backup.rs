@@ -1,8 +1,8 @@
 //! One backup run, streamed end to end:
 //!
 //! ```text
-//! pg_dump/mysqldump/mongodump stdout ──► zstd ──► sha256 ──► multipart upload
-//!                                                     (a few parts in flight at most)
+//! pg_dump/mysqldump/mongodump stdout ──► zstd ──► [age] ──► sha256 ──► multipart upload
+//!                                                             (a few parts in flight at most)
 //! tool exit 0? ─► complete upload ─► size and sha256 read back ─► manifest ─► retention
 //!      │ no              │ failed            │ mismatch
 //!      └─ abort upload   └─ nothing stored   └─ dump deleted          (nothing deleted)
@@ -25,6 +25,7 @@ use crate::catalogue::Catalogue;
 use crate::location::Database;
 use crate::manifest::{self, Manifest};
 use crate::retention;
+use crate::seal::{self, Keys};
 use crate::store::Store;
 use crate::tool::{self, Password};
 use crate::{Error, storage};
@@ -46,6 +47,8 @@ pub struct Backup {
     pub retention: Option<SignedDuration>,
     pub keep_last: usize,
     pub method: Method,
+    /// Encrypt what is stored to the first of these keys (dumps only).
+    pub keys: Option<Keys>,
 }
 
 /// What a run stores.
@@ -103,7 +106,10 @@ impl Backup {
             ),
         };
         let tool_version = tool::tool_version(dump.program).await;
-        let (key, manifest_key) = manifest::keys(&self.folder, started, extension);
+        let (mut key, manifest_key) = manifest::keys(&self.folder, started, extension);
+        if self.keys.is_some() {
+            key.push_str(seal::SUFFIX);
+        }
         let path = self.store.path(&key);
 
         let mut running = dump.spawn(false, true)?;
@@ -120,7 +126,7 @@ impl Backup {
         let mut upload = BufWriter::with_capacity(self.store.objects.clone(), path.clone(), PART_SIZE)
             .with_max_concurrency(PARTS_IN_FLIGHT);
 
-        let streamed = stream(&mut zstd, &mut upload).await.map_err(|e| match e {
+        let streamed = stream(&mut zstd, &mut upload, self.keys.as_ref()).await.map_err(|e| match e {
             Error::Upload(e) => Error::Upload(format!("uploading {key} to {}: {e}", self.store.destination)),
             other => other,
         });
@@ -181,6 +187,7 @@ impl Backup {
             started,
             finished,
             wal: wal.clone(),
+            encryption: self.keys.as_ref().map(Keys::encryption),
         };
         let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Upload(format!("manifest: {e}")))?;
         if let Err(e) = self.store.objects.put(&self.store.path(&manifest_key), PutPayload::from(body)).await {
@@ -245,10 +252,24 @@ impl Backup {
     }
 }
 
-/// Copy the compressed stream into the upload, counting and hashing what is stored.
-async fn stream<R: AsyncRead + Unpin>(from: &mut R, upload: &mut BufWriter) -> Result<(u64, String), Error> {
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
+/// Copy the compressed stream into the upload (encrypted with `keys` when given),
+/// counting and hashing what is stored. The upload is written, not completed.
+async fn stream<R: AsyncRead + Unpin>(
+    from: &mut R,
+    upload: &mut BufWriter,
+    keys: Option<&Keys>,
+) -> Result<(u64, String), Error> {
+    let upload_error = |e: std::io::Error| Error::Upload(e.to_string());
+    let mut stored = Stored { inner: upload, hasher: Sha256::new(), size: 0 };
+    match keys {
+        None => copy(from, &mut stored).await?,
+        Some(keys) => copy(from, &mut keys.seal(&mut stored).await.map_err(upload_error)?).await?,
+    }
+    Ok((stored.size, hex::encode(stored.hasher.finalize())))
+}
+
+/// Read `from` to its end into `to`, then shut `to` down.
+async fn copy<R: AsyncRead + Unpin, W: tokio::io::AsyncWrite + Unpin>(from: &mut R, to: &mut W) -> Result<(), Error> {
     let mut buf = vec![0u8; CHUNK];
     loop {
         let n = from
@@ -258,11 +279,47 @@ async fn stream<R: AsyncRead + Unpin>(from: &mut R, upload: &mut BufWriter) -> R
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-        upload.write_all(&buf[..n]).await.map_err(|e| Error::Upload(e.to_string()))?;
+        to.write_all(&buf[..n]).await.map_err(|e| Error::Upload(e.to_string()))?;
     }
-    Ok((size, hex::encode(hasher.finalize())))
+    to.shutdown().await.map_err(|e| Error::Upload(e.to_string()))
+}
+
+/// The upload as the stream's end sees it: what passes is counted and hashed (it is
+/// what is stored), and shutting it down only flushes: the upload is completed after
+/// the dump tool's verdict.
+struct Stored<'a> {
+    inner: &'a mut BufWriter,
+    hasher: Sha256,
+    size: u64,
+}
+
+impl tokio::io::AsyncWrite for Stored<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let poll = std::pin::Pin::new(&mut *self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = poll {
+            self.hasher.update(&buf[..n]);
+            self.size += n as u64;
+        }
+        poll
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.poll_flush(cx)
+    }
 }
 
 /// Read the stored object back: its size and checksum must be what was sent.

@@ -11,6 +11,7 @@
 //! retention ─ which dumps a good run may delete (pure)
 //! wal ─────── a PostgreSQL's archive_command and restore_command: WAL written once
 //! recover ─── a new data directory from a base backup, to recover to a target
+//! seal ────── client-side encryption (age) of what a run stores, and opening it again
 //! ```
 
 pub mod backup;
@@ -21,6 +22,7 @@ pub mod location;
 pub mod manifest;
 pub mod recover;
 pub mod restore;
+pub mod seal;
 pub use bosun_backup_model::retention;
 pub mod store;
 pub mod tool;
@@ -49,6 +51,9 @@ pub enum Error {
     },
     #[error("refused: {0}")]
     Refused(String),
+    /// The encryption keys: unreadable, or none of them opens what is stored.
+    #[error("encryption: {0}")]
+    Encryption(String),
     /// A WAL file asked for is not in the archive (the server asks past its end).
     #[error("not archived: {0}")]
     NotArchived(String),

@@ -1,5 +1,6 @@
 //! What a backup is, as stored beside its dump: `<namespace>/<backup>/<stamp>.<ext>.zst`
-//! and `<namespace>/<backup>/<stamp>.manifest.json` under the destination's prefix.
+//! (`.zst.age` when encrypted) and `<namespace>/<backup>/<stamp>.manifest.json` under the
+//! destination's prefix.
 //! The stamp is the UTC start time, fixed width, so keys sort by time.
 //!
 //! A dump counts as a good backup only with its manifest beside it: the manifest is
@@ -33,6 +34,9 @@ pub struct Manifest {
     /// For a base backup: the WAL it starts and ends at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal: Option<crate::base::WalRange>,
+    /// Set when the dump is encrypted: how, and to which key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::seal::Encryption>,
 }
 
 /// The folder of one Backup's dumps, relative to the destination's prefix.
@@ -54,6 +58,7 @@ pub fn keys(folder: &str, at: Timestamp, extension: &str) -> (String, String) {
 /// The manifest key that belongs beside a dump key, if it is one of ours.
 pub fn manifest_key_of(dump_key: &str) -> Option<String> {
     let (folder, file) = dump_key.rsplit_once('/')?;
+    let file = file.strip_suffix(crate::seal::SUFFIX).unwrap_or(file);
     let (stamp, _extension) = file.strip_suffix(".zst")?.split_once("Z.")?;
     Some(format!("{folder}/{stamp}Z.manifest.json"))
 }
@@ -75,6 +80,8 @@ mod tests {
         let (kc, _) = keys("ns/nightly", c, "pgdump");
         assert!(ka < kb && kb < kc);
         assert_eq!(manifest_key_of(&ka).as_deref(), Some(ma.as_str()));
+        assert_eq!(manifest_key_of(&format!("{ka}.age")).as_deref(), Some(ma.as_str()), "encrypted");
         assert_eq!(manifest_key_of("ns/x/notes.txt"), None);
+        assert_eq!(manifest_key_of("ns/x/notes.age"), None);
     }
 }

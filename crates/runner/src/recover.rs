@@ -330,6 +330,7 @@ mod tests {
                 start_wal: String::new(),
                 end_wal: String::new(),
             }),
+            encryption: None,
         }
     }
 

@@ -1,4 +1,4 @@
-//! One restore, streamed: object ──► sha256 ──► zstd -d ──► pg_restore/mysql/mongorestore.
+//! One restore, streamed: object ──► sha256 ──► [age -d] ──► zstd -d ──► pg_restore/mysql/mongorestore.
 //!
 //! It refuses a target that already holds tables unless told to overwrite, and it
 //! fails (after the tool has seen the data) if the stored bytes do not match the
@@ -15,6 +15,7 @@ use tokio_util::io::StreamReader;
 use crate::catalogue::{Catalogue, read_manifest};
 use crate::location::{Database, Engine};
 use crate::manifest::manifest_key_of;
+use crate::seal::{self, Keys};
 use crate::store::Store;
 use crate::tool::{self, Password};
 use crate::{Error, storage};
@@ -37,6 +38,8 @@ pub struct Restore {
     pub target: Database,
     pub password: Password,
     pub overwrite: bool,
+    /// The identities that may open an encrypted dump (a plain one needs none).
+    pub keys: Option<Keys>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,7 +57,7 @@ impl Restore {
     pub async fn run(&self) -> Result<Report, Error> {
         let started = Timestamp::now();
         let (key, manifest) = self.choose().await?;
-        if manifest.as_ref().is_some_and(|m| m.wal.is_some()) || key.ends_with(".base.tar.zst") {
+        if manifest.as_ref().is_some_and(|m| m.wal.is_some()) || key.contains(".base.tar.zst") {
             return Err(Error::Refused(format!(
                 "{key} is a physical base backup: it becomes a data directory (PostgreSQL's recovery), it is not loaded into a running database"
             )));
@@ -66,6 +69,13 @@ impl Restore {
                 self.store.full_key(&key),
                 self.target.engine.as_str()
             )));
+        }
+        // Encrypted by its manifest's word, or by its name when it has none.
+        let sealed_to = manifest.as_ref().and_then(|m| m.encryption.as_ref()).map(|e| e.recipient.as_str());
+        let sealed = sealed_to.is_some() || key.ends_with(seal::SUFFIX);
+        let what = self.store.full_key(&key);
+        if sealed && self.keys.is_none() {
+            return Err(seal::no_keys(&what, sealed_to));
         }
         if !self.overwrite {
             let tables = tool::table_count(&self.target, &self.password)
@@ -85,7 +95,14 @@ impl Restore {
         let mut hasher = Sha256::new();
         let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
         let reader = StreamReader::new(bytes);
-        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(reader);
+        // Opened before the target is touched: a wrong key changes nothing.
+        let compressed: Box<dyn tokio::io::AsyncBufRead + Unpin + Send> = match (&self.keys, sealed) {
+            (Some(keys), true) => {
+                Box::new(tokio::io::BufReader::with_capacity(CHUNK, keys.open(reader, &what, sealed_to).await?))
+            }
+            _ => Box::new(reader),
+        };
+        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
 
         let older_server = match self.target.engine {
             Engine::Postgresql => {

@@ -242,6 +242,7 @@ impl Place {
                 started,
                 finished: started + SignedDuration::from_secs(1),
                 wal: None,
+                encryption: None,
             };
             self.put(&manifest_key, serde_json::to_vec_pretty(&m).expect("manifest")).await;
             keys.push(key);
