@@ -126,6 +126,25 @@ pub struct Destination {
     /// Secret is also mounted at `/var/run/secrets/bosun/destination` for key files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Client-side encryption: what is stored is encrypted before it leaves the run's
+    /// pod, so the bucket holds only ciphertext. Logical dumps only, for now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+/// The key Secret's key that holds the age identities.
+pub const ENCRYPTION_KEY: &str = "identities";
+
+/// `destination.encryption`: age (X25519) with keys from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Encryption {
+    /// A Secret in the same namespace whose key `identities` is an age identity file
+    /// (`age-keygen` writes one: a line `AGE-SECRET-KEY-1…` per key). New backups are
+    /// encrypted to the first identity; a restore tries every one. To rotate, put the
+    /// new identity first and keep the old ones below it as long as backups made with
+    /// them are kept. Losing the Secret loses the backups: keep a copy elsewhere.
+    pub secret_ref: SecretRef,
 }
 
 /// Values of the five cron fields, as Kubernetes' CronJob (robfig/cron) accepts them.
@@ -210,7 +229,9 @@ pub enum Method {
     validation = Rule::new("size(self.metadata.name) <= 44")
         .message("metadata.name may have at most 44 characters: the CronJob <name>-cronjob may have at most 52"),
     validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || self.spec.source.type == 'postgresql'")
-        .message("spec.method base is a physical base backup of a PostgreSQL server: spec.source.type must be postgresql")
+        .message("spec.method base is a physical base backup of a PostgreSQL server: spec.source.type must be postgresql"),
+    validation = Rule::new("!has(self.spec.destination.encryption) || !has(self.spec.method) || self.spec.method != 'base'")
+        .message("spec.destination.encryption: base backups are not encrypted yet (the recovery that reads them cannot open encrypted objects); encryption is for spec.method dump")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {

@@ -381,6 +381,130 @@ spec:
     .await;
 }
 
+/// The object `key` of `s3`'s bucket, as stored.
+async fn raw_object(s3: &Minio, key: &str) -> Vec<u8> {
+    use object_store::ObjectStoreExt;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(&s3.bucket)
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(&s3.access_key)
+        .with_secret_access_key(&s3.secret_key)
+        .build()
+        .expect("an S3 client");
+    let got = store.get(&object_store::path::Path::from(key)).await.expect("the object");
+    got.bytes().await.expect("its bytes").to_vec()
+}
+
+/// An age identity file of `identities`, first to last, as age-keygen writes one.
+fn identities(identities: &[&age::x25519::Identity]) -> String {
+    use age::secrecy::ExposeSecret;
+    identities.iter().map(|i| format!("# public key: {}\n{}\n", i.to_public(), i.to_string().expose_secret())).collect()
+}
+
+/// `destination.encryption` on the real node: a Backup whose key Secret is missing says
+/// so naming the field; once it exists, a run stores an age file that holds no row in
+/// clear, with the key in its name and manifest; a Restore whose Secret holds another
+/// key fails naming that Secret and the key the dump needs, and leaves the target as it
+/// was; a Restore through the Backup (its destination, its key) gives the data back.
+#[tokio::test]
+async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_key() {
+    e2e("backup-sealed", |env| async move {
+        env.use_real_node().await;
+        import_runner_image();
+        let s3 = Minio::start(BRIDGE_IP);
+        let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+        let s3_env = s3.env();
+        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+        postgres(&env, "test-db", "test-db-credentials").await;
+        let canary = "canary-row-in-clear-5d1c";
+        psql(&env, "test-db", &format!("{DATASET} INSERT INTO items VALUES (10001, '{canary}', NULL, '\\x00');"));
+        let original = psql(&env, "test-db", CHECKSUM);
+
+        let destination = format!(
+            "{{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}, encryption: {{secretRef: {{name: backup-key}}}}}}",
+            s3.bucket, s3.endpoint
+        );
+        let backup = NIGHTLY
+            .replace("name: nightly}", "name: sealed}")
+            .replace("destination: {type: s3, bucket: backups}", &format!("destination: {destination}"));
+        let (ok, out) = env.kubectl_apply(&backup);
+        assert!(ok, "{out}");
+        let b = wait_backup_condition(&env, "sealed", "Ready", "CredentialsMissing", START, |_| true).await;
+        let message = message_of(&b, "Ready");
+        assert!(message.starts_with("spec.destination.encryption.secretRef: Secret backup-key does not exist"), "{message}");
+
+        let (key, stranger) = (age::x25519::Identity::generate(), age::x25519::Identity::generate());
+        credentials(&env, "backup-key", &[("identities", &identities(&[&key]))]).await;
+        credentials(&env, "wrong-key", &[("identities", &identities(&[&stranger]))]).await;
+        wait_backup_condition(&env, "sealed", "Ready", "Scheduled", START, |_| true).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/sealed-cronjob", "sealed-1"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b = env
+            .wait_for_within::<Backup>("sealed", "a successful backup in its status", START, |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let good = b.status.unwrap().last_successful_backup.unwrap();
+        assert!(good.key.ends_with(".pgdump.zst.age"), "{}", good.key);
+        let raw = raw_object(&s3, &good.key).await;
+        assert!(raw.starts_with(b"age-encryption.org/v1\n-> X25519 "), "an age file");
+        assert!(!raw.windows(canary.len()).any(|w| w == canary.as_bytes()), "the row in clear in the bucket");
+        assert!(zstd::decode_all(&raw[..]).is_err(), "not a plain zstd dump either");
+        let list = listed(&env, &s3, "sealed").await;
+        assert!(list.contains(&key.to_public().to_string()), "the manifest names the key: {list}");
+
+        credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
+        postgres(&env, "fresh-db", "fresh-db-credentials").await;
+        let empty = psql(&env, "fresh-db", "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'");
+        let wrong = format!(
+            "apiVersion: backup.example.com/v1
+kind: Restore
+metadata: {{name: wrong}}
+spec:
+  source: {{destination: {}, key: \"{}\"}}
+  target: {{type: postgresql, connection: {{host: fresh-db, database: app, secretRef: {{name: fresh-db-credentials}}}}}}
+",
+            destination.replace("backup-key", "wrong-key"),
+            good.key
+        );
+        let (ok, out) = env.kubectl_apply(&wrong);
+        assert!(ok, "{out}");
+        let r = env
+            .wait_for_within::<Restore>("wrong", "phase Failed", START, |r| {
+                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+            })
+            .await;
+        let rs = r.status.unwrap();
+        assert_eq!(rs.phase, Some(RestorePhase::Failed));
+        let message = &condition(&rs.conditions, "Ready").unwrap().message;
+        let named = format!("Secret {}/wrong-key (key identities)", env.ns);
+        assert!(message.contains(&named) && message.contains(&key.to_public().to_string()), "{message}");
+        assert_eq!(psql(&env, "fresh-db", "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), empty);
+
+        let back = "apiVersion: backup.example.com/v1
+kind: Restore
+metadata: {name: back}
+spec:
+  backupRef: {name: sealed}
+  target: {type: postgresql, connection: {host: fresh-db, database: app, secretRef: {name: fresh-db-credentials}}}
+";
+        let (ok, out) = env.kubectl_apply(back);
+        assert!(ok, "{out}");
+        let r = env
+            .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
+                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+            })
+            .await;
+        let rs = r.status.unwrap();
+        assert_eq!(rs.phase, Some(RestorePhase::Succeeded), "{:?}\n{}", rs.conditions, bosun.log_tail(20));
+        assert_eq!(psql(&env, "fresh-db", CHECKSUM), original, "the restored data differs");
+    })
+    .await;
+}
+
 /// Wait until the Backup `name`'s condition `type_` has `reason` and a message that
 /// `matches`; the Backup as then.
 async fn wait_backup_condition(

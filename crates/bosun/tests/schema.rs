@@ -128,3 +128,45 @@ async fn out_of_range_and_malformed_input_is_refused_naming_the_field() {
     })
     .await;
 }
+
+/// `destination.encryption` is for logical dumps: a base backup, a PostgreSQL's
+/// continuous archive or a recovery from one with it is refused at admission, naming
+/// the field; a dump with it, and a PostgreSQL whose scheduled dumps use it, are not.
+#[tokio::test]
+async fn encryption_is_refused_where_it_is_not_read_yet() {
+    use bosun_api::backup::Backup;
+    use bosun_api::postgresql::PostgreSQL;
+    e2e("schema-encryption", |env| async move {
+        let sealed = json!({"type": "s3", "bucket": "b", "encryption": {"secretRef": {"name": "backup-key"}}});
+        let backup = |name: &str, method: &str| {
+            json!({"metadata": {"name": name}, "spec": {
+                "source": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "c"}}},
+                "destination": sealed, "schedule": "0 2 * * *", "method": method}})
+        };
+        refused(env.create_raw::<Backup>(backup("base", "base")).await, "an encrypted base backup", "spec.destination.encryption");
+        accepted(env.create_raw::<Backup>(backup("dump", "dump")).await, "an encrypted dump");
+        let db = |name: &str, backup: Value, bootstrap: Option<Value>| {
+            let mut spec = json!({"version": "15", "storage": "1Gi", "backup": backup});
+            if let Some(b) = bootstrap {
+                spec["bootstrap"] = b;
+            }
+            json!({"metadata": {"name": name}, "spec": spec})
+        };
+        refused(
+            env.create_raw::<PostgreSQL>(db("archive", json!({"enabled": true, "destination": sealed, "continuous": {}}), None)).await,
+            "an encrypted continuous archive",
+            "spec.backup.destination.encryption",
+        );
+        let recovery = json!({"recovery": {"source": "old", "destination": sealed}});
+        refused(
+            env.create_raw::<PostgreSQL>(db("recovered", json!({"enabled": false}), Some(recovery))).await,
+            "a recovery from an encrypted destination",
+            "spec.bootstrap.recovery.destination.encryption",
+        );
+        accepted(
+            env.create_raw::<PostgreSQL>(db("dumps", json!({"enabled": true, "destination": sealed}), None)).await,
+            "a PostgreSQL whose scheduled dumps are encrypted",
+        );
+    })
+    .await;
+}

@@ -143,7 +143,7 @@ async fn reconcile(
                 &backup.spec.source,
                 "spec.source.connection.secretRef",
                 &backup.spec.destination,
-                "spec.destination.secretRef",
+                "spec.destination",
             );
             read::credentials_missing(&ctx.client, &ns, &needs).await?.map(Refusal::CredentialsMissing)
         }

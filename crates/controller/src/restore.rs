@@ -104,16 +104,15 @@ async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>, jobs: Owned<Job>) -
                 }
                 Ok(dump) => {
                     requested_key = dump.key.clone();
-                    let destination_field = if restore.spec.source.is_some() {
-                        "spec.source.destination.secretRef"
-                    } else {
-                        "spec.backupRef"
+                    let destination_field = match (&restore.spec.source, &backup) {
+                        (Some(_), _) | (None, None) => "spec.source.destination".to_owned(),
+                        (None, Some(b)) => format!("spec.backupRef: Backup {}'s spec.destination", b.name_any()),
                     };
                     let needs = build::secrets_needed(
                         &restore.spec.target,
                         "spec.target.connection.secretRef",
                         dump.destination,
-                        destination_field,
+                        &destination_field,
                     );
                     // A Job runs once: it is made only when what it reads is there.
                     if let Some(message) = read::credentials_missing(&ctx.client, &ns, &needs).await? {

@@ -18,15 +18,15 @@
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{
-    Backup, BackupStatus, Destination, DestinationType, RestorePhase, RestoreStatus, Source, SourceType,
-    SuccessfulBackup, schedule_pattern,
+    Backup, BackupStatus, Destination, DestinationType, ENCRYPTION_KEY, RestorePhase, RestoreStatus, Source,
+    SourceType, SuccessfulBackup, schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
 use bosun_backup_model::engine::Engine;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+    Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
     SeccompProfile, SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
@@ -50,6 +50,8 @@ pub const RESTORE_CONTAINER: &str = "restore";
 pub const PVC_MOUNT: &str = "/backups";
 /// Where the destination's Secret is mounted, for credentials that are files.
 pub const CREDENTIALS_MOUNT: &str = "/var/run/secrets/bosun/destination";
+/// Where the encryption Secret's identities are mounted.
+pub const ENCRYPTION_MOUNT: &str = "/var/run/secrets/bosun/encryption";
 /// Where a run writes its result.
 pub const RESULT_FILE: &str = "/dev/termination-log";
 /// The uid and gid runs use (the runner needs no privileges and writes no files).
@@ -112,30 +114,35 @@ impl Refusal {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretNeed {
     /// The field that names it, e.g. `spec.source.connection.secretRef`.
-    pub field: &'static str,
+    pub field: String,
     pub name: String,
     /// Keys it must hold (none: any, as for a destination's provider variables).
     pub keys: &'static [&'static str],
 }
 
-/// The Secrets a run with `source` (under `source_field`) and `destination` (under
-/// `destination_field`) reads: the database's `username` and `password`, and the
-/// destination's credentials when it names a Secret.
+/// The Secrets a run with `source` (under `source_field`) and `destination` (the
+/// field `destination_field`) reads: the database's `username` and `password`, the
+/// destination's credentials when it names a Secret, and its encryption keys.
 pub fn secrets_needed(
     source: &Source,
-    source_field: &'static str,
+    source_field: &str,
     destination: &Destination,
-    destination_field: &'static str,
+    destination_field: &str,
 ) -> Vec<SecretNeed> {
     let mut needs = vec![SecretNeed {
-        field: source_field,
+        field: source_field.to_owned(),
         name: source.connection.secret_ref.name.clone(),
         keys: &["username", "password"],
     }];
     needs.extend(destination.secret_ref.as_ref().map(|s| SecretNeed {
-        field: destination_field,
+        field: format!("{destination_field}.secretRef"),
         name: s.name.clone(),
         keys: &[],
+    }));
+    needs.extend(destination.encryption.as_ref().map(|e| SecretNeed {
+        field: format!("{destination_field}.encryption.secretRef"),
+        name: e.secret_ref.name.clone(),
+        keys: &[ENCRYPTION_KEY],
     }));
     needs
 }
@@ -329,6 +336,15 @@ pub fn reach(d: &Destination, name: &str) -> Reach {
     ];
     env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
     env.extend(d.region.as_ref().map(|r| value("BOSUN_BACKUP_REGION", r.clone())));
+    if let Some(encryption) = &d.encryption {
+        let secret = &encryption.secret_ref.name;
+        env.push(value("BOSUN_BACKUP_ENCRYPTION_KEY_FILE", format!("{ENCRYPTION_MOUNT}/{ENCRYPTION_KEY}")));
+        // What the runner's messages call it; the namespace by the kubelet's expansion.
+        env.push(value(
+            "BOSUN_BACKUP_ENCRYPTION_KEY_NAME",
+            format!("Secret $(BOSUN_BACKUP_NAMESPACE)/{secret} (key {ENCRYPTION_KEY})"),
+        ));
+    }
     let env_from = d.secret_ref.as_ref().map(|s| {
         vec![EnvFromSource {
             secret_ref: Some(SecretEnvSource { name: s.name.clone(), optional: Some(false) }),
@@ -348,6 +364,27 @@ pub fn reach(d: &Destination, name: &str) -> Reach {
         mounts.push(VolumeMount {
             name: "destination-credentials".to_owned(),
             mount_path: CREDENTIALS_MOUNT.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    if let Some(encryption) = &d.encryption {
+        volumes.push(Volume {
+            name: "encryption-key".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(encryption.secret_ref.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: ENCRYPTION_KEY.to_owned(),
+                    path: ENCRYPTION_KEY.to_owned(),
+                    mode: None,
+                }]),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "encryption-key".to_owned(),
+            mount_path: ENCRYPTION_MOUNT.to_owned(),
             read_only: Some(true),
             ..VolumeMount::default()
         });
@@ -1016,6 +1053,59 @@ mod tests {
     }
 
     #[test]
+    fn an_encrypted_destination_mounts_only_the_identities_and_names_the_secret() {
+        let plain = desired_cronjob(&nightly(), DEFAULT_RUNNER_IMAGE);
+        let mut b = nightly();
+        b.spec.destination.encryption = Some(bosun_api::backup::Encryption {
+            secret_ref: bosun_api::backup::SecretRef { name: "backup-key".into() },
+        });
+        let pod_of = |cj: CronJob| cj.spec.unwrap().job_template.spec.unwrap().template.spec.unwrap();
+        let pod = pod_of(desired_cronjob(&b, DEFAULT_RUNNER_IMAGE));
+        assert_eq!(
+            env_value(&pod, "BOSUN_BACKUP_ENCRYPTION_KEY_FILE"),
+            Some("/var/run/secrets/bosun/encryption/identities")
+        );
+        assert_eq!(
+            env_value(&pod, "BOSUN_BACKUP_ENCRYPTION_KEY_NAME"),
+            Some("Secret $(BOSUN_BACKUP_NAMESPACE)/backup-key (key identities)")
+        );
+        let names: Vec<&str> = env_of(&pod).iter().map(|e| e.name.as_str()).collect();
+        let at = |n: &str| names.iter().position(|x| *x == n).unwrap();
+        assert!(at("BOSUN_BACKUP_NAMESPACE") < at("BOSUN_BACKUP_ENCRYPTION_KEY_NAME"), "expanded: defined before");
+        let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "encryption-key").expect("volume");
+        let secret = volume.secret.as_ref().unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("backup-key"));
+        let items: Vec<&str> = secret.items.iter().flatten().map(|i| i.key.as_str()).collect();
+        assert_eq!(items, ["identities"], "only the identities, nothing else the Secret holds");
+        let mount = pod.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "encryption-key");
+        assert_eq!(mount.map(|m| (m.mount_path.as_str(), m.read_only)), Some((ENCRYPTION_MOUNT, Some(true))));
+        // Without encryption the pod is what it was: nothing of it appears.
+        let plain = pod_of(plain);
+        assert!(env_of(&plain).iter().all(|e| !e.name.contains("ENCRYPTION")));
+        assert!(plain.volumes.iter().flatten().all(|v| v.name != "encryption-key"));
+
+        let needs =
+            secrets_needed(&b.spec.source, "spec.source.connection.secretRef", &b.spec.destination, "spec.destination");
+        let message = missing_credentials(&needs, "shop", |name| {
+            (name == "test-db-credentials").then(|| vec!["username".to_owned(), "password".to_owned()])
+        });
+        assert_eq!(
+            message.as_deref(),
+            Some(
+                "spec.destination.encryption.secretRef: Secret backup-key does not exist in namespace shop; runs cannot start until it does"
+            )
+        );
+        let message = missing_credentials(&needs, "shop", |name| {
+            Some(if name == "backup-key" {
+                vec!["age.key".to_owned()]
+            } else {
+                vec!["username".to_owned(), "password".to_owned()]
+            })
+        });
+        assert!(message.is_some_and(|m| m.contains("Secret backup-key has no key identities")));
+    }
+
+    #[test]
     fn the_nightly_example_becomes_a_cronjob_as_the_spec_says() {
         let cj = desired_cronjob(&nightly(), "localhost/bosun-runner:dev");
         assert_eq!(cj.metadata.name.as_deref(), Some("nightly-cronjob"));
@@ -1363,12 +1453,8 @@ mod tests {
         let b = nightly();
         let mut destination = b.spec.destination.clone();
         destination.secret_ref = Some(bosun_api::backup::SecretRef { name: "s3-credentials".into() });
-        let needs = secrets_needed(
-            &b.spec.source,
-            "spec.source.connection.secretRef",
-            &destination,
-            "spec.destination.secretRef",
-        );
+        let needs =
+            secrets_needed(&b.spec.source, "spec.source.connection.secretRef", &destination, "spec.destination");
         let keys = |pairs: &[(&str, &[&str])]| {
             let pairs: Vec<(String, Vec<String>)> =
                 pairs.iter().map(|(n, ks)| ((*n).to_owned(), ks.iter().map(|k| (*k).to_owned()).collect())).collect();

@@ -614,7 +614,10 @@ pub fn desired_statefulset(
     // same: `check` refuses others).
     let archive = continuous.or(recovery.map(|(_, d)| d));
     if let Some(destination) = archive {
-        let reach = crate::backup::reach(destination, &backup_name(db));
+        // WAL and base backups are not encrypted (the API refuses encryption with
+        // them); an encryption of spec.backup.destination is its dumps' alone.
+        let destination = Destination { encryption: None, ..destination.clone() };
+        let reach = crate::backup::reach(&destination, &backup_name(db));
         volumes.extend(reach.volumes);
         container.env_from = reach.env_from;
         container.volume_mounts.get_or_insert_with(Vec::new).extend(reach.mounts);
@@ -828,6 +831,7 @@ fn backup_destination(db: &PostgreSQL) -> Destination {
         endpoint: None,
         region: None,
         secret_ref: None,
+        encryption: None,
     })
 }
 
@@ -1604,6 +1608,7 @@ mod tests {
                 endpoint: None,
                 region: None,
                 secret_ref: None,
+                encryption: None,
             }),
             continuous: None,
         });

@@ -461,6 +461,7 @@ pub fn desired_mysql_backup<K: Resource<DynamicType = ()>>(
             endpoint: None,
             region: None,
             secret_ref: None,
+            encryption: None,
         },
         schedule: plan.database.backup.schedule.clone().unwrap_or_else(|| BACKUP_SCHEDULE.to_owned()),
         retention: plan.database.backup.retention.clone(),
