@@ -369,6 +369,76 @@ async fn retention_deletes_exactly_the_expired_backups() {
     place.clear().await;
 }
 
+/// Grandfather-father-son: two months of nightly dumps made with set times (2026-01-01
+/// to 2026-03-02, 02:00 UTC) and a dump without a manifest among them. A failed run
+/// deletes nothing; a good run with `--keep-daily 7 --keep-weekly 4 --keep-monthly 2`
+/// keeps exactly its own dump, the six newest days (Feb 25 to Mar 2), the newest of the
+/// two ISO weeks before (Mar 1, a Sunday, and Feb 22) and the newest of March; it says
+/// which rule keeps each, and deletes everything else (the partial dump too).
+#[tokio::test]
+async fn tiered_retention_keeps_the_newest_of_each_day_week_and_month() {
+    let _timed = Timed::start("tiered_retention");
+    let b = backends();
+    let name = unique("tiers");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let folder = format!("gfs/{name}");
+    let first: Timestamp = "2026-01-01T02:00:00Z".parse().unwrap();
+    let nights: Vec<Timestamp> = (0..61).map(|d| first + SignedDuration::from_hours(24 * d)).collect();
+    let seeded = place.seed_at(&folder, Engine::Postgresql, b"a nightly dump", &nights).await;
+    let (partial, _) = manifest::keys(&folder, "2026-02-10T14:00:00Z".parse().unwrap(), "pgdump");
+    place.put(&partial, b"a run that died after its upload".to_vec()).await;
+    let stored = place.keys(&folder).await;
+    let tiers = ["--keep-daily", "7", "--keep-weekly", "4", "--keep-monthly", "2"];
+
+    let file = result_file(&name);
+    let mut failing = backup_args(&db, &place, "gfs", &name, &tiers);
+    failing.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun_with(&as_strs(&failing), &[("PGPASSWORD", "wrong")]).await;
+    assert_failed(&out, &file, &["password authentication failed"]);
+    assert_eq!(place.keys(&folder).await, stored, "a failed run deletes nothing");
+
+    let run = bosun_ok(&b, &backup_args(&db, &place, "gfs", &name, &tiers)).await;
+    let own = place.relative(run["key"].as_str().unwrap());
+    let night = |date: &str| seeded.iter().find(|k| k.contains(&format!("/{date}T020000.000Z."))).unwrap().clone();
+    let kept = [
+        own.clone(),
+        night("20260302"),
+        night("20260301"),
+        night("20260228"),
+        night("20260227"),
+        night("20260226"),
+        night("20260225"),
+        night("20260222"),
+    ];
+    let mut want: Vec<String> = kept.to_vec();
+    want.sort();
+    assert_eq!(listed(&b, &place, "gfs", &name).await, want, "exactly these are left: {run}");
+    let left: BTreeSet<String> = place.keys(&folder).await;
+    let pairs: BTreeSet<String> = kept.iter().flat_map(|k| [k.clone(), manifest_key_of(k).unwrap()]).collect();
+    assert_eq!(left, pairs, "the partial dump and every other night went, dump and manifest");
+    assert_eq!(run["deleted"].as_array().unwrap().len(), 61 - 7 + 1, "54 nights and the partial: {run}");
+
+    let why: Vec<(String, Vec<String>)> = run["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let at = k["at"].as_str().unwrap().to_owned();
+            (at, k["why"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_owned()).collect())
+        })
+        .collect();
+    let reasons = |i: usize| why[i].1.join(",");
+    assert_eq!(why.len(), 8, "{why:?}");
+    assert_eq!(reasons(0), "last,daily,weekly,monthly", "its own dump: {why:?}");
+    assert_eq!((why[1].0.as_str(), reasons(1).as_str()), ("2026-03-02T02:00:00Z", "daily,weekly,monthly"));
+    assert_eq!((why[2].0.as_str(), reasons(2).as_str()), ("2026-03-01T02:00:00Z", "daily,weekly"));
+    assert_eq!((why[6].0.as_str(), reasons(6).as_str()), ("2026-02-25T02:00:00Z", "daily"));
+    assert_eq!((why[7].0.as_str(), reasons(7).as_str()), ("2026-02-22T02:00:00Z", "weekly"));
+    place.clear().await;
+}
+
 // --- list and restore -----------------------------------------------------------------
 
 /// `backup list` shows every good backup, oldest first, as the runs reported them;

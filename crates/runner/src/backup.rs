@@ -46,6 +46,8 @@ pub struct Backup {
     pub folder: String,
     pub retention: Option<SignedDuration>,
     pub keep_last: usize,
+    /// The daily, weekly and monthly tiers of retention (dumps only).
+    pub tiers: retention::Tiers,
     pub method: Method,
     /// Encrypt what is stored to the first of these keys (dumps only).
     pub keys: Option<Keys>,
@@ -83,6 +85,10 @@ pub struct Report {
     /// Set when retention could not finish; the backup itself is good.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention_error: Option<String>,
+    /// The good dumps kept after retention, newest first, each with the rules that
+    /// keep it (`last`, `age`, `daily`, `weekly`, `monthly`, or `unpruned`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<KeptReport>,
     /// For a base backup: the WAL it starts and ends at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wal: Option<crate::base::WalRange>,
@@ -195,9 +201,9 @@ impl Backup {
             return Err(storage("writing the manifest")(e));
         }
 
-        let (deleted, oldest_kept, retention_error) = match self.prune(finished).await {
-            Ok((deleted, oldest)) => (deleted, oldest, None),
-            Err(e) => (Vec::new(), None, Some(e.to_string())),
+        let Pruned { deleted, oldest: oldest_kept, kept, error: retention_error } = match self.prune(finished).await {
+            Ok(pruned) => pruned,
+            Err(e) => Pruned { error: Some(e.to_string()), ..Pruned::default() },
         };
         Ok(Report {
             key: self.store.full_key(&key),
@@ -210,46 +216,93 @@ impl Backup {
             deleted,
             oldest_kept,
             retention_error,
+            kept,
             wal,
         })
     }
 
     /// Retention, after a good run only: the dumps (and their manifests) to go, and
-    /// when the oldest kept one was made. Base backups are kept by recovery window
-    /// (see [`retention::window_expired`]), and the WAL from before the oldest kept
-    /// one's start goes with them.
-    async fn prune(&self, now: Timestamp) -> Result<(Vec<String>, Option<Timestamp>), Error> {
+    /// what is kept. Base backups are kept by recovery window (see
+    /// [`retention::window_expired`]), and the WAL from before the oldest kept one's
+    /// start goes with them. A delete the store refuses (an object lock, a policy) is
+    /// reported and the object kept; the next good run tries again.
+    async fn prune(&self, now: Timestamp) -> Result<Pruned, Error> {
         let catalogue = Catalogue::read(&self.store, &self.folder).await?;
-        let doomed = match self.method {
-            Method::Dump => retention::expired(&catalogue.stored(), now, self.retention, self.keep_last),
-            Method::Base => {
-                retention::window_expired(&catalogue.stored_at(|m| m.finished), now, self.retention, self.keep_last)
+        let (doomed, kept) = match self.method {
+            Method::Dump => {
+                let policy =
+                    retention::Policy { retention: self.retention, keep_last: self.keep_last, tiers: self.tiers };
+                let plan = retention::plan(&catalogue.stored(), now, &policy);
+                let kept = plan
+                    .kept
+                    .iter()
+                    .map(|k| KeptReport { at: k.at, why: k.why.iter().map(|w| w.as_str()).collect() })
+                    .collect();
+                (plan.doomed, kept)
             }
+            Method::Base => (
+                retention::window_expired(&catalogue.stored_at(|m| m.finished), now, self.retention, self.keep_last),
+                Vec::new(),
+            ),
         };
-        let mut deleted = Vec::new();
+        let mut pruned = Pruned { kept, ..Pruned::default() };
+        let mut refused = Vec::new();
         for key in &doomed {
-            // The manifest first: a dump without one is no longer counted as good.
-            if let Some(m) = manifest::manifest_key_of(key) {
-                match self.store.objects.delete(&self.store.path(&m)).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(storage("deleting an expired manifest")(e)),
-                }
+            match self.delete_backup(key).await {
+                Ok(()) => pruned.deleted.push(self.store.full_key(key)),
+                Err(e) => refused.push(e.to_string()),
             }
-            match self.store.objects.delete(&self.store.path(key)).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(storage("deleting an expired dump")(e)),
-            }
-            deleted.push(self.store.full_key(key));
         }
-        let oldest = catalogue.good.iter().find(|m| !doomed.contains(&m.key));
+        // The oldest good backup still there (one whose delete was refused included).
+        let gone = |key: &String| pruned.deleted.contains(&self.store.full_key(key));
+        let oldest = catalogue.good.iter().find(|m| !gone(&m.key));
         if let (Method::Base, Some(wal)) = (self.method, oldest.and_then(|m| m.wal.as_ref())) {
             let database = self.folder.strip_suffix("/base").unwrap_or(&self.folder);
             let archive = crate::wal::Archive { store: self.store.clone(), folder: crate::wal::folder(database) };
-            deleted.extend(archive.prune_before(&wal.start_wal).await?);
+            pruned.deleted.extend(archive.prune_before(&wal.start_wal).await?);
         }
-        let oldest_at = oldest.map(|m| if self.method == Method::Base { m.finished } else { m.started });
-        Ok((deleted, oldest_at))
+        pruned.oldest = oldest.map(|m| if self.method == Method::Base { m.finished } else { m.started });
+        if let Some(first) = refused.first() {
+            pruned.error = Some(format!(
+                "{} of {} expired backups could not be deleted and are kept (the next good run tries again): {first}",
+                refused.len(),
+                doomed.len()
+            ));
+        }
+        Ok(pruned)
     }
+
+    /// Delete one expired dump: its manifest first, so a dump without one is no longer
+    /// counted as good; a manifest that cannot go keeps its dump too.
+    async fn delete_backup(&self, key: &str) -> Result<(), Error> {
+        let gone = |r: Result<(), object_store::Error>| match r {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Some(m) = manifest::manifest_key_of(key) {
+            gone(self.store.objects.delete(&self.store.path(&m)).await)
+                .map_err(storage("deleting an expired manifest"))?;
+        }
+        gone(self.store.objects.delete(&self.store.path(key)).await).map_err(storage("deleting an expired dump"))
+    }
+}
+
+/// What retention did after a good run.
+#[derive(Debug, Default)]
+struct Pruned {
+    deleted: Vec<String>,
+    /// The oldest good backup left (for base backups, when it ended).
+    oldest: Option<Timestamp>,
+    kept: Vec<KeptReport>,
+    /// Why retention did not finish; the backup itself is good.
+    error: Option<String>,
+}
+
+/// A good dump kept by retention: when it was made and the rules that keep it.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeptReport {
+    pub at: Timestamp,
+    pub why: Vec<&'static str>,
 }
 
 /// Copy the compressed stream into the upload (encrypted with `keys` when given),
@@ -359,5 +412,140 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
         let read = buf.filled().len() - before;
         self.count.fetch_add(read as u64, Ordering::Relaxed);
         poll
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Arc;
+
+    use futures::StreamExt;
+    use futures::stream::BoxStream;
+    use object_store::local::LocalFileSystem;
+    use object_store::path::Path;
+    use object_store::{
+        CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
+        PutOptions, PutPayload, PutResult,
+    };
+
+    use super::*;
+    use crate::location::Destination;
+
+    /// A store that refuses to delete what `locked` matches, as an object lock or a
+    /// bucket policy does; everything else is a directory's.
+    #[derive(Debug)]
+    struct Locked {
+        inner: Arc<LocalFileSystem>,
+        locked: &'static str,
+    }
+
+    impl std::fmt::Display for Locked {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Locked({})", self.locked)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Locked {
+        async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> object_store::Result<PutResult> {
+            self.inner.put_opts(l, p, o).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            l: &Path,
+            o: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.inner.put_multipart_opts(l, o).await
+        }
+        async fn get_opts(&self, l: &Path, o: GetOptions) -> object_store::Result<GetResult> {
+            self.inner.get_opts(l, o).await
+        }
+        fn delete_stream(
+            &self,
+            locations: BoxStream<'static, object_store::Result<Path>>,
+        ) -> BoxStream<'static, object_store::Result<Path>> {
+            let (locked, inner) = (self.locked, self.inner.clone());
+            locations
+                .then(move |l| {
+                    let inner = inner.clone();
+                    async move {
+                        let p = l?;
+                        if p.as_ref().contains(locked) {
+                            return Err(object_store::Error::PermissionDenied {
+                                path: p.to_string(),
+                                source: "object is under retention (locked)".into(),
+                            });
+                        }
+                        inner.delete(&p).await.map(|()| p)
+                    }
+                })
+                .boxed()
+        }
+        fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(&self, from: &Path, to: &Path, o: CopyOptions) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, o).await
+        }
+    }
+
+    /// A retention delete the store refuses is reported, the object kept, and every
+    /// other expired backup still goes; the next run tries again.
+    #[tokio::test]
+    async fn a_refused_retention_delete_is_reported_never_fatal() {
+        let dir = std::env::temp_dir().join(format!("bosun-locked-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let objects: Arc<dyn ObjectStore> =
+            Arc::new(Locked { inner: Arc::new(LocalFileSystem::new_with_prefix(&dir).unwrap()), locked: "20260102" });
+        let destination = Destination::parse(&format!("file://{}", dir.display())).unwrap();
+        let store = Store { objects, destination };
+        let folder = "ns/locked";
+        for day in 1..=4 {
+            let started: Timestamp = format!("2026-01-0{day}T02:00:00Z").parse().unwrap();
+            let (key, manifest_key) = manifest::keys(folder, started, "pgdump");
+            store.objects.put(&store.path(&key), PutPayload::from_static(b"dump")).await.unwrap();
+            let m = Manifest {
+                key: key.clone(),
+                size: 4,
+                sha256: String::new(),
+                uncompressed_size: 4,
+                compression: "zstd".into(),
+                engine: "postgresql".into(),
+                source: String::new(),
+                tool_version: String::new(),
+                server_version: String::new(),
+                started,
+                finished: started,
+                wal: None,
+                encryption: None,
+            };
+            let body = serde_json::to_vec(&m).unwrap();
+            store.objects.put(&store.path(&manifest_key), PutPayload::from(body)).await.unwrap();
+        }
+        let backup = Backup {
+            source: crate::location::Database::parse("--source", "postgresql://u@h/db").unwrap(),
+            password: Password::default(),
+            store: store.clone(),
+            folder: folder.into(),
+            retention: Some(SignedDuration::from_hours(24)),
+            keep_last: 1,
+            tiers: retention::Tiers::default(),
+            method: Method::Dump,
+            keys: None,
+        };
+        let pruned = backup.prune("2026-01-10T00:00:00Z".parse().unwrap()).await.expect("never fatal");
+        let error = pruned.error.expect("the refusal is reported");
+        assert!(error.starts_with("1 of 3 expired backups could not be deleted and are kept"), "{error}");
+        assert!(error.contains("20260102") && error.contains("locked"), "{error}");
+        assert_eq!(pruned.deleted.len(), 2, "the other two went: {:?}", pruned.deleted);
+        let left = Catalogue::read(&store, folder).await.unwrap();
+        let days: Vec<String> = left.good.iter().map(|m| m.started.to_string()).collect();
+        assert_eq!(days, ["2026-01-02T02:00:00Z", "2026-01-04T02:00:00Z"], "the locked one and the newest");
+        assert_eq!(pruned.oldest, Some("2026-01-02T02:00:00Z".parse().unwrap()), "the oldest still there");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -159,6 +159,16 @@ pub struct BackupRunArgs {
     /// Keep at least this many newest good dumps whatever their age (the newest is always kept).
     #[arg(long, env = "BOSUN_BACKUP_KEEP_LAST", default_value_t = 1)]
     pub keep_last: usize,
+    /// Keep the newest good dump of each of the newest this many days (UTC) that have one.
+    #[arg(long, env = "BOSUN_BACKUP_KEEP_DAILY", default_value_t = 0)]
+    pub keep_daily: usize,
+    /// … of each of the newest this many ISO weeks.
+    #[arg(long, env = "BOSUN_BACKUP_KEEP_WEEKLY", default_value_t = 0)]
+    pub keep_weekly: usize,
+    /// … of each of the newest this many months. Every rule keeps what it keeps: a dump
+    /// goes only when none keeps it (`--retention`, `--keep-last` and these).
+    #[arg(long, env = "BOSUN_BACKUP_KEEP_MONTHLY", default_value_t = 0)]
+    pub keep_monthly: usize,
     /// A file holding the database password.
     #[arg(long, env = "BOSUN_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
@@ -235,6 +245,15 @@ pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, E
             source.engine.as_str()
         )));
     }
+    let tiers =
+        crate::retention::Tiers { daily: args.keep_daily, weekly: args.keep_weekly, monthly: args.keep_monthly };
+    if args.method == Method::Base && tiers.any() {
+        return Err(Error::Usage(
+            "--keep-daily, --keep-weekly, --keep-monthly: base backups are kept by their recovery window \
+             (--retention), which needs every base backup and WAL file in it"
+                .into(),
+        ));
+    }
     let keys = args.encryption.keys()?;
     if args.method == Method::Base && keys.is_some() {
         return Err(Error::Usage(
@@ -255,6 +274,7 @@ pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, E
         source,
         retention,
         keep_last: args.keep_last,
+        tiers,
         method: args.method,
         keys,
     };
@@ -364,15 +384,28 @@ fn restore_command(destination: &DestinationArgs, namespace: &str, name: Option<
 const RESULT_LIMIT: usize = 3072;
 
 /// `json` made to fit [`RESULT_LIMIT`]: a long list of deleted keys (a retention that
-/// removed much WAL) becomes its first few and a count.
+/// removed much WAL) becomes its first few and a count, and then the list of kept
+/// dumps (newest first) its newest as many as fit, and a count.
 fn compact(mut json: serde_json::Value) -> serde_json::Value {
     if json.to_string().len() <= RESULT_LIMIT {
         return json;
     }
-    if let Some(deleted) = json.get_mut("deleted").and_then(|d| d.as_array_mut()) {
-        let count = deleted.len();
-        deleted.truncate(3);
-        json["deletedCount"] = serde_json::json!(count);
+    for (list, keep, count) in [("deleted", 3, "deletedCount"), ("kept", 0, "keptCount")] {
+        let Some(len) = json.get(list).and_then(|d| d.as_array()).map(Vec::len) else { continue };
+        json[count] = serde_json::json!(len);
+        let mut fits = len;
+        while fits > keep && json.to_string().len() > RESULT_LIMIT {
+            fits = if list == "deleted" { keep } else { fits - 1 };
+            if let Some(items) = json.get_mut(list).and_then(|d| d.as_array_mut()) {
+                items.truncate(fits);
+            }
+        }
+        if fits == len {
+            json.as_object_mut().map(|o| o.remove(count));
+        }
+        if json.to_string().len() <= RESULT_LIMIT {
+            break;
+        }
     }
     json
 }
@@ -419,5 +452,15 @@ mod tests {
         let big = compact(serde_json::json!({"key": "k", "deleted": keys}));
         assert!(big.to_string().len() <= RESULT_LIMIT, "{}", big.to_string().len());
         assert_eq!((big["deleted"].as_array().unwrap().len(), big["deletedCount"].as_u64()), (3, Some(500)));
+        // A year of tiers: the newest kept dumps that fit, and how many there are.
+        let kept: Vec<_> = (0..400)
+            .map(|d| serde_json::json!({"at": format!("2026-01-01T02:00:{:02}Z", d % 60), "why": ["daily", "weekly"]}))
+            .collect();
+        let tiers = compact(serde_json::json!({"key": "k", "deleted": ["a"], "kept": kept.clone()}));
+        assert!(tiers.to_string().len() <= RESULT_LIMIT, "{}", tiers.to_string().len());
+        let listed = tiers["kept"].as_array().unwrap();
+        assert!(listed.len() > 20 && listed.len() < 400 && listed[..] == kept[..listed.len()], "{}", listed.len());
+        assert_eq!((tiers["keptCount"].as_u64(), tiers["deleted"].as_array().unwrap().len()), (Some(400), 1));
+        assert_eq!(tiers.get("deletedCount"), None, "a short list is left whole");
     }
 }

@@ -223,10 +223,16 @@ impl Place {
     /// Good backups as if made `ages` ago: `body` stored under each age's stamp with a
     /// manifest vouching for it. Returns the dump keys, oldest first.
     pub async fn seed(&self, folder: &str, engine: Engine, body: &[u8], ages: &[SignedDuration]) -> Vec<String> {
+        let now = Timestamp::now();
+        let times: Vec<Timestamp> = ages.iter().map(|age| now - *age).collect();
+        self.seed_at(folder, engine, body, &times).await
+    }
+
+    /// [`Place::seed`] with the times the dumps were made.
+    pub async fn seed_at(&self, folder: &str, engine: Engine, body: &[u8], times: &[Timestamp]) -> Vec<String> {
         let sha256 = hex::encode(Sha256::digest(body));
         let mut keys = Vec::new();
-        for age in ages {
-            let started = Timestamp::now() - *age;
+        for started in times.iter().copied() {
             let (key, manifest_key) = manifest::keys(folder, started, engine.extension());
             self.put(&key, body.to_vec()).await;
             let m = Manifest {
