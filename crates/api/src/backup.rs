@@ -230,6 +230,8 @@ pub enum Method {
         .message("metadata.name may have at most 44 characters: the CronJob <name>-cronjob may have at most 52"),
     validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || self.spec.source.type == 'postgresql'")
         .message("spec.method base is a physical base backup of a PostgreSQL server: spec.source.type must be postgresql"),
+    validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || !(has(self.spec.keepDaily) || has(self.spec.keepWeekly) || has(self.spec.keepMonthly))")
+        .message("spec.keepDaily, keepWeekly, keepMonthly are for dumps: base backups are kept by their recovery window (spec.retention), which needs every base backup and WAL file in it"),
     validation = Rule::new("!has(self.spec.destination.encryption) || !has(self.spec.method) || self.spec.method != 'base'")
         .message("spec.destination.encryption: base backups are not encrypted yet (the recovery that reads them cannot open encrypted objects); encryption is for spec.method dump")
 )]
@@ -254,6 +256,21 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub keep_last: Option<i32>,
+    /// Keep the newest good dump of each of the newest this many days (UTC) that have
+    /// one. With `keepWeekly` and `keepMonthly`, a grandfather-father-son rotation: a
+    /// dump is kept when any rule keeps it (these, `retention`, `keepLast`), and goes
+    /// when none does. Dumps only (`spec.method: dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_daily: Option<i32>,
+    /// Keep the newest good dump of each of the newest this many ISO weeks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_weekly: Option<i32>,
+    /// Keep the newest good dump of each of the newest this many months (UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub keep_monthly: Option<i32>,
     /// Stop scheduling new runs; nothing is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
@@ -288,6 +305,32 @@ pub struct SuccessfulBackup {
     pub oldest_kept: Option<Time>,
 }
 
+/// What the last good run's retention kept, and why.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionStatus {
+    /// How many good dumps are kept.
+    pub kept: i64,
+    /// The kept dumps, newest first (the newest that fit in a run's result when there
+    /// are many), each with the rules that keep it.
+    #[serde(default)]
+    pub backups: Vec<RetainedBackup>,
+    /// Deletes the store refused (an object lock, a bucket policy): those dumps are
+    /// kept, and the next good run tries again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A dump retention keeps.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub struct RetainedBackup {
+    /// When the run that made it started (its key's stamp).
+    pub time: Time,
+    /// `last` (one of the newest `keepLast`), `age` (younger than `retention`),
+    /// `daily`, `weekly`, `monthly`, or `unpruned` (no rule deletes anything).
+    pub rules: Vec<String>,
+}
+
 /// Observed state, from the CronJob, its Jobs and their results.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -299,6 +342,9 @@ pub struct BackupStatus {
     pub last_schedule_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_successful_backup: Option<SuccessfulBackup>,
+    /// What the last good run's retention kept (runs of `spec.method: dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionStatus>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -405,7 +405,8 @@ fn identities(identities: &[&age::x25519::Identity]) -> String {
 
 /// `destination.encryption` on the real node: a Backup whose key Secret is missing says
 /// so naming the field; once it exists, a run stores an age file that holds no row in
-/// clear, with the key in its name and manifest; a Restore whose Secret holds another
+/// clear, with the key in its name and manifest, and its status tells what retention
+/// kept and by which rules; a Restore whose Secret holds another
 /// key fails naming that Secret and the key the dump needs, and leaves the target as it
 /// was; a Restore through the Backup (its destination, its key) gives the data back.
 #[tokio::test]
@@ -429,7 +430,8 @@ async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_k
         );
         let backup = NIGHTLY
             .replace("name: nightly}", "name: sealed}")
-            .replace("destination: {type: s3, bucket: backups}", &format!("destination: {destination}"));
+            .replace("destination: {type: s3, bucket: backups}", &format!("destination: {destination}"))
+            .replace("retention: 30d", "retention: 30d\n  keepDaily: 7\n  keepMonthly: 12");
         let (ok, out) = env.kubectl_apply(&backup);
         assert!(ok, "{out}");
         let b = wait_backup_condition(&env, "sealed", "Ready", "CredentialsMissing", START, |_| true).await;
@@ -447,8 +449,14 @@ async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_k
                 b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
             })
             .await;
-        let good = b.status.unwrap().last_successful_backup.unwrap();
+        let status = b.status.unwrap();
+        let good = status.last_successful_backup.unwrap();
         assert!(good.key.ends_with(".pgdump.zst.age"), "{}", good.key);
+        // What retention kept, and why, from the run's own report (keepDaily and
+        // keepMonthly reached the run through the CronJob).
+        let retention = status.retention.expect("status.retention");
+        assert_eq!(retention.kept, 1);
+        assert_eq!(retention.backups[0].rules, ["last", "age", "daily", "monthly"]);
         let raw = raw_object(&s3, &good.key).await;
         assert!(raw.starts_with(b"age-encryption.org/v1\n-> X25519 "), "an age file");
         assert!(!raw.windows(canary.len()).any(|w| w == canary.as_bytes()), "the row in clear in the bucket");

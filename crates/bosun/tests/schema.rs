@@ -129,9 +129,10 @@ async fn out_of_range_and_malformed_input_is_refused_naming_the_field() {
     .await;
 }
 
-/// `destination.encryption` is for logical dumps: a base backup, a PostgreSQL's
-/// continuous archive or a recovery from one with it is refused at admission, naming
-/// the field; a dump with it, and a PostgreSQL whose scheduled dumps use it, are not.
+/// `destination.encryption` and the tiers of retention are for logical dumps: a base
+/// backup, a PostgreSQL's continuous archive or a recovery from one with encryption, and
+/// a base backup with tiers, are refused at admission naming the field; a dump with
+/// them, and a PostgreSQL whose scheduled dumps are encrypted, are not.
 #[tokio::test]
 async fn encryption_is_refused_where_it_is_not_read_yet() {
     use bosun_api::backup::Backup;
@@ -145,6 +146,17 @@ async fn encryption_is_refused_where_it_is_not_read_yet() {
         };
         refused(env.create_raw::<Backup>(backup("base", "base")).await, "an encrypted base backup", "spec.destination.encryption");
         accepted(env.create_raw::<Backup>(backup("dump", "dump")).await, "an encrypted dump");
+        // The tiers of retention are for dumps too.
+        let mut tiered = backup("tiered-base", "base");
+        tiered["spec"]["destination"] = json!({"type": "s3", "bucket": "b"});
+        tiered["spec"]["keepWeekly"] = json!(4);
+        refused(env.create_raw::<Backup>(tiered.clone()).await, "tiers on base backups", "spec.keepDaily, keepWeekly, keepMonthly");
+        tiered["metadata"]["name"] = json!("tiered-dump");
+        tiered["spec"]["method"] = json!("dump");
+        accepted(env.create_raw::<Backup>(tiered.clone()).await, "tiers on dumps");
+        tiered["metadata"]["name"] = json!("tiered-zero");
+        tiered["spec"]["keepWeekly"] = json!(0);
+        refused(env.create_raw::<Backup>(tiered).await, "keepWeekly 0", "spec.keepWeekly");
         let db = |name: &str, backup: Value, bootstrap: Option<Value>| {
             let mut spec = json!({"version": "15", "storage": "1Gi", "backup": backup});
             if let Some(b) = bootstrap {

@@ -18,8 +18,8 @@
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{
-    Backup, BackupStatus, Destination, DestinationType, ENCRYPTION_KEY, RestorePhase, RestoreStatus, Source,
-    SourceType, SuccessfulBackup, schedule_pattern,
+    Backup, BackupStatus, Destination, DestinationType, ENCRYPTION_KEY, RestorePhase, RestoreStatus, RetainedBackup,
+    RetentionStatus, Source, SourceType, SuccessfulBackup, schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
 use bosun_backup_model::engine::Engine;
@@ -489,6 +489,9 @@ pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
     let mut env = database_env(&spec.source, "BOSUN_BACKUP_SOURCE");
     env.extend(spec.retention.as_ref().map(|r| value("BOSUN_BACKUP_RETENTION", r.clone())));
     env.extend(spec.keep_last.map(|n| value("BOSUN_BACKUP_KEEP_LAST", n.to_string())));
+    env.extend(spec.keep_daily.map(|n| value("BOSUN_BACKUP_KEEP_DAILY", n.to_string())));
+    env.extend(spec.keep_weekly.map(|n| value("BOSUN_BACKUP_KEEP_WEEKLY", n.to_string())));
+    env.extend(spec.keep_monthly.map(|n| value("BOSUN_BACKUP_KEEP_MONTHLY", n.to_string())));
     if spec.method == Some(bosun_api::backup::Method::Base) {
         env.push(value("BOSUN_BACKUP_METHOD", "base"));
     }
@@ -571,6 +574,40 @@ pub struct RunResult {
     pub sha256: Option<String>,
     #[serde(default)]
     pub error: Option<String>,
+    /// Why retention did not finish (a delete the store refused); the dump is good.
+    #[serde(default)]
+    pub retention_error: Option<String>,
+    /// The good dumps retention kept, newest first (those that fit).
+    #[serde(default)]
+    pub kept: Option<Vec<KeptResult>>,
+    /// How many it kept, when not all are listed.
+    #[serde(default)]
+    pub kept_count: Option<i64>,
+}
+
+/// One kept dump in a run's result.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct KeptResult {
+    pub at: String,
+    #[serde(default)]
+    pub why: Vec<String>,
+}
+
+impl RunResult {
+    /// What retention kept, as the Backup's status tells it; `None` when the run did
+    /// not report it (a base backup, an older runner).
+    pub fn retention(&self) -> Option<RetentionStatus> {
+        let kept = self.kept.as_ref()?;
+        let backups: Vec<RetainedBackup> = kept
+            .iter()
+            .filter_map(|k| Some(RetainedBackup { time: Time(k.at.parse().ok()?), rules: k.why.clone() }))
+            .collect();
+        Some(RetentionStatus {
+            kept: self.kept_count.unwrap_or(backups.len() as i64),
+            backups,
+            error: self.retention_error.clone(),
+        })
+    }
 }
 
 /// The result the `container` of `pod` reported when it last terminated: the current
@@ -703,12 +740,14 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
         ),
     };
     let mut last_successful = previous.last_successful_backup.clone();
+    let mut retention = previous.retention.clone();
     let previous_run = previous.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED);
     let run = match observed.last_run {
         Some(run) => {
             let (condition, success) = describe_run(run, previous_run.map(|c| c.message.as_str()));
             if success.is_some() {
                 last_successful = success;
+                retention = run.result.as_ref().and_then(RunResult::retention).or(retention);
             }
             condition
         }
@@ -734,6 +773,7 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
         observed_generation: generation,
         last_schedule_time,
         last_successful_backup: last_successful,
+        retention,
         conditions: conditions::merge(&previous.conditions, vec![ready, run], generation, now),
     }
 }
@@ -782,7 +822,10 @@ fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<Succe
                     backup_types::LAST_BACKUP_SUCCEEDED,
                     true,
                     reasons::BACKUP_SUCCEEDED,
-                    format!("{prefix}stored {key} ({size} bytes, verified)"),
+                    match &result.retention_error {
+                        None => format!("{prefix}stored {key} ({size} bytes, verified)"),
+                        Some(e) => format!("{prefix}stored {key} ({size} bytes, verified); retention: {e}"),
+                    },
                 ),
                 Some(SuccessfulBackup {
                     time: at.clone(),
@@ -1240,6 +1283,46 @@ mod tests {
         b.status = Some(s);
         assert!(reported(b.status.as_ref(), "nightly-cronjob-2"));
         assert!(!reported(b.status.as_ref(), "nightly-cronjob-3"));
+    }
+
+    #[test]
+    fn what_retention_kept_is_in_status_from_the_runs_result_and_outlives_failures() {
+        let mut b = nightly();
+        let cj = desired_cronjob(&b, "img");
+        let now = Timestamp::from_second(1000).unwrap();
+        // The JSON a run writes to its termination message, cut to what fits.
+        let result: RunResult = serde_json::from_value(json!({
+            "key": "shop/nightly/x.pgdump.zst", "size": 42,
+            "kept": [{"at": "2026-03-02T02:00:00Z", "why": ["last", "daily", "monthly"]},
+                     {"at": "2026-02-22T02:00:00Z", "why": ["weekly"]}],
+            "keptCount": 9,
+            "retentionError": "1 of 3 expired backups could not be deleted and are kept (the next good run tries again): locked"
+        }))
+        .unwrap();
+        let good =
+            LastRun { job: "nightly-cronjob-1".into(), finish: Finish::Succeeded(at(100)), result: Some(result) };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&good), ..Observed::default() }, now);
+        let retention = s.retention.clone().expect("retention in status");
+        assert_eq!(retention.kept, 9, "the count, not the listed few");
+        let listed: Vec<(String, Vec<String>)> =
+            retention.backups.iter().map(|r| (r.time.0.to_string(), r.rules.clone())).collect();
+        assert_eq!(listed[1], ("2026-02-22T02:00:00Z".to_owned(), vec!["weekly".to_owned()]));
+        assert!(retention.error.as_deref().is_some_and(|e| e.contains("could not be deleted")));
+        let c = condition(&s, "LastBackupSucceeded");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "BackupSucceeded"),
+            "a refused delete is never fatal"
+        );
+        assert!(c.message.ends_with("verified); retention: 1 of 3 expired backups could not be deleted and are kept (the next good run tries again): locked"), "{}", c.message);
+        b.status = Some(s.clone());
+        let bad = LastRun {
+            job: "nightly-cronjob-2".into(),
+            finish: Finish::Failed(at(200), "BackoffLimitExceeded".into()),
+            result: Some(RunResult { error: Some("boom".into()), ..Default::default() }),
+        };
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), last_run: Some(&bad), ..Observed::default() }, now);
+        assert_eq!(s.retention, Some(retention), "a failed run deletes nothing, so what is kept stays as told");
     }
 
     #[test]

@@ -864,6 +864,9 @@ pub fn desired_backup(db: &PostgreSQL) -> Option<Backup> {
         schedule: settings.schedule.clone().unwrap_or_else(|| DEFAULT_BACKUP_SCHEDULE.to_owned()),
         retention: Some(settings.retention.clone().unwrap_or_else(|| DEFAULT_BACKUP_RETENTION.to_owned())),
         keep_last: None,
+        keep_daily: None,
+        keep_weekly: None,
+        keep_monthly: None,
         suspend: None,
         active_deadline_seconds: None,
     };

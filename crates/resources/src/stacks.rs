@@ -467,6 +467,9 @@ pub fn desired_mysql_backup<K: Resource<DynamicType = ()>>(
         retention: plan.database.backup.retention.clone(),
         method: None,
         keep_last: None,
+        keep_daily: None,
+        keep_weekly: None,
+        keep_monthly: None,
         suspend: None,
         active_deadline_seconds: None,
     };
