@@ -321,6 +321,20 @@ pub struct RetentionStatus {
     pub error: Option<String>,
 }
 
+/// How far a running backup is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningBackup {
+    /// The run's Job.
+    pub job: String,
+    /// Bytes the dump tool has written so far (uncompressed).
+    pub read_bytes: i64,
+    /// Bytes stored so far (compressed, and encrypted when it is).
+    pub stored_bytes: i64,
+    /// When the run told these counts.
+    pub updated: Time,
+}
+
 /// A dump retention keeps.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub struct RetainedBackup {
@@ -345,6 +359,10 @@ pub struct BackupStatus {
     /// What the last good run's retention kept (runs of `spec.method: dump`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionStatus>,
+    /// The run in progress, as it last told how far it is (every few seconds); absent
+    /// when no run is going.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningBackup>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

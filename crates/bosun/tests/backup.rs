@@ -404,7 +404,8 @@ fn identities(identities: &[&age::x25519::Identity]) -> String {
 }
 
 /// `destination.encryption` on the real node: a Backup whose key Secret is missing says
-/// so naming the field; once it exists, a run stores an age file that holds no row in
+/// so naming the field; once it exists, a run (held back by its store, and telling its
+/// progress in the status meanwhile) stores an age file that holds no row in
 /// clear, with the key in its name and manifest, and its status tells what retention
 /// kept and by which rules; a Restore whose Secret holds another
 /// key fails naming that Secret and the key the dump needs, and leaves the target as it
@@ -442,14 +443,34 @@ async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_k
         credentials(&env, "backup-key", &[("identities", &identities(&[&key]))]).await;
         credentials(&env, "wrong-key", &[("identities", &identities(&[&stranger]))]).await;
         wait_backup_condition(&env, "sealed", "Ready", "Scheduled", START, |_| true).await;
+        // The store stops answering while the run goes: the dump is read and its
+        // upload waits, and the status tells how far the run is, again every few
+        // seconds.
+        s3.pause();
         let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/sealed-cronjob", "sealed-1"]);
         assert!(ok, "kubectl create job: {out}");
+        let running = |b: &Backup| b.status.as_ref().and_then(|s| s.running.clone());
+        let b = env
+            .wait_for_within::<Backup>("sealed", "status.running with bytes read and stored", START, |b| {
+                running(b).is_some_and(|r| r.job == "sealed-1" && r.read_bytes > 0 && r.stored_bytes > 0)
+            })
+            .await;
+        let first = running(&b).unwrap();
+        let b = env
+            .wait_for_within::<Backup>("sealed", "status.running told again", Duration::from_secs(30), |b| {
+                running(b).is_some_and(|r| r.updated.0 > first.updated.0)
+            })
+            .await;
+        let last = running(&b).unwrap();
+        assert!(last.read_bytes >= first.read_bytes && last.stored_bytes >= first.stored_bytes);
+        s3.resume();
         let b = env
             .wait_for_within::<Backup>("sealed", "a successful backup in its status", START, |b| {
                 b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
             })
             .await;
         let status = b.status.unwrap();
+        assert_eq!(status.running, None, "no run in progress any more");
         let good = status.last_successful_backup.unwrap();
         assert!(good.key.ends_with(".pgdump.zst.age"), "{}", good.key);
         // What retention kept, and why, from the run's own report (keepDaily and
@@ -463,6 +484,11 @@ async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_k
         assert!(zstd::decode_all(&raw[..]).is_err(), "not a plain zstd dump either");
         let list = listed(&env, &s3, "sealed").await;
         assert!(list.contains(&key.to_public().to_string()), "the manifest names the key: {list}");
+        // The dump (small) was read whole before the upload waited: the progress told
+        // then is the whole dump, as its manifest counts it.
+        let manifests: Value = serde_json::from_str(&list).expect("backup list prints JSON");
+        assert_eq!(manifests[0]["uncompressedSize"].as_i64(), Some(last.read_bytes), "{list}");
+        assert_eq!(manifests[0]["size"].as_i64(), Some(last.stored_bytes), "{list}");
 
         credentials(&env, "fresh-db-credentials", &[("username", "app"), ("password", "an0ther")]).await;
         postgres(&env, "fresh-db", "fresh-db-credentials").await;

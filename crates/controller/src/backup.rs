@@ -3,8 +3,9 @@
 //! Pipeline: validate (pure) → build and apply the CronJob → the Secrets its runs read
 //! exist, with their keys → the newest finished Job of this Backup, from the cache →
 //! its pod's result, read only when the status does not tell of that run yet; or the
-//! running Job's pod, when it cannot start or make progress → compute status → write
-//! it only if it changed, with a Warning for a run that newly failed.
+//! running Job's pod, when it cannot start or make progress, else how far it is (the
+//! newest progress line of its log, looked at every [`PROGRESS_RECHECK`]) → compute
+//! status → write it only if it changed, with a Warning for a run that newly failed.
 //!
 //! A run that cannot start (a missing Secret, an image that cannot be pulled, a pod no
 //! node takes, a crash loop) is told as a failed run within about a minute
@@ -21,7 +22,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use bosun_api::backup::Backup;
+use bosun_api::backup::{Backup, RunningBackup};
 use bosun_api::conditions::{backup_types, reasons};
 use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -42,6 +43,12 @@ use crate::wiring::{self, Outcome};
 /// The `controller` label of this controller in metrics and logs.
 const CONTROLLER: &str = "backup";
 
+/// How often a run in progress is looked at (its progress, or what keeps it from
+/// starting). A run tells its progress every 2 s; the status follows every 5 s.
+const PROGRESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+/// Log lines read for the newest progress line (a run prints little else).
+const PROGRESS_LINES: i64 = 20;
+
 /// What this controller does with the API: Backups, their CronJobs, the Jobs those
 /// start (watched only), the pods of their Jobs (listed, for results and progress),
 /// the Warning events of a pod that does not start, and the Secrets the runs read (for
@@ -55,6 +62,7 @@ pub const PERMISSIONS: &[Permission] = &{
         Permission::new("batch", "cronjobs", permissions::OWN),
         Permission::new("batch", "jobs", permissions::RECONCILED),
         Permission::new("", "pods", &["list"]),
+        Permission::new("", "pods/log", &["get"]),
         Permission::new("", "events", &["list"]),
         Permission::new("", "secrets", &["get"]),
     ]
@@ -149,8 +157,13 @@ async fn reconcile(
         }
         (refusal, _) => refusal,
     };
-    let (last_run, running) = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
-    let observed = Observed { cronjob: cronjob.as_ref(), refusal: refusal.as_ref(), last_run: last_run.as_ref() };
+    let Runs { last_run, running, progress } = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
+    let observed = Observed {
+        cronjob: cronjob.as_ref(),
+        refusal: refusal.as_ref(),
+        last_run: last_run.as_ref(),
+        running: progress.as_ref(),
+    };
     let status = build::backup_status(backup, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
     if announce {
@@ -172,24 +185,30 @@ async fn reconcile(
             if announce {
                 ctx.events.refused(&backup.object_ref(&()), r.reason(), &r.message());
             }
-            Outcome::Requeue(read::POD_RECHECK)
+            Outcome::Requeue(PROGRESS_RECHECK)
         }
-        None if running => Outcome::Requeue(read::POD_RECHECK),
+        None if running => Outcome::Requeue(PROGRESS_RECHECK),
         None => Outcome::Applied,
     })
+}
+
+/// What the runs of a Backup tell.
+#[derive(Default)]
+struct Runs {
+    /// The run to tell of in `LastBackupSucceeded`, if any.
+    last_run: Option<LastRun>,
+    /// Whether a run is in progress.
+    running: bool,
+    /// How far it is, as it last told.
+    progress: Option<RunningBackup>,
 }
 
 /// The newest finished run of `backup`'s `cronjob` with its result, unless the status
 /// already tells of it (or of a newer good one): then `None`, and no pod is read. Or,
 /// while a newer run is in progress, an attempt of it that failed or its cause when it
-/// cannot start. The flag: whether a run is in progress.
-async fn last_run(
-    ctx: &Context,
-    backup: &Backup,
-    cronjob: Option<&CronJob>,
-    jobs: &Owned<Job>,
-) -> Result<(Option<LastRun>, bool), Error> {
-    let Some(cronjob) = cronjob else { return Ok((None, false)) };
+/// cannot start; else, besides, how far it is.
+async fn last_run(ctx: &Context, backup: &Backup, cronjob: Option<&CronJob>, jobs: &Owned<Job>) -> Result<Runs, Error> {
+    let Some(cronjob) = cronjob else { return Ok(Runs::default()) };
     let ns = backup.namespace().unwrap_or_default();
     let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
     let finished = build::newest_finished(mine.iter().map(|j| j.as_ref()));
@@ -202,25 +221,49 @@ async fn last_run(
         if let Some(result) = pods.iter().find_map(|p| build::run_result(p, build::BACKUP_CONTAINER))
             && result.error.is_some()
         {
-            return Ok((Some(LastRun { job: name, finish: Finish::Retrying, result: Some(result) }), true));
+            let last_run = Some(LastRun { job: name, finish: Finish::Retrying, result: Some(result) });
+            return Ok(Runs { last_run, running: true, progress: None });
         }
         if let Some(cause) = read::pod_stuck(&ctx.client, ctx.now(), &ns, pods.first()).await? {
-            return Ok((Some(LastRun { job: name, finish: Finish::Stuck(cause), result: None }), true));
+            let last_run = Some(LastRun { job: name, finish: Finish::Stuck(cause), result: None });
+            return Ok(Runs { last_run, running: true, progress: None });
         }
-        // Nothing to tell of it yet: tell of the finished run before it, if not yet told.
+        // Nothing to tell of it yet but how far it is; and of the finished run before
+        // it, if not yet told.
+        let progress = match pods.first().filter(|p| build::container_running(p, build::BACKUP_CONTAINER)) {
+            // Progress is told as it comes: a log that cannot be read (the container
+            // just ended, say) is no progress this time, not a failed reconcile.
+            Some(pod) => {
+                match read::log_tail(&ctx.client, &ns, &pod.name_any(), build::BACKUP_CONTAINER, PROGRESS_LINES).await {
+                    Ok(log) => build::running_backup(&name, &log),
+                    Err(e) => {
+                        tracing::debug!(error = %e, job = %name, "no progress read");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        return Ok(Runs { last_run: told_run(ctx, backup, finished).await?, running: true, progress });
     }
-    let running = running.is_some();
-    let Some((job, finish)) = finished else { return Ok((None, running)) };
+    Ok(Runs { last_run: told_run(ctx, backup, finished).await?, ..Runs::default() })
+}
+
+/// The finished run `finished` with its result, unless the status already tells of it
+/// (or of a newer good one).
+async fn told_run(ctx: &Context, backup: &Backup, finished: Option<(&Job, Finish)>) -> Result<Option<LastRun>, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let Some((job, finish)) = finished else { return Ok(None) };
     let job_name = job.name_any();
     let status = backup.status.as_ref();
     let older_than_known_good = status
         .and_then(|s| s.last_successful_backup.as_ref())
         .is_some_and(|good| finish.time().is_some_and(|t| t.0 <= good.time.0));
     if build::reported(status, &job_name) || older_than_known_good {
-        return Ok((None, running));
+        return Ok(None);
     }
     let result = run_result(ctx, &ns, &job_name, build::BACKUP_CONTAINER).await?;
-    Ok((Some(LastRun { job: job_name, finish, result }), running))
+    Ok(Some(LastRun { job: job_name, finish, result }))
 }
 
 /// What the `container` of the Job `job` reported, from its newest pod that did.

@@ -29,6 +29,23 @@ pub async fn job_pods(client: &Client, namespace: &str, job: &str) -> Result<Vec
     Ok(pods)
 }
 
+/// The last `lines` lines of `container`'s log in the pod `namespace/pod`: where a
+/// running backup tells its progress, which no status carries.
+pub async fn log_tail(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+    lines: i64,
+) -> Result<String, Error> {
+    let params =
+        kube::api::LogParams { container: Some(container.to_owned()), tail_lines: Some(lines), ..Default::default() };
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .logs(pod, &params)
+        .await
+        .map_err(|source| Error::Read { what: format!("the log of pod {namespace}/{pod}"), source })
+}
+
 async fn labelled_pods(client: &Client, namespace: &str, selector: &str, what: &str) -> Result<Vec<Pod>, Error> {
     Ok(Api::<Pod>::namespaced(client.clone(), namespace)
         .list(&ListParams::default().labels(selector))

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use bosun_api::backup::{
     Backup, BackupStatus, Destination, DestinationType, ENCRYPTION_KEY, RestorePhase, RestoreStatus, RetainedBackup,
-    RetentionStatus, Source, SourceType, SuccessfulBackup, schedule_pattern,
+    RetentionStatus, RunningBackup, Source, SourceType, SuccessfulBackup, schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
 use bosun_backup_model::engine::Engine;
@@ -625,6 +625,27 @@ pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
         .or_else(|| Some(RunResult { error: Some(message.to_owned()), ..RunResult::default() }))
 }
 
+/// Whether `container` of `pod` is running (so its log has a run's progress).
+pub fn container_running(pod: &Pod, container: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == container))
+        .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+/// The status of the run `job` from the newest progress line in its container's `log`.
+pub fn running_backup(job: &str, log: &str) -> Option<RunningBackup> {
+    let p = bosun_backup_model::progress::Progress::newest_in(log)?;
+    let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    Some(RunningBackup {
+        job: job.to_owned(),
+        read_bytes: bytes(p.read_bytes),
+        stored_bytes: bytes(p.stored_bytes),
+        updated: Time(p.at),
+    })
+}
+
 /// How a Job ended, and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -713,6 +734,8 @@ pub struct Observed<'a> {
     pub refusal: Option<&'a Refusal>,
     /// The newest finished run, unless the status already reports it.
     pub last_run: Option<&'a LastRun>,
+    /// The run in progress, as far as it told.
+    pub running: Option<&'a RunningBackup>,
 }
 
 /// The status a Backup should have.
@@ -774,6 +797,7 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
         last_schedule_time,
         last_successful_backup: last_successful,
         retention,
+        running: observed.running.cloned(),
         conditions: conditions::merge(&previous.conditions, vec![ready, run], generation, now),
     }
 }

@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use crate::catalogue::Catalogue;
 use crate::location::Database;
 use crate::manifest::{self, Manifest};
+use crate::progress::Progress;
 use crate::retention;
 use crate::seal::{self, Keys};
 use crate::store::Store;
@@ -34,6 +35,8 @@ use crate::{Error, storage};
 pub const PART_SIZE: usize = 8 * 1024 * 1024;
 /// Parts uploading at once.
 pub const PARTS_IN_FLIGHT: usize = 2;
+/// How often a run tells its progress (a line on stderr, see [`Progress`]).
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 const CHUNK: usize = 256 * 1024;
 
 /// What to back up, where to, and what to keep.
@@ -122,7 +125,9 @@ impl Backup {
         let stdout =
             running.child.stdout.take().ok_or(Error::Tool { tool: dump.program, detail: "no stdout".into() })?;
         let uncompressed = Arc::new(AtomicU64::new(0));
+        let stored = Arc::new(AtomicU64::new(0));
         let counted = Counting { inner: stdout, count: uncompressed.clone() };
+        let _telling = tell_progress(&uncompressed, &stored);
         // Frame checksums let a restore notice a corrupted object before it loads it.
         let mut zstd = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
             BufReader::with_capacity(CHUNK, counted),
@@ -132,7 +137,7 @@ impl Backup {
         let mut upload = BufWriter::with_capacity(self.store.objects.clone(), path.clone(), PART_SIZE)
             .with_max_concurrency(PARTS_IN_FLIGHT);
 
-        let streamed = stream(&mut zstd, &mut upload, self.keys.as_ref()).await.map_err(|e| match e {
+        let streamed = stream(&mut zstd, &mut upload, self.keys.as_ref(), &stored).await.map_err(|e| match e {
             Error::Upload(e) => Error::Upload(format!("uploading {key} to {}: {e}", self.store.destination)),
             other => other,
         });
@@ -311,9 +316,10 @@ async fn stream<R: AsyncRead + Unpin>(
     from: &mut R,
     upload: &mut BufWriter,
     keys: Option<&Keys>,
+    count: &AtomicU64,
 ) -> Result<(u64, String), Error> {
     let upload_error = |e: std::io::Error| Error::Upload(e.to_string());
-    let mut stored = Stored { inner: upload, hasher: Sha256::new(), size: 0 };
+    let mut stored = Stored { inner: upload, hasher: Sha256::new(), size: 0, count };
     match keys {
         None => copy(from, &mut stored).await?,
         Some(keys) => copy(from, &mut keys.seal(&mut stored).await.map_err(upload_error)?).await?,
@@ -344,6 +350,8 @@ struct Stored<'a> {
     inner: &'a mut BufWriter,
     hasher: Sha256,
     size: u64,
+    /// The same size, for the progress lines.
+    count: &'a AtomicU64,
 }
 
 impl tokio::io::AsyncWrite for Stored<'_> {
@@ -356,6 +364,7 @@ impl tokio::io::AsyncWrite for Stored<'_> {
         if let std::task::Poll::Ready(Ok(n)) = poll {
             self.hasher.update(&buf[..n]);
             self.size += n as u64;
+            self.count.fetch_add(n as u64, Ordering::Relaxed);
         }
         poll
     }
@@ -393,6 +402,34 @@ async fn verify(store: &Store, key: &str, size: u64, sha256: &str) -> Result<(),
         return Err(Error::Verify(format!("{} has sha256 {stored}, {sha256} was sent", store.full_key(key))));
     }
     Ok(())
+}
+
+/// Tell the counts every [`PROGRESS_EVERY`] on stderr, as [`Progress`] lines, until
+/// the returned guard is dropped.
+fn tell_progress(read: &Arc<AtomicU64>, stored: &Arc<AtomicU64>) -> AbortOnDrop {
+    let (read, stored) = (read.clone(), stored.clone());
+    AbortOnDrop(tokio::spawn(async move {
+        let mut every = tokio::time::interval(PROGRESS_EVERY);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            let progress = Progress {
+                at: Timestamp::now(),
+                read_bytes: read.load(Ordering::Relaxed),
+                stored_bytes: stored.load(Ordering::Relaxed),
+            };
+            eprintln!("{}", progress.line());
+        }
+    }))
+}
+
+/// Stops a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Counts the bytes read through it.

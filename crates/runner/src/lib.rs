@@ -23,7 +23,7 @@ pub mod manifest;
 pub mod recover;
 pub mod restore;
 pub mod seal;
-pub use bosun_backup_model::retention;
+pub use bosun_backup_model::{progress, retention};
 pub mod store;
 pub mod tool;
 pub mod wal;

@@ -360,6 +360,23 @@ impl Minio {
         }
     }
 
+    /// Freeze the server (SIGSTOP): connections are accepted by the kernel and then
+    /// hang, as with a store that stopped answering, until [`Minio::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused server go on (SIGCONT): the requests that waited are answered.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().map(|c| c.id().to_string()).expect("MinIO is running");
+        let ok = std::process::Command::new("kill").args([signal, &pid]).status().is_ok_and(|s| s.success());
+        assert!(ok, "kill {signal} {pid} (MinIO)");
+    }
+
     /// Start a stopped server again, on the same address with the same data.
     pub fn restart(&mut self) {
         self.stop();
