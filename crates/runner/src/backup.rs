@@ -38,6 +38,8 @@ pub const PARTS_IN_FLIGHT: usize = 2;
 /// How often a run tells its progress (a line on stderr, see [`Progress`]).
 pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 const CHUNK: usize = 256 * 1024;
+/// Compressed chunks that may wait for the upload.
+const COMPRESSED_CHUNKS_WAITING: usize = 4;
 
 /// What to back up, where to, and what to keep.
 #[derive(Debug, Clone)]
@@ -128,12 +130,7 @@ impl Backup {
         let stored = Arc::new(AtomicU64::new(0));
         let counted = Counting { inner: stdout, count: uncompressed.clone() };
         let _telling = tell_progress(&uncompressed, &stored);
-        // Frame checksums let a restore notice a corrupted object before it loads it.
-        let mut zstd = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
-            BufReader::with_capacity(CHUNK, counted),
-            async_compression::Level::Default,
-            &[async_compression::zstd::CParameter::checksum_flag(true)],
-        );
+        let mut zstd = compressing(counted);
         let mut upload = BufWriter::with_capacity(self.store.objects.clone(), path.clone(), PART_SIZE)
             .with_max_concurrency(PARTS_IN_FLIGHT);
 
@@ -308,6 +305,40 @@ struct Pruned {
 pub struct KeptReport {
     pub at: Timestamp,
     pub why: Vec<&'static str>,
+}
+
+/// The dump compressed with zstd (with frame checksums, so a restore notices a
+/// corrupted object before it loads it), by a task of its own: compressing overlaps
+/// with hashing, encrypting and uploading what came before, as the processes of
+/// `pg_dump | zstd | upload` do. A few chunks wait between them at most.
+fn compressing<R: AsyncRead + Unpin + Send + 'static>(dump: R) -> impl AsyncRead + Unpin {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(COMPRESSED_CHUNKS_WAITING);
+    tokio::spawn(async move {
+        let mut zstd = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
+            BufReader::with_capacity(CHUNK, dump),
+            async_compression::Level::Default,
+            &[async_compression::zstd::CParameter::checksum_flag(true)],
+        );
+        loop {
+            let mut chunk = bytes::BytesMut::with_capacity(CHUNK);
+            match zstd.read_buf(&mut chunk).await {
+                // The end: the channel closes.
+                Ok(0) => break,
+                Ok(_) => {
+                    // Nobody reads any more (the upload failed): stop, closing the pipe.
+                    if tx.send(Ok(chunk.freeze())).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    break;
+                }
+            }
+        }
+    });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    tokio_util::io::StreamReader::new(Box::pin(chunks))
 }
 
 /// Copy the compressed stream into the upload (encrypted with `keys` when given),
