@@ -201,7 +201,7 @@ bench-pitr: ## Continuous backup of a SIZE (default 1GiB) PostgreSQL: a base bac
 	$(CARGO) run --release -p bosun-bench --bin pitr -- --size $(SIZE) --wal $(WAL)
 
 .PHONY: bench-backup
-bench-backup: ## Back up and restore a SIZE (default 1GiB) PostgreSQL dump via DESTINATION (s3|gcs|azure|file; hack/backends.sh), release build; MiB/s, ratio, peak RSS; writes target/bench/backup-SIZE.json.
+bench-backup: ## Back up (plain and encrypted) and restore a SIZE (default 1GiB) PostgreSQL dump via DESTINATION (s3|gcs|azure|file; hack/backends.sh), release build, beside pg_dump alone and pg_dump | zstd | mc pipe; MiB/s, ratios, peak RSS; writes target/bench/backup-SIZE.json.
 	hack/backends.sh up
 	$(CARGO) build --release -p bosun
-	$(CARGO) run --release -p bosun-bench --bin backup -- --size $(SIZE) --destination $(DESTINATION)
+	BOSUN_BENCH_MC="$$(hack/backends/build.sh mc)/mc" $(CARGO) run --release -p bosun-bench --bin backup -- --size $(SIZE) --destination $(DESTINATION)

@@ -3,9 +3,10 @@
 # runs, or a tool the packaging tests run (promtool, helm), from the
 # registries (Go module proxy, npm), into a cache outside the checkout, and
 # prints the directory holding its executables. actionlint, which make lint runs
-# on .github/workflows, is built the same way.
+# on .github/workflows, and mc, the hand-made pipeline make bench-backup compares
+# bosun with, are built the same way.
 #
-# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4 | kapply | actionlint
+# Usage: build.sh minio | fake-gcs-server | azurite | ferretdb | mongo-tools | promtool | helm | helm4 | kapply | actionlint | mc
 #
 # Each has a wrapper here (hack/backends/<name>/) pinning the upstream version:
 # go.mod/go.sum for Go modules, package.json/package-lock.json for npm. The
@@ -79,7 +80,12 @@ case $name in
     files=(actionlint/go.mod actionlint/go.sum)
     bins=(actionlint)
     ;;
-  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4|kapply|actionlint" >&2; exit 2 ;;
+  mc)
+    version=$(go_version_of mc github.com/minio/mc)
+    files=(mc/go.mod mc/go.sum)
+    bins=(mc)
+    ;;
+  *) echo "usage: $0 minio|fake-gcs-server|azurite|ferretdb|mongo-tools|promtool|helm|helm4|kapply|actionlint|mc" >&2; exit 2 ;;
 esac
 [ -n "$version" ] || die "no pinned version found for $name in $here/$name"
 
@@ -224,6 +230,16 @@ build_actionlint() {
   log "building actionlint $version"
   (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath \
     -ldflags "-s -w -X github.com/rhysd/actionlint.version=${version#v}" -o "$work/bin/actionlint" ./cmd/actionlint)
+  rm -rf "$work/src"
+}
+
+# The MinIO Client from its module's own source and go.sum: `mc pipe` streams stdin
+# into a bucket (the peer of make bench-backup).
+build_mc() {
+  go_env
+  module_source mc github.com/minio/mc
+  log "building mc $version"
+  (cd "$work/src" && GOWORK=off go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$work/bin/mc" .)
   rm -rf "$work/src"
 }
 

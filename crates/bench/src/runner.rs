@@ -47,17 +47,37 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0) // USER_HZ
 }
 
-/// Run `bosun args…`, polling its VmHWM and CPU time every 100 ms until it exits.
+/// Run `bosun args…`, polling its VmHWM and CPU time every 100 ms until it exits; its
+/// result is the JSON line it prints.
 pub async fn measured(b: &Backends, bosun: &std::path::Path, args: &[&str]) -> anyhow::Result<Run> {
+    let mut command = b.command(bosun);
+    command.args(args);
+    let (wall, peak_rss_kib, cpu_seconds, stdout) = measured_command(command, &format!("bosun {args:?}")).await?;
+    let result = serde_json::from_str(stdout.trim()).with_context(|| format!("bosun's result line: {stdout}"))?;
+    Ok(Run { result, wall, peak_rss_kib, cpu_seconds })
+}
+
+/// Run `script` with bash (`pipefail` on) in the backends' environment: the wall time
+/// of a pipeline people build by hand.
+pub async fn measured_pipeline(b: &Backends, script: &str, env: &[(&str, &str)]) -> anyhow::Result<Duration> {
+    let mut command = b.command("bash");
+    command.args(["-c", &format!("set -euo pipefail; {script}")]).envs(env.iter().copied());
+    Ok(measured_command(command, script).await?.0)
+}
+
+/// Run `command` to its end, polling its VmHWM and CPU time every 100 ms: wall time,
+/// peak RSS (KiB), CPU seconds and what it printed on stdout.
+async fn measured_command(
+    mut command: tokio::process::Command,
+    what: &str,
+) -> anyhow::Result<(Duration, u64, f64, String)> {
     let started = Instant::now();
-    let mut child = b
-        .command(bosun)
-        .args(args)
+    let mut child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {}", bosun.display()))?;
-    let pid = child.id().context("bosun's pid")?;
+        .with_context(|| format!("starting {what}"))?;
+    let pid = child.id().context("the pid")?;
     // Drain both pipes meanwhile: a full stderr pipe would stall the run.
     let drain = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
         tokio::spawn(async move {
@@ -83,9 +103,8 @@ pub async fn measured(b: &Backends, bosun: &std::path::Path, args: &[&str]) -> a
     };
     let wall = started.elapsed();
     let (stdout, stderr) = (stdout.await?, stderr.await?);
-    ensure!(status.success(), "bosun {args:?} failed: {stdout}{stderr}");
-    let result = serde_json::from_str(stdout.trim()).with_context(|| format!("bosun's result line: {stdout}"))?;
-    Ok(Run { result, wall, peak_rss_kib: peak, cpu_seconds: cpu })
+    ensure!(status.success(), "{what} failed: {stdout}{stderr}");
+    Ok((wall, peak, cpu, stdout))
 }
 
 pub async fn psql(b: &Backends, db: &str, sql: &str) -> anyhow::Result<String> {
