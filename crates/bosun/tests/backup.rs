@@ -234,18 +234,26 @@ async fn listed(env: &Env, s3: &Minio, name: &str) -> String {
     text
 }
 
+/// What a backup test on the real node starts from: the runner image there, a MinIO
+/// it reaches, bosun's Backup and Restore controllers, the Secrets of the database
+/// (`test-db-credentials`) and of the bucket (`s3-credentials`), and the PostgreSQL
+/// `test-db` with its empty database `app`.
+async fn backups_on_the_real_node(env: &Env) -> (Minio, bosun_testing::Bosun) {
+    env.use_real_node().await;
+    import_runner_image();
+    let s3 = Minio::start(BRIDGE_IP);
+    let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+    credentials(env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
+    let s3_env = s3.env();
+    credentials(env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
+    postgres(env, "test-db", "test-db-credentials").await;
+    (s3, bosun)
+}
+
 #[tokio::test]
 async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_database() {
     e2e("backup-node", |env| async move {
-        env.use_real_node().await;
-        import_runner_image();
-        let s3 = Minio::start(BRIDGE_IP);
-        let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
-
-        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
-        let s3_env = s3.env();
-        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
-        postgres(&env, "test-db", "test-db-credentials").await;
+        let (s3, bosun) = backups_on_the_real_node(&env).await;
         psql(&env, "test-db", DATASET);
         let original = psql(&env, "test-db", CHECKSUM);
         assert!(original.starts_with("10000:"), "{original}");
@@ -343,14 +351,7 @@ spec:
   backupRef: {name: nightly}
   target: {type: postgresql, connection: {host: fresh-db, database: app, secretRef: {name: fresh-db-credentials}}}
 "#;
-        let (ok, out) = env.kubectl_apply(restore);
-        assert!(ok, "{out}");
-        let r = env
-            .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
-                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
-            })
-            .await;
-        let rs = r.status.clone().unwrap();
+        let rs = restore_to_its_end(&env, restore, "back").await;
         assert_eq!(rs.phase, Some(RestorePhase::Succeeded), "{:?}\n{}", rs.conditions, bosun.log_tail(20));
         assert_eq!(rs.key.as_deref(), Some(good.key.as_str()));
         assert!(rs.start_time.is_some() && rs.completion_time.is_some());
@@ -360,14 +361,7 @@ spec:
 
         // A Restore into a database that holds tables is refused, and it is left alone.
         let again = restore.replace("name: back}", "name: again}");
-        let (ok, out) = env.kubectl_apply(&again);
-        assert!(ok, "{out}");
-        let r = env
-            .wait_for_within::<Restore>("again", "phase Failed", START, |r| {
-                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
-            })
-            .await;
-        let rs = r.status.unwrap();
+        let rs = restore_to_its_end(&env, &again, "again").await;
         assert_eq!(rs.phase, Some(RestorePhase::Failed));
         let message = &condition(&rs.conditions, "Ready").unwrap().message;
         assert!(message.contains("overwrite") || message.contains("tables"), "{message}");
@@ -381,19 +375,22 @@ spec:
     .await;
 }
 
+/// Apply the Restore `manifest` (named `name`) and wait until it is over; its status.
+async fn restore_to_its_end(env: &Env, manifest: &str, name: &str) -> bosun_api::backup::RestoreStatus {
+    let (ok, out) = env.kubectl_apply(manifest);
+    assert!(ok, "{out}");
+    let r = env
+        .wait_for_within::<Restore>(name, "phase Succeeded or Failed", START, |r| {
+            r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
+        })
+        .await;
+    r.status.expect("the status of a Restore that is over")
+}
+
 /// The object `key` of `s3`'s bucket, as stored.
 async fn raw_object(s3: &Minio, key: &str) -> Vec<u8> {
     use object_store::ObjectStoreExt;
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_bucket_name(&s3.bucket)
-        .with_endpoint(&s3.endpoint)
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id(&s3.access_key)
-        .with_secret_access_key(&s3.secret_key)
-        .build()
-        .expect("an S3 client");
-    let got = store.get(&object_store::path::Path::from(key)).await.expect("the object");
+    let got = s3.store().get(&object_store::path::Path::from(key)).await.expect("the object");
     got.bytes().await.expect("its bytes").to_vec()
 }
 
@@ -413,14 +410,7 @@ fn identities(identities: &[&age::x25519::Identity]) -> String {
 #[tokio::test]
 async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_key() {
     e2e("backup-sealed", |env| async move {
-        env.use_real_node().await;
-        import_runner_image();
-        let s3 = Minio::start(BRIDGE_IP);
-        let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
-        credentials(&env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
-        let s3_env = s3.env();
-        credentials(&env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
-        postgres(&env, "test-db", "test-db-credentials").await;
+        let (s3, bosun) = backups_on_the_real_node(&env).await;
         let canary = "canary-row-in-clear-5d1c";
         psql(&env, "test-db", &format!("{DATASET} INSERT INTO items VALUES (10001, '{canary}', NULL, '\\x00');"));
         let original = psql(&env, "test-db", CHECKSUM);
@@ -504,14 +494,7 @@ spec:
             destination.replace("backup-key", "wrong-key"),
             good.key
         );
-        let (ok, out) = env.kubectl_apply(&wrong);
-        assert!(ok, "{out}");
-        let r = env
-            .wait_for_within::<Restore>("wrong", "phase Failed", START, |r| {
-                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
-            })
-            .await;
-        let rs = r.status.unwrap();
+        let rs = restore_to_its_end(&env, &wrong, "wrong").await;
         assert_eq!(rs.phase, Some(RestorePhase::Failed));
         let message = &condition(&rs.conditions, "Ready").unwrap().message;
         let named = format!("Secret {}/wrong-key (key identities)", env.ns);
@@ -525,14 +508,7 @@ spec:
   backupRef: {name: sealed}
   target: {type: postgresql, connection: {host: fresh-db, database: app, secretRef: {name: fresh-db-credentials}}}
 ";
-        let (ok, out) = env.kubectl_apply(back);
-        assert!(ok, "{out}");
-        let r = env
-            .wait_for_within::<Restore>("back", "phase Succeeded or Failed", START, |r| {
-                r.status.as_ref().and_then(|s| s.phase).is_some_and(RestorePhase::finished)
-            })
-            .await;
-        let rs = r.status.unwrap();
+        let rs = restore_to_its_end(&env, back, "back").await;
         assert_eq!(rs.phase, Some(RestorePhase::Succeeded), "{:?}\n{}", rs.conditions, bosun.log_tail(20));
         assert_eq!(psql(&env, "fresh-db", CHECKSUM), original, "the restored data differs");
     })

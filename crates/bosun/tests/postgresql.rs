@@ -464,15 +464,7 @@ async fn archived_of(s3: &bosun_testing::backends::Minio, ns: &str, db: &str) ->
 async fn stored_under(s3: &bosun_testing::backends::Minio, prefix: &str) -> Vec<String> {
     use futures::TryStreamExt;
     use object_store::ObjectStore;
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_bucket_name(&s3.bucket)
-        .with_endpoint(&s3.endpoint)
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id(&s3.access_key)
-        .with_secret_access_key(&s3.secret_key)
-        .build()
-        .unwrap();
+    let store = s3.store();
     let prefix = object_store::path::Path::from(prefix);
     let mut names: Vec<String> = store
         .list(Some(&prefix))

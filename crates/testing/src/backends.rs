@@ -383,6 +383,19 @@ impl Minio {
         self.run();
     }
 
+    /// A client of its bucket, for a test to read what was stored.
+    pub fn store(&self) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(&self.bucket)
+            .with_endpoint(&self.endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id(&self.access_key)
+            .with_secret_access_key(&self.secret_key)
+            .build()
+            .expect("an S3 client of the test's MinIO")
+    }
+
     /// The variables that reach it, as the runner reads them.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
