@@ -26,9 +26,10 @@ use bosun_backup_model::engine::Engine;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerStatus, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource, KeyToPath,
+    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, SecretEnvSource, SecretKeySelector, SecretVolumeSource, SecurityContext,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -613,7 +614,7 @@ impl RunResult {
 /// The result the `container` of `pod` reported when it last terminated: the current
 /// state's, else the previous attempt's (a restarted container).
 pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
-    let status = pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == container)?;
+    let status = container_status(pod, container)?;
     let terminated = status
         .state
         .as_ref()
@@ -627,11 +628,12 @@ pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
 
 /// Whether `container` of `pod` is running (so its log has a run's progress).
 pub fn container_running(pod: &Pod, container: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == container))
-        .is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    container_status(pod, container).is_some_and(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+/// The status of `container` in `pod`, once the kubelet reported one.
+fn container_status<'a>(pod: &'a Pod, container: &str) -> Option<&'a ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.iter().find(|s| s.name == container)
 }
 
 /// The status of the run `job` from the newest progress line in its container's `log`.

@@ -350,12 +350,12 @@ async fn stream<R: AsyncRead + Unpin>(
     count: &AtomicU64,
 ) -> Result<(u64, String), Error> {
     let upload_error = |e: std::io::Error| Error::Upload(e.to_string());
-    let mut stored = Stored { inner: upload, hasher: Sha256::new(), size: 0, count };
+    let mut stored = Stored { inner: upload, hasher: Sha256::new(), count };
     match keys {
         None => copy(from, &mut stored).await?,
         Some(keys) => copy(from, &mut keys.seal(&mut stored).await.map_err(upload_error)?).await?,
     }
-    Ok((stored.size, hex::encode(stored.hasher.finalize())))
+    Ok((count.load(Ordering::Relaxed), hex::encode(stored.hasher.finalize())))
 }
 
 /// Read `from` to its end into `to`, then shut `to` down.
@@ -380,8 +380,7 @@ async fn copy<R: AsyncRead + Unpin, W: tokio::io::AsyncWrite + Unpin>(from: &mut
 struct Stored<'a> {
     inner: &'a mut BufWriter,
     hasher: Sha256,
-    size: u64,
-    /// The same size, for the progress lines.
+    /// Bytes stored (read by the progress lines meanwhile).
     count: &'a AtomicU64,
 }
 
@@ -394,7 +393,6 @@ impl tokio::io::AsyncWrite for Stored<'_> {
         let poll = std::pin::Pin::new(&mut *self.inner).poll_write(cx, buf);
         if let std::task::Poll::Ready(Ok(n)) = poll {
             self.hasher.update(&buf[..n]);
-            self.size += n as u64;
             self.count.fetch_add(n as u64, Ordering::Relaxed);
         }
         poll
