@@ -59,6 +59,10 @@ enum Command {
     /// Archive or restore a PostgreSQL's WAL (its archive_command and restore_command).
     #[command(subcommand)]
     Wal(bosun_runner::cli::WalCommand),
+    /// Restore a Backup's newest good dump into a throwaway server and check it (the
+    /// Backup's verification CronJob's runner).
+    #[command(subcommand)]
+    Verify(bosun_runner::cli::VerifyCommand),
     /// Make a new PostgreSQL data directory from a base backup and the archived WAL,
     /// set to recover to a target and be promoted there (a new database's first start).
     Recover(bosun_runner::cli::RecoverArgs),
@@ -71,7 +75,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
-    use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand, WalCommand};
+    use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand, VerifyCommand, WalCommand};
     let cli = Cli::parse();
     match cli.command {
         Command::Crd { out_dir: None } => print!("{}", bosun_controller::kinds::crds_yaml()?),
@@ -110,6 +114,11 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Command::Restore(RestoreCommand::Run(args)) => {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::restore_run(&args));
+            return Ok(runner::report(outcome, args.result_file.as_ref()));
+        }
+        Command::Verify(VerifyCommand::Run(args)) => {
+            init_logging(cli.log_format);
+            let outcome = runner_runtime()?.block_on(runner::verify_run(&args));
             return Ok(runner::report(outcome, args.result_file.as_ref()));
         }
         Command::Wal(WalCommand::Push(args)) => {

@@ -17,6 +17,9 @@ pub struct Catalogue {
     pub good: Vec<Manifest>,
     /// Dumps without a manifest, with their modification times.
     pub partial: Vec<(String, Timestamp)>,
+    /// Dumps (among `partial`) whose manifest vouches for other bytes: changed or cut
+    /// in the bucket after their run, with what differs.
+    pub tampered: Vec<(String, String)>,
 }
 
 impl Catalogue {
@@ -46,13 +49,20 @@ impl Catalogue {
                 Some(_) => read_manifest(store, &manifest_key).await?,
                 None => None,
             };
+            let modified = || Timestamp::from_second(meta.last_modified.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH);
             match manifest {
                 // Good only if what is stored is what the manifest vouches for.
                 Some(m) if m.key == *key && m.size == meta.size => catalogue.good.push(m),
-                _ => catalogue.partial.push((
-                    key.clone(),
-                    Timestamp::from_second(meta.last_modified.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH),
-                )),
+                Some(m) => {
+                    let why = if m.key == *key {
+                        format!("its manifest says {} bytes, the bucket holds {}", m.size, meta.size)
+                    } else {
+                        format!("its manifest is of {}", m.key)
+                    };
+                    catalogue.tampered.push((key.clone(), why));
+                    catalogue.partial.push((key.clone(), modified()));
+                }
+                None => catalogue.partial.push((key.clone(), modified())),
             }
         }
         catalogue.good.sort_by(|a, b| a.started.cmp(&b.started).then_with(|| a.key.cmp(&b.key)));

@@ -92,6 +92,37 @@ pub struct RecoverArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum VerifyCommand {
+    /// Restore a Backup's newest good dump into a throwaway server and check it.
+    Run(VerifyRunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyRunArgs {
+    #[command(flatten)]
+    pub destination: DestinationArgs,
+    /// `--namespace`, `--name`: the Backup whose newest good dump to verify.
+    #[command(flatten)]
+    pub folder: FolderArgs,
+    #[command(flatten)]
+    pub encryption: EncryptionArgs,
+    /// The throwaway server's empty database (same URL form as `--source`): it is
+    /// loaded with the dump, so never name a database that matters.
+    #[arg(long, env = "BOSUN_VERIFY_TARGET")]
+    pub target: String,
+    /// SQL (one SELECT) that must return at least one row in the restored database.
+    #[arg(long, env = "BOSUN_VERIFY_QUERY")]
+    pub query: Option<String>,
+    /// How long to wait for the target to accept connections, in seconds.
+    #[arg(long, env = "BOSUN_VERIFY_WAIT_SECONDS", default_value_t = 600)]
+    pub wait_seconds: u64,
+    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    pub result_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
 pub enum RestoreCommand {
     /// Load a dump (a key, or the latest good one) into a database.
     Run(RestoreRunArgs),
@@ -305,6 +336,24 @@ pub async fn restore_run(args: &RestoreRunArgs) -> Result<crate::restore::Report
     restore.run().await
 }
 
+/// `bosun verify run`.
+pub async fn verify_run(args: &VerifyRunArgs) -> Result<crate::verify::Report, Error> {
+    let target = Database::parse("--target", &args.target)?;
+    if target.engine == crate::location::Engine::Mongodb {
+        return Err(Error::Usage("--target: verification restores postgresql:// and mysql:// dumps".into()));
+    }
+    let verification = crate::verify::Verification {
+        store: args.destination.open()?,
+        folder: args.folder.folder(None)?,
+        password: Password::resolve(target.engine, args.password_file.as_ref())?,
+        target,
+        keys: args.encryption.keys()?,
+        query: args.query.clone().filter(|q| !q.trim().is_empty()),
+        wait: std::time::Duration::from_secs(args.wait_seconds),
+    };
+    verification.run().await
+}
+
 impl FolderArgs {
     /// The database's WAL folder, `<namespace>/<name>/wal` (`--name` names the database).
     fn archive(&self, destination: &DestinationArgs) -> Result<Archive, Error> {
@@ -424,7 +473,11 @@ pub fn report<T: Serialize>(outcome: Result<T, Error>, result_file: Option<&Path
                 }
                 error.truncate(end);
             }
-            (serde_json::json!({"error": error}), std::process::ExitCode::FAILURE)
+            let mut json = serde_json::json!({"error": error});
+            if let Some(key) = e.dump() {
+                json["key"] = serde_json::json!(key);
+            }
+            (json, std::process::ExitCode::FAILURE)
         }
     };
     match &outcome {

@@ -12,6 +12,7 @@
 //! wal ─────── a PostgreSQL's archive_command and restore_command: WAL written once
 //! recover ─── a new data directory from a base backup, to recover to a target
 //! seal ────── client-side encryption (age) of what a run stores, and opening it again
+//! verify ──── the newest good dump restored into a throwaway server and checked
 //! ```
 
 pub mod backup;
@@ -26,6 +27,7 @@ pub mod seal;
 pub use bosun_backup_model::{progress, retention};
 pub mod store;
 pub mod tool;
+pub mod verify;
 pub mod wal;
 
 /// Why a run failed; the message says which step.
@@ -57,6 +59,23 @@ pub enum Error {
     /// A WAL file asked for is not in the archive (the server asks past its end).
     #[error("not archived: {0}")]
     NotArchived(String),
+    /// A step about one stored dump failed; the message and the result name the dump.
+    #[error("{key}: {source}")]
+    OfDump {
+        key: String,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// The dump the failure is about, when it is about one.
+    pub fn dump(&self) -> Option<&str> {
+        match self {
+            Error::OfDump { key, .. } => Some(key),
+            _ => None,
+        }
+    }
 }
 
 /// Map an object store error to the step it failed in.

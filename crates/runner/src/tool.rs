@@ -424,6 +424,68 @@ pub async fn table_count(db: &Database, password: &Password) -> Result<u64, Erro
     text.trim().parse().map_err(|_| Error::Tool { tool: "query", detail: format!("unexpected table count {text:?}") })
 }
 
+/// The tables (not views) of the database `db` and the exact number of rows in each,
+/// by name (schema-qualified for PostgreSQL), in name order.
+pub async fn table_rows(db: &Database, password: &Password) -> Result<Vec<(String, u64)>, Error> {
+    let list = match db.engine {
+        Engine::Postgresql => {
+            "SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables \
+             WHERE table_schema NOT IN ('pg_catalog', 'information_schema') AND table_type = 'BASE TABLE' ORDER BY 1"
+        }
+        _ => {
+            "SELECT CONCAT('`', REPLACE(table_name, '`', '``'), '`') FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' ORDER BY 1"
+        }
+    };
+    let names: Vec<String> = query(db, password, list).await?.lines().map(str::to_owned).collect();
+    let mut counted = Vec::with_capacity(names.len());
+    // A statement per few hundred tables keeps each command line short; each row
+    // carries its table's index, as UNION ALL promises no order.
+    for batch in names.chunks(200) {
+        let sql = batch
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("SELECT {i}, count(*) FROM {t}"))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let out = query(db, password, &sql).await?;
+        let mut counts = vec![None; batch.len()];
+        for line in out.lines() {
+            let mut fields = line.split(['|', '\t']).map(str::trim);
+            if let (Some(Ok(i)), Some(Ok(rows))) =
+                (fields.next().map(str::parse::<usize>), fields.next().map(str::parse))
+                && i < counts.len()
+            {
+                counts[i] = Some(rows);
+            }
+        }
+        for (i, rows) in counts.into_iter().enumerate() {
+            let rows = rows.ok_or_else(|| Error::Tool {
+                tool: "query",
+                detail: format!("no row count for table {} in {out:?}", batch[i]),
+            })?;
+            counted.push((batch[i].clone(), rows));
+        }
+    }
+    Ok(counted)
+}
+
+/// How many rows `sql` (one SELECT, as a user writes it) returns in `db`.
+pub async fn query_rows(db: &Database, password: &Password, sql: &str) -> Result<u64, Error> {
+    let sql = sql.trim().trim_end_matches(';').trim_end();
+    let out = query(db, password, &format!("SELECT count(*) FROM ({sql}\n) AS bosun_verify_query")).await?;
+    out.trim().parse().map_err(|_| Error::Tool { tool: "query", detail: format!("unexpected row count {out:?}") })
+}
+
+/// The output of `sql` in `db` (PostgreSQL or MySQL), one row a line.
+async fn query(db: &Database, password: &Password, sql: &str) -> Result<String, Error> {
+    match db.engine {
+        Engine::Postgresql => query_postgres(db, password, sql).await,
+        Engine::Mysql => query_mysql(db, password, sql).await,
+        Engine::Mongodb => Err(Error::Refused("a mongodb database cannot be queried with SQL".into())),
+    }
+}
+
 async fn query_postgres(db: &Database, password: &Password, sql: &str) -> Result<String, Error> {
     Tool::new("psql", db, password)
         .args(["--no-psqlrc", "--tuples-only", "--no-align"])
