@@ -224,6 +224,7 @@ pub enum Method {
     printcolumn = r#"{"name":"Schedule","type":"string","jsonPath":".spec.schedule"}"#,
     printcolumn = r#"{"name":"Suspend","type":"boolean","jsonPath":".spec.suspend"}"#,
     printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessfulBackup.time"}"#,
+    printcolumn = r#"{"name":"Verified","type":"string","jsonPath":".status.lastVerified.outcome","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("size(self.metadata.name) <= 44")
@@ -233,7 +234,11 @@ pub enum Method {
     validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || !(has(self.spec.keepDaily) || has(self.spec.keepWeekly) || has(self.spec.keepMonthly))")
         .message("spec.keepDaily, keepWeekly, keepMonthly are for dumps: base backups are kept by their recovery window (spec.retention), which needs every base backup and WAL file in it"),
     validation = Rule::new("!has(self.spec.destination.encryption) || !has(self.spec.method) || self.spec.method != 'base'")
-        .message("spec.destination.encryption: base backups are not encrypted yet (the recovery that reads them cannot open encrypted objects); encryption is for spec.method dump")
+        .message("spec.destination.encryption: base backups are not encrypted yet (the recovery that reads them cannot open encrypted objects); encryption is for spec.method dump"),
+    validation = Rule::new("!has(self.spec.verify) || !has(self.spec.method) || self.spec.method != 'base'")
+        .message("spec.verify restores dumps: a base backup is verified by a recovery (spec.bootstrap.recovery of a PostgreSQL), not by this"),
+    validation = Rule::new("!has(self.spec.verify) || self.spec.source.type != 'mongodb'")
+        .message("spec.verify: dumps of postgresql and mysql can be verified; mongodb dumps cannot yet"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
@@ -284,6 +289,77 @@ pub struct BackupSpec {
     /// `dump` (default): a logical dump. `base`: a physical base backup (PostgreSQL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<Method>,
+    /// Prove the dumps restore: on its own schedule, the newest good dump is restored
+    /// into a throwaway server in a pod of its own and checked. Dumps of PostgreSQL and
+    /// MySQL only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
+}
+
+/// `spec.verify`: scheduled restore verification.
+///
+/// Each verification runs in a pod of the CronJob `<name>-verify`: the database
+/// server (listening only on the pod's loopback address, its data in an `emptyDir`
+/// that goes with the pod) beside `bosun verify run`, which restores the newest good
+/// dump into it (checking its checksum as every restore does), counts the tables and
+/// their rows, and runs the query. It passes when the dump restores, holds at least
+/// one table, and the query returns at least one row. It reads the bucket and never
+/// deletes anything; the database the dumps are taken of is not touched.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// When to verify, as a cron expression in UTC, e.g. `0 6 * * 0` (Sundays at six,
+    /// after that night's dump).
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = schedule_rule("spec.verify.schedule"))]
+    pub schedule: String,
+    /// SQL (one SELECT) that must return at least one row in the restored database,
+    /// e.g. `SELECT 1 FROM orders WHERE created_at > now() - interval '2 days'`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: Option<String>,
+    /// The throwaway server's image, one with the official `postgres` or `mysql`
+    /// image's interface (`POSTGRES_PASSWORD`, `MYSQL_ROOT_PASSWORD`, ...). Default:
+    /// the operator's PostgreSQL 17 image (`--postgres-image`), or its MySQL image
+    /// (`--mysql-image`, version 8.4). It must be able to load the dumps: a PostgreSQL
+    /// at least as new as the runner's `pg_dump` (17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^[^\s]+$"))]
+    pub image: Option<String>,
+    /// How long one verification may take, in seconds. Default: the shortest interval
+    /// between two verifications of the schedule, at most 24 hours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 604800))]
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// `Succeeded` or `Failed`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum VerifyOutcome {
+    Succeeded,
+    Failed,
+}
+
+/// The newest finished verification.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedBackup {
+    /// When it finished.
+    pub time: Time,
+    pub outcome: VerifyOutcome,
+    /// The dump it restored (with the destination's prefix), when it got that far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// How long it took, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
+    /// Tables in the restored database, and their rows together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<i64>,
+    /// The verification's Job.
+    pub job: String,
 }
 
 /// The newest dump known to be good.
@@ -359,6 +435,12 @@ pub struct BackupStatus {
     /// What the last good run's retention kept (runs of `spec.method: dump`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionStatus>,
+    /// The newest finished verification (`spec.verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<VerifiedBackup>,
+    /// When a verification last succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_verification: Option<Time>,
     /// The run in progress, as it last told how far it is (every few seconds); absent
     /// when no run is going.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -63,6 +63,11 @@ pub mod reasons {
     pub const BACKUP_FAILED: &str = "BackupFailed";
     /// An attempt of the running backup failed and the Job retries it.
     pub const BACKUP_RETRYING: &str = "BackupRetrying";
+    /// A Backup's newest good dump was restored into a throwaway server and checked.
+    pub const VERIFIED: &str = "Verified";
+    /// A Backup's verification failed: the dump did not restore, held no tables, or
+    /// the query found no rows.
+    pub const VERIFICATION_FAILED: &str = "VerificationFailed";
     /// A run (a Backup's, a Restore's) cannot start or make progress: an image that
     /// cannot be pulled, a missing Secret, a pod no node takes, a crash loop. Its Job's
     /// deadline ends it.
@@ -163,6 +168,9 @@ pub mod reasons {
 pub mod backup_types {
     /// Whether the newest finished run stored a good dump.
     pub const LAST_BACKUP_SUCCEEDED: &str = "LastBackupSucceeded";
+    /// Whether the newest finished verification restored the newest good dump and
+    /// found it sound (only with `spec.verify`).
+    pub const LAST_VERIFICATION_SUCCEEDED: &str = "LastVerificationSucceeded";
 }
 
 /// Condition types of PostgreSQL.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bosun_api::backup::{Backup, Restore, RestorePhase};
+use bosun_api::backup::{Backup, Restore, RestorePhase, VerifyOutcome};
 use bosun_testing::backends::{Minio, bosun_binary};
 use bosun_testing::node::{BRIDGE_IP, images, import_runner_image};
 use bosun_testing::{Env, e2e};
@@ -242,7 +242,9 @@ async fn backups_on_the_real_node(env: &Env) -> (Minio, bosun_testing::Bosun) {
     env.use_real_node().await;
     import_runner_image();
     let s3 = Minio::start(BRIDGE_IP);
-    let bosun = env.start_bosun(&["--controllers=backup,restore"]).await;
+    // The images of the local cluster, for the throwaway servers of verifications.
+    let bosun =
+        env.start_bosun(&["--controllers=backup,restore", "--postgres-image=localhost/postgres:{version}"]).await;
     credentials(env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
     let s3_env = s3.env();
     credentials(env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
@@ -513,6 +515,120 @@ spec:
         assert_eq!(psql(&env, "fresh-db", CHECKSUM), original, "the restored data differs");
     })
     .await;
+}
+
+/// `spec.verify` on the real node: a verification's pod restores the newest good dump
+/// into its own throwaway PostgreSQL (a native sidecar), counts its tables and rows and
+/// runs the query; the status, the gauges and the condition say so; the pod's data
+/// goes with the pod. With one byte of that dump changed in the bucket, the next
+/// verification fails loudly (condition, Warning event, gauge), naming the dump, and
+/// nothing is deleted.
+#[tokio::test]
+async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fails_loudly_on_a_changed_one() {
+    e2e("backup-verify", |env| async move {
+        let (s3, bosun) = backups_on_the_real_node(&env).await;
+        psql(&env, "test-db", DATASET);
+        let backup = NIGHTLY.replace(
+            "destination: {type: s3, bucket: backups}",
+            &format!(
+                "destination: {{type: s3, bucket: {}, endpoint: \"{}\", secretRef: {{name: s3-credentials}}}}\n  \
+                 verify: {{schedule: \"0 6 * * 0\", query: \"SELECT id FROM items WHERE id = 4242\"}}",
+                s3.bucket, s3.endpoint
+            ),
+        );
+        let (ok, out) = env.kubectl_apply(&backup);
+        assert!(ok, "{out}");
+        env.wait_for::<CronJob>("nightly-verify", "the verification CronJob", |_| true).await;
+        wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "NoRunYet", START, |_| true).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", "manual-1"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b = env
+            .wait_for_within::<Backup>("nightly", "a successful backup in its status", START, |b| {
+                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+            })
+            .await;
+        let good = b.status.unwrap().last_successful_backup.unwrap();
+
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-verify", "verify-1"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b = wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "Verified", START, |_| true).await;
+        let status = b.status.clone().unwrap();
+        let verified = status.last_verified.clone().expect("lastVerified");
+        assert_eq!(
+            (verified.job.as_str(), verified.outcome, verified.key.as_deref(), verified.tables, verified.rows),
+            ("verify-1", VerifyOutcome::Succeeded, Some(good.key.as_str()), Some(1), Some(10000)),
+            "{verified:?}"
+        );
+        assert!(verified.duration_seconds.is_some());
+        assert_eq!(status.last_successful_verification.as_ref(), Some(&verified.time));
+        let message = message_of(&b, "LastVerificationSucceeded");
+        assert!(message.contains(&good.key) && message.contains("the query returned 1 rows"), "{message}");
+
+        // The throwaway server's data went with its pod: the kubelet removed the volume.
+        let pods = env.api::<Pod>().list(&kube::api::ListParams::default().labels("job-name=verify-1")).await.unwrap();
+        let uid = pods.items[0].metadata.uid.clone().unwrap();
+        let data = bosun_testing::cluster_dir()
+            .join(format!("node/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/verify-data"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while data.exists() {
+            assert!(std::time::Instant::now() < deadline, "{} is still there", data.display());
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+
+        // One byte of the dump changed in the bucket (same size).
+        let mut changed = raw_object(&s3, &good.key).await;
+        let middle = changed.len() / 2;
+        changed[middle] ^= 0xff;
+        put_object(&s3, &good.key, changed.clone()).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-verify", "verify-2"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b =
+            wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "VerificationFailed", START, |_| true)
+                .await;
+        let status = b.status.clone().unwrap();
+        let failed = status.last_verified.clone().unwrap();
+        assert_eq!(
+            (failed.job.as_str(), failed.outcome, failed.key.as_deref()),
+            ("verify-2", VerifyOutcome::Failed, Some(good.key.as_str()))
+        );
+        assert_eq!(status.last_successful_verification.as_ref(), Some(&verified.time), "the last good one is kept");
+        let message = message_of(&b, "LastVerificationSucceeded");
+        assert!(message.contains(&good.key) && message.contains("nothing was deleted"), "{message}");
+        env.wait_warning("nightly", "VerificationFailed", &good.key).await;
+        let failing =
+            format!("bosun_backup_verification_failing{{backup_namespace=\"{}\",backup=\"nightly\"}} 1", env.ns);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !bosun.http_get("/metrics").await.1.contains(&failing) {
+            assert!(std::time::Instant::now() < deadline, "no {failing}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert_eq!(raw_object(&s3, &good.key).await, changed, "the dump is where it was, as it was");
+        assert!(listed(&env, &s3, "nightly").await.contains(&good.key), "its manifest too");
+
+        // Without spec.verify, its CronJob goes; the Backup's own stays.
+        let (ok, out) = env.kubectl(&[
+            "patch",
+            "backup",
+            "nightly",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/verify"}]"#,
+        ]);
+        assert!(ok, "{out}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while env.api::<CronJob>().get_opt("nightly-verify").await.unwrap().is_some() {
+            assert!(std::time::Instant::now() < deadline, "the verification CronJob stays:\n{}", bosun.log_tail(40));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        env.api::<CronJob>().get("nightly-cronjob").await.expect("the backup CronJob stays");
+    })
+    .await;
+}
+
+/// Put `body` at `key` of `s3`'s bucket.
+async fn put_object(s3: &Minio, key: &str, body: Vec<u8>) {
+    use object_store::ObjectStoreExt;
+    s3.store().put(&object_store::path::Path::from(key), body.into()).await.expect("putting the object");
 }
 
 /// Wait until the Backup `name`'s condition `type_` has `reason` and a message that

@@ -133,6 +133,37 @@ async fn out_of_range_and_malformed_input_is_refused_naming_the_field() {
 /// backup, a PostgreSQL's continuous archive or a recovery from one with encryption, and
 /// a base backup with tiers, are refused at admission naming the field; a dump with
 /// them, and a PostgreSQL whose scheduled dumps are encrypted, are not.
+/// `spec.verify`: what a careless user writes is refused naming the field; dumps of
+/// PostgreSQL and MySQL are accepted.
+#[tokio::test]
+async fn verify_is_refused_where_it_cannot_run() {
+    use bosun_api::backup::Backup;
+    e2e("schema-verify", |env| async move {
+        let backup = |name: &str, engine: &str, method: &str, verify: Value| {
+            json!({"metadata": {"name": name}, "spec": {
+                "source": {"type": engine, "connection": {"host": "db", "database": "app", "secretRef": {"name": "c"}}},
+                "destination": {"type": "s3", "bucket": "b"}, "schedule": "0 2 * * *", "method": method, "verify": verify}})
+        };
+        let weekly = json!({"schedule": "0 6 * * 0"});
+        accepted(env.create_raw::<Backup>(backup("pg", "postgresql", "dump", weekly.clone())).await, "PostgreSQL dumps");
+        accepted(env.create_raw::<Backup>(backup("my", "mysql", "dump", weekly.clone())).await, "MySQL dumps");
+        refused(env.create_raw::<Backup>(backup("base", "postgresql", "base", weekly.clone())).await, "base backups", "spec.verify restores dumps");
+        refused(env.create_raw::<Backup>(backup("mongo", "mongodb", "dump", weekly)).await, "mongodb dumps", "spec.verify");
+        refused(env.create_raw::<Backup>(backup("empty", "postgresql", "dump", json!({}))).await, "no schedule", "schedule");
+        refused(
+            env.create_raw::<Backup>(backup("daily", "postgresql", "dump", json!({"schedule": "daily"}))).await,
+            "a schedule that is not cron",
+            "spec.verify.schedule must be a cron expression",
+        );
+        refused(
+            env.create_raw::<Backup>(backup("quick", "postgresql", "dump", json!({"schedule": "@daily", "activeDeadlineSeconds": 5}))).await,
+            "a deadline under a minute",
+            "spec.verify.activeDeadlineSeconds",
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn encryption_is_refused_where_it_is_not_read_yet() {
     use bosun_api::backup::Backup;

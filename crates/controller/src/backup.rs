@@ -24,12 +24,12 @@ use std::sync::Arc;
 
 use bosun_api::backup::{Backup, RunningBackup};
 use bosun_api::conditions::{backup_types, reasons};
-use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult};
+use bosun_resources::backup::{self as build, Finish, LastRun, Observed, Refusal, RunResult, Verification};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use crate::apply::{apply_child, claim_child};
+use crate::apply::{apply_child, claim_child, delete_child};
 use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
@@ -46,13 +46,17 @@ const CONTROLLER: &str = "backup";
 /// How often a run in progress is looked at (its progress, or what keeps it from
 /// starting). A run tells its progress every 2 s; the status follows every 5 s.
 const PROGRESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+/// The PostgreSQL a verification restores into: the major of the runner's `pg_dump`.
+const VERIFY_POSTGRES_VERSION: bosun_api::postgresql::Version = bosun_api::postgresql::Version::V17;
+/// The MySQL version of `--mysql-image` a verification restores into.
+const VERIFY_MYSQL_VERSION: &str = "8.4";
 /// Log lines read for the newest progress line (a run prints little else).
 const PROGRESS_LINES: i64 = 20;
 
-/// What this controller does with the API: Backups, their CronJobs, the Jobs those
-/// start (watched only), the pods of their Jobs (listed, for results and progress),
-/// the Warning events of a pod that does not start, and the Secrets the runs read (for
-/// their keys).
+/// What this controller does with the API: Backups, their CronJobs (the runs' and the
+/// verifications'), the Jobs those start (watched only), the pods of their Jobs
+/// (listed, for results and progress), the Warning events of a pod that does not
+/// start, and the Secrets the runs read (for their keys).
 pub const PERMISSIONS: &[Permission] = &{
     let [a, b, c] = permissions::reconciled("backup.example.com", "backups");
     [
@@ -60,6 +64,8 @@ pub const PERMISSIONS: &[Permission] = &{
         b,
         c,
         Permission::new("batch", "cronjobs", permissions::OWN),
+        // A verification CronJob no longer asked for (uid-preconditioned: bosun's own).
+        Permission::new("batch", "cronjobs", &["delete"]),
         Permission::new("batch", "jobs", permissions::RECONCILED),
         Permission::new("", "pods", &["list"]),
         Permission::new("", "pods/log", &["get"]),
@@ -89,7 +95,13 @@ pub async fn run(
     let (jobs, mut job_changes) = wiring::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
     let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
     let ctrl = wiring::controller_for::<Backup>(CONTROLLER, &ctx, ns);
-    let families = vec![ctx.metrics.backup_last_success.clone(), ctx.metrics.backup_failing.clone()];
+    let families = vec![
+        ctx.metrics.backup_last_success.clone(),
+        ctx.metrics.backup_failing.clone(),
+        ctx.metrics.backup_last_verified.clone(),
+        ctx.metrics.backup_verification_failing.clone(),
+        ctx.metrics.backup_verify_interval.clone(),
+    ];
     tokio::spawn(crate::metrics::export_gauges(ctrl.store(), families, gauges));
     let ctrl = wiring::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
     let ctrl = wiring::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
@@ -101,21 +113,38 @@ pub async fn run(
     .await;
 }
 
-/// The per-Backup gauges (last success, failing) from a Backup's status.
+/// The per-Backup gauges from a Backup's status: last success, failing, and with
+/// `spec.verify`, when it was last verified (since its creation, before the first),
+/// whether the last verification failed, and the schedule's longest interval.
 fn gauges(backup: &Backup) -> Option<(BackupLabels, Vec<Option<f64>>)> {
     let labels = BackupLabels { backup_namespace: backup.namespace().unwrap_or_default(), backup: backup.name_any() };
     let status = backup.status.as_ref();
     let good = status.and_then(|s| s.last_successful_backup.as_ref()).map(|good| good.time.0.as_second() as f64);
-    let failing = status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == backup_types::LAST_BACKUP_SUCCEEDED))
-        .is_some_and(|c| c.status == "False");
-    Some((labels, vec![good, Some(f64::from(u8::from(failing)))]))
+    let failing = |type_: &str| {
+        let condition = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_));
+        f64::from(u8::from(condition.is_some_and(|c| c.status == "False")))
+    };
+    let (verified, verification_failing, interval) = match &backup.spec.verify {
+        Some(verify) => (
+            status
+                .and_then(|s| s.last_successful_verification.as_ref())
+                .or(backup.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0.as_second() as f64),
+            Some(failing(backup_types::LAST_VERIFICATION_SUCCEEDED)),
+            build::longest_interval(&verify.schedule).map(|s| s as f64),
+        ),
+        None => (None, None, None),
+    };
+    let values =
+        vec![good, Some(failing(backup_types::LAST_BACKUP_SUCCEEDED)), verified, verification_failing, interval];
+    Some((labels, values))
 }
 
-/// The Backup whose CronJob started `job`.
+/// The Backup whose CronJob (of its runs or of its verifications) started `job`.
 fn backup_of(job: &Job) -> Option<String> {
     let cronjob = job.owner_references().iter().find(|r| r.controller == Some(true) && r.kind == "CronJob")?;
-    cronjob.name.strip_suffix("-cronjob").map(str::to_owned)
+    let name = &cronjob.name;
+    name.strip_suffix("-cronjob").or_else(|| name.strip_suffix("-verify")).map(str::to_owned)
 }
 
 async fn reconcile(
@@ -157,12 +186,23 @@ async fn reconcile(
         }
         (refusal, _) => refusal,
     };
+    let (verify_cronjob, refusal) = match refusal {
+        // Refused: the verification CronJob keeps its last good spec too.
+        Some(Refusal::InvalidSpec(m)) => (None, Some(Refusal::InvalidSpec(m))),
+        refusal => match verify_cronjob(&ctx, backup, &cronjobs).await {
+            Ok(cronjob) => (cronjob, refusal),
+            Err(Error::NameConflict(message)) => (None, Some(Refusal::NameConflict(message))),
+            Err(err) => return Err(err),
+        },
+    };
     let Runs { last_run, running, progress } = last_run(&ctx, backup, cronjob.as_ref(), &jobs).await?;
+    let verification = last_verification(&ctx, backup, verify_cronjob.as_ref(), &jobs).await?;
     let observed = Observed {
         cronjob: cronjob.as_ref(),
         refusal: refusal.as_ref(),
         last_run: last_run.as_ref(),
         running: progress.as_ref(),
+        verification: verification.as_ref(),
     };
     let status = build::backup_status(backup, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
@@ -174,6 +214,15 @@ async fn reconcile(
             run,
             backup_types::LAST_BACKUP_SUCCEEDED,
             &[reasons::BACKUP_FAILED, reasons::BACKUP_RETRYING, reasons::RUN_STUCK],
+            previous,
+            &status.conditions,
+        );
+        let verification = verification.as_ref().map(|v| ObjectRef::<Job>::new(&v.job).within(&ns).into());
+        ctx.events.condition_failed(
+            &backup.object_ref(&()),
+            verification,
+            backup_types::LAST_VERIFICATION_SUCCEEDED,
+            &[reasons::VERIFICATION_FAILED],
             previous,
             &status.conditions,
         );
@@ -190,6 +239,49 @@ async fn reconcile(
         None if running => Outcome::Requeue(PROGRESS_RECHECK),
         None => Outcome::Applied,
     })
+}
+
+/// The verification CronJob as it should be: applied with `spec.verify`, deleted
+/// without it (its Jobs go with it; no dump is touched).
+async fn verify_cronjob(ctx: &Context, backup: &Backup, cronjobs: &Owned<CronJob>) -> Result<Option<CronJob>, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let settings = &ctx.settings;
+    let images = build::VerifyImages {
+        postgresql: bosun_resources::postgresql::image(&settings.postgres.image, VERIFY_POSTGRES_VERSION),
+        mysql: settings.stack.mysql.replace("{version}", VERIFY_MYSQL_VERSION),
+    };
+    let Some(desired) = build::desired_verify_cronjob(backup, &settings.runner_image, &images) else {
+        delete_child(ctx, backup, cronjobs, &ns, &build::verify_cronjob_name(&backup.name_any())).await?;
+        return Ok(None);
+    };
+    let cached = cronjobs.get(&ns, &desired.name_any()).filter(|c| controlled_by(c.as_ref(), backup));
+    claim_child(backup, &desired, cached.as_ref().map(|c| c.meta()))?;
+    apply_child(ctx, backup, cronjobs, desired).await.map(Some)
+}
+
+/// The newest finished verification of `backup` with its result, unless the status
+/// already tells of it.
+async fn last_verification(
+    ctx: &Context,
+    backup: &Backup,
+    cronjob: Option<&CronJob>,
+    jobs: &Owned<Job>,
+) -> Result<Option<Verification>, Error> {
+    let Some(cronjob) = cronjob else { return Ok(None) };
+    let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
+    let Some((job, (time, failed))) = mine
+        .iter()
+        .filter_map(|j| Verification::of(j).map(|f| (j, f)))
+        .max_by(|(a, (ta, _)), (b, (tb, _))| ta.0.cmp(&tb.0).then_with(|| a.name_any().cmp(&b.name_any())))
+    else {
+        return Ok(None);
+    };
+    let job = job.name_any();
+    if build::verification_reported(backup.status.as_ref(), &job) {
+        return Ok(None);
+    }
+    let result = run_result(ctx, &backup.namespace().unwrap_or_default(), &job, build::VERIFY_CONTAINER).await?;
+    Ok(Some(Verification { job, time, failed, result }))
 }
 
 /// What the runs of a Backup tell.

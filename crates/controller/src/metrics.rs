@@ -71,6 +71,13 @@ pub struct Metrics {
     pub backup_last_success: Family<BackupLabels, FloatGauge>,
     /// 1 for a Backup whose last run failed (`LastBackupSucceeded=False`), else 0.
     pub backup_failing: Family<BackupLabels, FloatGauge>,
+    /// When a Backup's verification last succeeded (before the first: when the Backup
+    /// was created), for Backups with `spec.verify`.
+    pub backup_last_verified: Family<BackupLabels, FloatGauge>,
+    /// 1 for a Backup whose last verification failed, else 0.
+    pub backup_verification_failing: Family<BackupLabels, FloatGauge>,
+    /// The longest time between two verifications of `spec.verify.schedule`.
+    pub backup_verify_interval: Family<BackupLabels, FloatGauge>,
     /// When a PostgreSQL's primary last archived a WAL file (Unix seconds).
     pub wal_last_archived: Family<DatabaseLabels, FloatGauge>,
     /// 1 while a PostgreSQL's last WAL archiving attempt failed, else 0.
@@ -96,6 +103,9 @@ impl Default for Metrics {
             takeover: Gauge::default(),
             backup_last_success: Family::default(),
             backup_failing: Family::default(),
+            backup_last_verified: Family::default(),
+            backup_verification_failing: Family::default(),
+            backup_verify_interval: Family::default(),
             wal_last_archived: Family::default(),
             wal_archiving_failing: Family::default(),
             wal_archive_timeout: Family::default(),
@@ -135,6 +145,21 @@ impl Metrics {
             self.backup_last_success.clone(),
         );
         r.register("backup_failing", "1 for a Backup whose last run failed, else 0", self.backup_failing.clone());
+        r.register(
+            "backup_last_verified_timestamp_seconds",
+            "When a verification of each Backup with spec.verify last succeeded (before the first: when the Backup was created), in Unix seconds",
+            self.backup_last_verified.clone(),
+        );
+        r.register(
+            "backup_verification_failing",
+            "1 for a Backup whose last verification failed (its newest dump did not restore or did not pass the checks), else 0",
+            self.backup_verification_failing.clone(),
+        );
+        r.register(
+            "backup_verify_interval_seconds",
+            "The longest time between two verifications of each Backup's spec.verify.schedule",
+            self.backup_verify_interval.clone(),
+        );
         r.register(
             "postgresql_wal_last_archived_timestamp_seconds",
             "When the primary of each continuously archived PostgreSQL last archived a WAL file, in Unix seconds",

@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 
 use bosun_api::backup::{
     Backup, BackupStatus, Destination, DestinationType, ENCRYPTION_KEY, RestorePhase, RestoreStatus, RetainedBackup,
-    RetentionStatus, RunningBackup, Source, SourceType, SuccessfulBackup, schedule_pattern,
+    RetentionStatus, RunningBackup, Source, SourceType, SuccessfulBackup, VerifiedBackup, VerifyOutcome,
+    schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
 use bosun_backup_model::engine::Engine;
@@ -47,6 +48,18 @@ pub const RESTORE_APP: &str = "restore";
 pub const BACKUP_CONTAINER: &str = "backup";
 /// The container of a restore run.
 pub const RESTORE_CONTAINER: &str = "restore";
+/// `app.kubernetes.io/name` of a Backup's verification CronJob and its Jobs.
+pub const VERIFY_APP: &str = "backup-verify";
+/// The container of a verification run (`bosun verify run`).
+pub const VERIFY_CONTAINER: &str = "verify";
+/// The throwaway database server of a verification run: a native sidecar.
+pub const VERIFY_SERVER_CONTAINER: &str = "database";
+/// The database a verification restores into.
+pub const VERIFY_DATABASE: &str = "verify";
+/// The uid of the `postgres` and `mysql` users of the official images (and Debian's).
+pub const DATABASE_UID: i64 = 999;
+/// Finished verification Jobs kept, of each outcome: the status tells of the newest.
+pub const VERIFY_HISTORY: i32 = 1;
 /// Where a `pvc` destination's claim is mounted.
 pub const PVC_MOUNT: &str = "/backups";
 /// Where the destination's Secret is mounted, for credentials that are files.
@@ -75,6 +88,11 @@ pub const DEFAULT_RUNNER_IMAGE: &str = "localhost/bosun-runner:dev";
 /// The CronJob of `backup`.
 pub fn cronjob_name(backup: &str) -> String {
     format!("{backup}-cronjob")
+}
+
+/// The verification CronJob of `backup`.
+pub fn verify_cronjob_name(backup: &str) -> String {
+    format!("{backup}-verify")
 }
 
 /// The Job of `restore`.
@@ -181,44 +199,50 @@ pub fn run_deadline_seconds(backup: &Backup) -> i64 {
 /// The shortest time between two consecutive runs of `schedule` (UTC), in seconds, at
 /// most [`MAX_RUN_DEADLINE_SECONDS`]; that maximum for a schedule that does not parse.
 fn shortest_interval(schedule: &str) -> i64 {
+    run_gaps(schedule, 512)
+        .and_then(|gaps| gaps.into_iter().min())
+        .unwrap_or(MAX_RUN_DEADLINE_SECONDS)
+        .min(MAX_RUN_DEADLINE_SECONDS)
+}
+
+/// The longest time between two consecutive runs of `schedule` (UTC), in seconds (a
+/// weekday schedule's weekend); `None` for a schedule that does not parse.
+pub fn longest_interval(schedule: &str) -> Option<i64> {
+    run_gaps(schedule, 2048)?.into_iter().max()
+}
+
+/// The gaps between the first `runs` runs of `schedule`, in seconds, from a fixed
+/// start, so the answer is the same on every reconcile: 2001-01-01 (a Monday of a
+/// year before a leap year) shows every pattern's gaps below a day in 512 runs, and a
+/// weekday schedule's weekend within a few thousand.
+fn run_gaps(schedule: &str, runs: usize) -> Option<Vec<i64>> {
     let parser = croner::parser::CronParser::builder()
         .seconds(croner::parser::Seconds::Disallowed)
         .year(croner::parser::Year::Disallowed)
         .build();
-    let Ok(cron) = parser.parse(schedule) else { return MAX_RUN_DEADLINE_SECONDS };
-    // A fixed start, so the answer is the same on every reconcile: the gaps of 512 runs
-    // from 2001-01-01 (a Monday of a year before a leap year) show every pattern's
-    // shortest one that is below a day.
+    let cron = parser.parse(schedule).ok()?;
     let start = Timestamp::from_second(978_307_200).unwrap_or(Timestamp::UNIX_EPOCH).to_zoned(jiff::tz::TimeZone::UTC);
-    let mut shortest = MAX_RUN_DEADLINE_SECONDS;
-    let mut previous: Option<Timestamp> = None;
-    for next in cron.iter_after(start).take(512) {
-        let next = next.timestamp();
-        if let Some(previous) = previous {
-            shortest = shortest.min(next.as_second() - previous.as_second());
-        }
-        if shortest <= 60 {
-            break;
-        }
-        previous = Some(next);
-    }
-    shortest
+    let times: Vec<i64> = cron.iter_after(start).take(runs).map(|t| t.timestamp().as_second()).collect();
+    Some(times.windows(2).map(|w| w[1] - w[0]).collect())
 }
 
 /// What the schema cannot check: cron values (a range whose start is after its end,
 /// a day that no month has) and the retention's arithmetic. The schema's patterns are
 /// checked again too, for objects stored before the CRD had them.
 pub fn validate(backup: &Backup) -> Result<(), Refusal> {
-    validate_schedule(&backup.spec.schedule)?;
+    validate_schedule("spec.schedule", &backup.spec.schedule)?;
+    if let Some(verify) = &backup.spec.verify {
+        validate_schedule("spec.verify.schedule", &verify.schedule)?;
+    }
     if let Some(retention) = &backup.spec.retention {
         bosun_backup_model::retention::parse_retention("spec.retention", retention).map_err(Refusal::InvalidSpec)?;
     }
     Ok(())
 }
 
-/// Check a cron schedule as a CronJob would, naming `spec.schedule`.
-pub fn validate_schedule(schedule: &str) -> Result<(), Refusal> {
-    let bad = |why: String| Refusal::InvalidSpec(format!("spec.schedule {schedule:?}: {why}"));
+/// Check a cron schedule as a CronJob would, naming its `field`.
+pub fn validate_schedule(field: &str, schedule: &str) -> Result<(), Refusal> {
+    let bad = |why: String| Refusal::InvalidSpec(format!("{field} {schedule:?}: {why}"));
     let pattern = regex::Regex::new(&schedule_pattern()).map_err(|e| bad(e.to_string()))?;
     if !pattern.is_match(schedule) {
         return Err(bad("not a cron expression of five fields (minute hour day-of-month month day-of-week, \
@@ -243,7 +267,7 @@ pub fn validate_schedule(schedule: &str) -> Result<(), Refusal> {
 }
 
 /// The runner's engine for a source type: it names the password variable.
-fn engine(source: SourceType) -> Engine {
+fn engine_of(source: SourceType) -> Engine {
     match source {
         SourceType::Postgresql => Engine::Postgresql,
         SourceType::Mysql => Engine::Mysql,
@@ -287,7 +311,7 @@ pub fn database_env(db: &Source, url_variable: &str) -> Vec<EnvVar> {
     vec![
         EnvVar { name: USERNAME_VARIABLE.to_owned(), value: None, value_from: secret_key(secret, "username") },
         EnvVar {
-            name: engine(db.type_).password_variable().to_owned(),
+            name: engine_of(db.type_).password_variable().to_owned(),
             value: None,
             value_from: secret_key(secret, "password"),
         },
@@ -485,7 +509,6 @@ fn run_pod(
 /// `runner_image`.
 pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
     let name = backup.name_any();
-    let labels = standard_labels(BACKUP_APP, &name);
     let spec = &backup.spec;
     let mut env = database_env(&spec.source, "BOSUN_BACKUP_SOURCE");
     env.extend(spec.retention.as_ref().map(|r| value("BOSUN_BACKUP_RETENTION", r.clone())));
@@ -497,22 +520,48 @@ pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
         env.push(value("BOSUN_BACKUP_METHOD", "base"));
     }
     let pod = run_pod(BACKUP_CONTAINER, runner_image, &["backup", "run"], &spec.destination, env, &name, "OnFailure");
+    let run = Scheduled {
+        app: BACKUP_APP,
+        name: cronjob_name(&name),
+        schedule: &spec.schedule,
+        history: HISTORY,
+        backoff_limit: BACKUP_BACKOFF_LIMIT,
+        deadline: run_deadline_seconds(backup),
+    };
+    scheduled(backup, run, pod)
+}
+
+/// A CronJob of a Backup.
+struct Scheduled<'a> {
+    app: &'static str,
+    name: String,
+    schedule: &'a str,
+    /// Finished Jobs kept, of each outcome.
+    history: i32,
+    backoff_limit: i32,
+    deadline: i64,
+}
+
+/// The CronJob `run` of `backup`, starting `pod`: on its schedule (UTC), suspended
+/// with the Backup, never two runs at once.
+fn scheduled(backup: &Backup, run: Scheduled<'_>, pod: PodSpec) -> CronJob {
+    let labels = standard_labels(run.app, &backup.name_any());
     let template_meta = Some(ObjectMeta { labels: Some(labels.clone()), ..ObjectMeta::default() });
     CronJob {
-        metadata: child_meta(backup, cronjob_name(&name), labels),
+        metadata: child_meta(backup, run.name, labels),
         spec: Some(CronJobSpec {
-            schedule: spec.schedule.clone(),
+            schedule: run.schedule.to_owned(),
             time_zone: Some("Etc/UTC".to_owned()),
-            suspend: Some(spec.suspend.unwrap_or(false)),
+            suspend: Some(backup.spec.suspend.unwrap_or(false)),
             concurrency_policy: Some("Forbid".to_owned()),
             starting_deadline_seconds: Some(STARTING_DEADLINE_SECONDS),
-            successful_jobs_history_limit: Some(HISTORY),
-            failed_jobs_history_limit: Some(HISTORY),
+            successful_jobs_history_limit: Some(run.history),
+            failed_jobs_history_limit: Some(run.history),
             job_template: JobTemplateSpec {
                 metadata: template_meta.clone(),
                 spec: Some(JobSpec {
-                    backoff_limit: Some(BACKUP_BACKOFF_LIMIT),
-                    active_deadline_seconds: Some(run_deadline_seconds(backup)),
+                    backoff_limit: Some(run.backoff_limit),
+                    active_deadline_seconds: Some(run.deadline),
                     template: PodTemplateSpec { metadata: template_meta, spec: Some(pod) },
                     ..JobSpec::default()
                 }),
@@ -520,6 +569,128 @@ pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
         }),
         status: None,
     }
+}
+
+/// The images of the throwaway servers verifications restore into (the operator's
+/// flags), when `spec.verify.image` names none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyImages {
+    pub postgresql: String,
+    pub mysql: String,
+}
+
+/// The verification CronJob of `backup` (`None` without `spec.verify`): on its own
+/// schedule, one pod a run, in which the throwaway server runs as a native sidecar
+/// (listening on the pod's loopback address only, its data in an `emptyDir` that goes
+/// with the pod, its password the pod's uid) and `bosun verify run` restores the
+/// newest good dump into it and checks it. Nothing of the source database is given
+/// to it; no attempt is retried (a second would find the first one's tables).
+pub fn desired_verify_cronjob(backup: &Backup, runner_image: &str, images: &VerifyImages) -> Option<CronJob> {
+    let verify = backup.spec.verify.as_ref()?;
+    let name = backup.name_any();
+    let engine = backup.spec.source.type_;
+    let password_variable = engine_of(engine).password_variable();
+    let (user, port) = match engine {
+        SourceType::Mysql => ("root", 3306),
+        _ => ("postgres", 5432),
+    };
+    let mut env = vec![
+        value("BOSUN_VERIFY_TARGET", format!("{}://{user}@127.0.0.1:{port}/{VERIFY_DATABASE}", engine.as_str())),
+        pod_uid_env(password_variable),
+    ];
+    env.extend(verify.query.as_ref().map(|q| value("BOSUN_VERIFY_QUERY", q.clone())));
+    let mut pod =
+        run_pod(VERIFY_CONTAINER, runner_image, &["verify", "run"], &backup.spec.destination, env, &name, "Never");
+    let (server, volume) = verify_server(engine, verify.image.as_deref(), images);
+    pod.init_containers = Some(vec![server]);
+    pod.volumes.get_or_insert_with(Vec::new).push(volume);
+    let run = Scheduled {
+        app: VERIFY_APP,
+        name: verify_cronjob_name(&name),
+        schedule: &verify.schedule,
+        history: VERIFY_HISTORY,
+        backoff_limit: 0,
+        deadline: verify.active_deadline_seconds.unwrap_or_else(|| shortest_interval(&verify.schedule)),
+    };
+    Some(scheduled(backup, run, pod))
+}
+
+/// The variable `name` holding the pod's uid (the downward API): the throwaway
+/// server's password, new for every run and written nowhere.
+fn pod_uid_env(name: &str) -> EnvVar {
+    let uid = EnvVarSource {
+        field_ref: Some(ObjectFieldSelector { field_path: "metadata.uid".to_owned(), api_version: None }),
+        ..EnvVarSource::default()
+    };
+    EnvVar { name: name.to_owned(), value: None, value_from: Some(uid) }
+}
+
+/// The throwaway server of a verification of `engine`'s dumps, and its data volume.
+fn verify_server(engine: SourceType, image: Option<&str>, images: &VerifyImages) -> (Container, Volume) {
+    let (default_image, env, args, data) = match engine {
+        SourceType::Mysql => (
+            &images.mysql,
+            vec![pod_uid_env("MYSQL_ROOT_PASSWORD"), value("MYSQL_DATABASE", VERIFY_DATABASE)],
+            vec!["--bind-address=127.0.0.1", "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0"],
+            "/var/lib/mysql",
+        ),
+        _ => (
+            &images.postgresql,
+            vec![
+                pod_uid_env("POSTGRES_PASSWORD"),
+                value("POSTGRES_DB", VERIFY_DATABASE),
+                value("PGDATA", "/var/lib/postgresql/data/pgdata"),
+            ],
+            // Only the pod's own containers reach it; what it holds goes with the pod,
+            // so it need not survive a crash either.
+            vec![
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ],
+            "/var/lib/postgresql/data",
+        ),
+    };
+    let container = Container {
+        name: VERIFY_SERVER_CONTAINER.to_owned(),
+        image: Some(image.unwrap_or(default_image).to_owned()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        // A native sidecar: started first, stopped once the verification has ended.
+        restart_policy: Some("Always".to_owned()),
+        args: Some(args.into_iter().map(str::to_owned).collect()),
+        env: Some(env),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "verify-data".to_owned(),
+            mount_path: data.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("100m".to_owned())),
+                ("memory".to_owned(), Quantity("256Mi".to_owned())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_user: Some(DATABASE_UID),
+            run_as_group: Some(DATABASE_UID),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), add: None }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let volume = Volume {
+        name: "verify-data".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
+    (container, volume)
 }
 
 /// Which dump a Restore loads.
@@ -561,7 +732,7 @@ pub fn desired_job(restore: &bosun_api::backup::Restore, dump: &Dump<'_>, runner
 }
 
 /// What a run wrote to its termination message.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     #[serde(default)]
@@ -584,6 +755,15 @@ pub struct RunResult {
     /// How many it kept, when not all are listed.
     #[serde(default)]
     pub kept_count: Option<i64>,
+    /// A verification's: tables in the restored database, their rows, the query's rows.
+    #[serde(default)]
+    pub tables: Option<i64>,
+    #[serde(default)]
+    pub rows: Option<i64>,
+    #[serde(default)]
+    pub query_rows: Option<i64>,
+    #[serde(default)]
+    pub duration_seconds: Option<f64>,
 }
 
 /// One kept dump in a run's result.
@@ -688,7 +868,7 @@ pub fn finish(job: &Job) -> Option<Finish> {
 
 /// The newest finished run of a Backup, with what it reported (`None` when the pod
 /// is gone or wrote nothing).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LastRun {
     pub job: String,
     pub finish: Finish,
@@ -738,6 +918,8 @@ pub struct Observed<'a> {
     pub last_run: Option<&'a LastRun>,
     /// The run in progress, as far as it told.
     pub running: Option<&'a RunningBackup>,
+    /// The newest finished verification, unless the status already tells of it.
+    pub verification: Option<&'a Verification>,
 }
 
 /// The status a Backup should have.
@@ -794,14 +976,125 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
     };
     let last_schedule_time =
         observed.cronjob.and_then(|cj| cj.status.as_ref()?.last_schedule_time.clone()).or(previous.last_schedule_time);
+    let mut last_verified = previous.last_verified.clone();
+    let mut last_successful_verification = previous.last_successful_verification.clone();
+    let mut desired = vec![ready, run];
+    if backup.spec.verify.is_some() {
+        let previous_verification =
+            previous.conditions.iter().find(|c| c.type_ == backup_types::LAST_VERIFICATION_SUCCEEDED);
+        desired.push(match observed.verification {
+            Some(run) => {
+                let (condition, verified) = describe_verification(run);
+                if verified.outcome == VerifyOutcome::Succeeded {
+                    last_successful_verification = Some(verified.time.clone());
+                }
+                last_verified = Some(verified);
+                condition
+            }
+            None => match previous_verification {
+                Some(c) => Desired {
+                    type_: backup_types::LAST_VERIFICATION_SUCCEEDED,
+                    status: if c.status == "True" {
+                        "True"
+                    } else if c.status == "False" {
+                        "False"
+                    } else {
+                        "Unknown"
+                    },
+                    reason: [reasons::VERIFIED, reasons::VERIFICATION_FAILED]
+                        .into_iter()
+                        .find(|r| *r == c.reason)
+                        .unwrap_or(reasons::NO_RUN_YET),
+                    message: c.message.clone(),
+                },
+                None => Desired::unknown(
+                    backup_types::LAST_VERIFICATION_SUCCEEDED,
+                    reasons::NO_RUN_YET,
+                    "no verification has finished yet",
+                ),
+            },
+        });
+    }
     BackupStatus {
         observed_generation: generation,
         last_schedule_time,
         last_successful_backup: last_successful,
         retention,
+        last_verified,
+        last_successful_verification,
         running: observed.running.cloned(),
-        conditions: conditions::merge(&previous.conditions, vec![ready, run], generation, now),
+        conditions: conditions::merge(&previous.conditions, desired, generation, now),
     }
+}
+
+/// Whether the status already tells of the verification `job`.
+pub fn verification_reported(status: Option<&BackupStatus>, job: &str) -> bool {
+    status.and_then(|s| s.last_verified.as_ref()).is_some_and(|v| v.job == job)
+}
+
+/// A finished verification run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verification {
+    pub job: String,
+    /// When it finished.
+    pub time: Time,
+    /// Why its Job failed; `None`: it succeeded.
+    pub failed: Option<String>,
+    /// What it reported (`None` when the pod is gone or wrote nothing).
+    pub result: Option<RunResult>,
+}
+
+impl Verification {
+    /// `job` as a verification, once it has finished.
+    pub fn of(job: &Job) -> Option<(Time, Option<String>)> {
+        match finish(job)? {
+            Finish::Succeeded(at) => Some((at, None)),
+            Finish::Failed(at, why) => Some((at, Some(why))),
+            Finish::Retrying | Finish::Stuck(_) => None,
+        }
+    }
+}
+
+/// `LastVerificationSucceeded` for the finished verification `run`, and what the
+/// status keeps of it.
+fn describe_verification(run: &Verification) -> (Desired, VerifiedBackup) {
+    let prefix = job_prefix(&run.job);
+    let result = run.result.clone().unwrap_or_default();
+    let (outcome, condition) = match &run.failed {
+        None => {
+            let message = match (&result.key, result.tables, result.rows) {
+                (Some(key), Some(tables), Some(rows)) => {
+                    let query = result.query_rows.map(|q| format!("; the query returned {q} rows")).unwrap_or_default();
+                    format!("{prefix}restored {key} into a throwaway server: {tables} tables, {rows} rows{query}")
+                }
+                _ => format!("{prefix}succeeded; its result was not readable (pod gone)"),
+            };
+            (
+                VerifyOutcome::Succeeded,
+                Desired::new(backup_types::LAST_VERIFICATION_SUCCEEDED, true, reasons::VERIFIED, message),
+            )
+        }
+        Some(why) => {
+            let detail = result.error.clone().map_or_else(|| why.clone(), |e| format!("{e} ({why})"));
+            let condition = Desired::new(
+                backup_types::LAST_VERIFICATION_SUCCEEDED,
+                false,
+                reasons::VERIFICATION_FAILED,
+                format!("{prefix}failed: {detail}; nothing was deleted"),
+            );
+            (VerifyOutcome::Failed, condition)
+        }
+    };
+    let verified = VerifiedBackup {
+        time: run.time.clone(),
+        outcome,
+        key: result.key,
+        duration_seconds: result.duration_seconds.map(|d| d.round() as i64),
+        tables: result.tables,
+        rows: result.rows,
+        job: run.job.clone(),
+    };
+    (condition, verified)
 }
 
 /// The reasons `LastBackupSucceeded` may carry, to carry one over from the stored status.
@@ -1075,7 +1368,7 @@ mod tests {
             "@hourly",
             "5 4 * * sun",
         ] {
-            assert_eq!(validate_schedule(ok), Ok(()), "{ok}");
+            assert_eq!(validate_schedule("spec.schedule", ok), Ok(()), "{ok}");
         }
     }
 
@@ -1096,7 +1389,9 @@ mod tests {
             "@sometimes",
             "",
         ] {
-            let Err(Refusal::InvalidSpec(message)) = validate_schedule(bad) else { panic!("{bad:?} was accepted") };
+            let Err(Refusal::InvalidSpec(message)) = validate_schedule("spec.schedule", bad) else {
+                panic!("{bad:?} was accepted")
+            };
             assert!(message.starts_with("spec.schedule"), "{message}");
         }
     }
@@ -1236,6 +1531,151 @@ mod tests {
         assert_eq!(env_value(&pod, "BOSUN_BACKUP_DESTINATION"), Some("file:///backups/team/db"));
         let claim = pod.volumes.iter().flatten().find_map(|v| v.persistent_volume_claim.as_ref()).expect("claim");
         assert_eq!(claim.claim_name, "dumps");
+    }
+
+    fn verified(engine: &str, verify: serde_json::Value) -> Backup {
+        let mut b = serde_json::to_value(nightly()).unwrap();
+        b["spec"]["source"]["type"] = json!(engine);
+        b["spec"]["verify"] = verify;
+        serde_json::from_value(b).unwrap()
+    }
+
+    const IMAGES: fn() -> VerifyImages =
+        || VerifyImages { postgresql: "postgres:17".into(), mysql: "mysql:8.4".into() };
+
+    #[test]
+    fn a_verification_pod_runs_its_server_beside_the_runner_on_the_loopback_only() {
+        assert_eq!(desired_verify_cronjob(&nightly(), "img", &IMAGES()), None, "none without spec.verify");
+        let b = verified("postgresql", json!({"schedule": "0 6 * * 0", "query": "SELECT 1 FROM t"}));
+        let cj = desired_verify_cronjob(&b, "img", &IMAGES()).expect("a CronJob");
+        assert_eq!(cj.metadata.name.as_deref(), Some("nightly-verify"));
+        let spec = cj.spec.unwrap();
+        assert_eq!((spec.schedule.as_str(), spec.successful_jobs_history_limit), ("0 6 * * 0", Some(1)));
+        let job = spec.job_template.spec.unwrap();
+        // No retry (a second attempt would meet the first one's tables); a week's deadline at most a day.
+        assert_eq!((job.backoff_limit, job.active_deadline_seconds), (Some(0), Some(MAX_RUN_DEADLINE_SECONDS)));
+        let pod = job.template.spec.unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let runner = &pod.containers[0];
+        assert_eq!(runner.args.as_deref(), Some(&["verify".to_owned(), "run".to_owned()][..]));
+        assert_eq!(env_value(&pod, "BOSUN_VERIFY_TARGET"), Some("postgresql://postgres@127.0.0.1:5432/verify"));
+        assert_eq!(env_value(&pod, "BOSUN_VERIFY_QUERY"), Some("SELECT 1 FROM t"));
+        assert_eq!(env_value(&pod, "BOSUN_BACKUP_NAME"), Some("nightly"));
+        // Nothing of the source database: not its Secret, not its host.
+        let text = serde_json::to_string(&pod).unwrap();
+        assert!(!text.contains("test-db"), "the source is not reachable from a verification: {text}");
+        let server = &pod.init_containers.as_ref().unwrap()[0];
+        assert_eq!((server.restart_policy.as_deref(), server.image.as_deref()), (Some("Always"), Some("postgres:17")));
+        assert!(server.args.iter().flatten().any(|a| a == "listen_addresses=127.0.0.1"), "{:?}", server.args);
+        // One password, the pod's uid, for both; written nowhere.
+        let uid = |c: &Container, name: &str| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
+        };
+        assert_eq!(uid(server, "POSTGRES_PASSWORD").as_deref(), Some("metadata.uid"));
+        assert_eq!(uid(runner, "PGPASSWORD").as_deref(), Some("metadata.uid"));
+        let data = pod.volumes.iter().flatten().find(|v| v.name == "verify-data").expect("its data volume");
+        assert_eq!(data.empty_dir, Some(EmptyDirVolumeSource::default()), "the data goes with the pod");
+
+        let mysql =
+            verified("mysql", json!({"schedule": "@weekly", "image": "mariadb:11", "activeDeadlineSeconds": 3600}));
+        let job = desired_verify_cronjob(&mysql, "img", &IMAGES()).unwrap().spec.unwrap().job_template.spec.unwrap();
+        assert_eq!(job.active_deadline_seconds, Some(3600));
+        let pod = job.template.spec.unwrap();
+        let server = &pod.init_containers.as_ref().unwrap()[0];
+        assert_eq!(server.image.as_deref(), Some("mariadb:11"), "spec.verify.image wins");
+        assert!(server.args.iter().flatten().any(|a| a == "--bind-address=127.0.0.1"));
+        assert_eq!(uid(server, "MYSQL_ROOT_PASSWORD").as_deref(), Some("metadata.uid"));
+        assert_eq!(env_value(&pod, "BOSUN_VERIFY_TARGET"), Some("mysql://root@127.0.0.1:3306/verify"));
+        assert_eq!(env_value(&pod, "BOSUN_VERIFY_QUERY"), None);
+    }
+
+    #[test]
+    fn a_bad_verify_schedule_is_refused_naming_its_field() {
+        let b = verified("postgresql", json!({"schedule": "0 6-1 * * *"}));
+        let Err(Refusal::InvalidSpec(message)) = validate(&b) else { panic!("accepted") };
+        assert!(message.starts_with("spec.verify.schedule \"0 6-1 * * *\""), "{message}");
+    }
+
+    #[test]
+    fn the_longest_interval_of_a_schedule_spans_its_quiet_days() {
+        assert_eq!(longest_interval("0 6 * * 0"), Some(7 * 86400));
+        assert_eq!(longest_interval("0 2 * * *"), Some(86400));
+        assert_eq!(longest_interval("*/5 * * * 1-5"), Some(2 * 86400 + 300), "a weekday schedule's weekend");
+        assert_eq!(longest_interval("@monthly"), Some(31 * 86400));
+        assert_eq!(longest_interval("not a schedule"), None);
+    }
+
+    #[test]
+    fn a_verification_is_told_once_and_a_failure_keeps_the_last_good_one() {
+        let mut b = verified("postgresql", json!({"schedule": "0 6 * * 0"}));
+        let cj = desired_cronjob(&b, "img");
+        let now = Timestamp::from_second(1000).unwrap();
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), ..Observed::default() }, now);
+        assert_eq!(condition(&s, "LastVerificationSucceeded").reason, "NoRunYet");
+        b.status = Some(s);
+        let good = Verification {
+            job: "verify-1".into(),
+            time: at(300),
+            failed: None,
+            result: Some(RunResult {
+                key: Some("shop/nightly/x.pgdump.zst".into()),
+                size: Some(42),
+                tables: Some(3),
+                rows: Some(1200),
+                query_rows: Some(1),
+                duration_seconds: Some(12.4),
+                ..Default::default()
+            }),
+        };
+        let observed = Observed { cronjob: Some(&cj), verification: Some(&good), ..Observed::default() };
+        let s = backup_status(&b, observed, now);
+        let v = s.last_verified.clone().unwrap();
+        assert_eq!(
+            (v.outcome, v.key.as_deref(), v.tables, v.rows, v.duration_seconds, v.job.as_str()),
+            (VerifyOutcome::Succeeded, Some("shop/nightly/x.pgdump.zst"), Some(3), Some(1200), Some(12), "verify-1")
+        );
+        assert_eq!(s.last_successful_verification, Some(at(300)));
+        let c = condition(&s, "LastVerificationSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Verified"));
+        assert_eq!(
+            c.message,
+            "Job verify-1 restored shop/nightly/x.pgdump.zst into a throwaway server: 3 tables, 1200 rows; the query returned 1 rows"
+        );
+        b.status = Some(s.clone());
+        assert!(verification_reported(b.status.as_ref(), "verify-1"));
+        assert_eq!(backup_status(&b, Observed { cronjob: Some(&cj), ..Observed::default() }, now), s, "steady");
+
+        let bad = Verification {
+            job: "verify-2".into(),
+            time: at(900),
+            failed: Some("BackoffLimitExceeded".into()),
+            result: Some(RunResult {
+                key: Some("shop/nightly/x.pgdump.zst".into()),
+                error: Some("shop/nightly/x.pgdump.zst: downloading the dump failed: zstd".into()),
+                ..Default::default()
+            }),
+        };
+        let s =
+            backup_status(&b, Observed { cronjob: Some(&cj), verification: Some(&bad), ..Observed::default() }, now);
+        let v = s.last_verified.clone().unwrap();
+        assert_eq!(
+            (v.outcome, v.time.clone(), v.key.as_deref()),
+            (VerifyOutcome::Failed, at(900), Some("shop/nightly/x.pgdump.zst"))
+        );
+        assert_eq!(s.last_successful_verification, Some(at(300)), "the last good verification is kept");
+        let c = condition(&s, "LastVerificationSucceeded");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "VerificationFailed"));
+        assert!(c.message.contains("zstd") && c.message.ends_with("nothing was deleted"), "{}", c.message);
+
+        // Without spec.verify: no condition about it.
+        b.spec.verify = None;
+        let s = backup_status(&b, Observed { cronjob: Some(&cj), ..Observed::default() }, now);
+        assert!(s.conditions.iter().all(|c| c.type_ != "LastVerificationSucceeded"));
     }
 
     fn job(name: &str, finished: Option<(bool, i64)>) -> Job {

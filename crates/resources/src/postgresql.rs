@@ -869,6 +869,7 @@ pub fn desired_backup(db: &PostgreSQL) -> Option<Backup> {
         keep_monthly: None,
         suspend: None,
         active_deadline_seconds: None,
+        verify: None,
     };
     let mut backup = Backup::new(&backup_name(db), spec);
     backup.metadata = child_meta(db, backup_name(db), labels(db));

@@ -472,6 +472,7 @@ pub fn desired_mysql_backup<K: Resource<DynamicType = ()>>(
         keep_monthly: None,
         suspend: None,
         active_deadline_seconds: None,
+        verify: None,
     };
     let name = format!("{}-backup", plan.database_name());
     let mut backup = Backup::new(&name, spec);
