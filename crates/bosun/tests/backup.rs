@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+#[allow(dead_code)] // the runner tests' databases; this file uses a few
+mod support;
+
 use bosun_api::backup::{Backup, Restore, RestorePhase, VerifyOutcome};
 use bosun_testing::backends::{Minio, bosun_binary};
 use bosun_testing::node::{BRIDGE_IP, images, import_runner_image};
@@ -243,8 +246,8 @@ async fn backups_on_the_real_node(env: &Env) -> (Minio, bosun_testing::Bosun) {
     import_runner_image();
     let s3 = Minio::start(BRIDGE_IP);
     // The images of the local cluster, for the throwaway servers of verifications.
-    let bosun =
-        env.start_bosun(&["--controllers=backup,restore", "--postgres-image=localhost/postgres:{version}"]).await;
+    let images = ["--postgres-image=localhost/postgres:{version}", "--mysql-image=localhost/mariadb:10.11"];
+    let bosun = env.start_bosun(&["--controllers=backup,restore", images[0], images[1]]).await;
     credentials(env, "test-db-credentials", &[("username", "app"), ("password", PASSWORD)]).await;
     let s3_env = s3.env();
     credentials(env, "s3-credentials", &s3_env.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>()).await;
@@ -621,6 +624,57 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         env.api::<CronJob>().get("nightly-cronjob").await.expect("the backup CronJob stays");
+    })
+    .await;
+}
+
+/// A MySQL dump's verification on the real node: its pod's throwaway server is the
+/// MariaDB image. The dump is made here, of the test backends' MariaDB, into the
+/// folder of a Backup of type mysql (whose own runs are not needed for this).
+#[tokio::test]
+async fn a_verification_of_mysql_dumps_restores_into_a_throwaway_mariadb() {
+    e2e("backup-verify-mysql", |env| async move {
+        let (s3, _bosun) = backups_on_the_real_node(&env).await;
+        let b = bosun_testing::backends();
+        let db =
+            support::Db::create(&b, support::Engine::Mysql, &bosun_testing::backends::unique("verify_source")).await;
+        db.load_dataset().await;
+        let destination = format!("s3://{}", s3.bucket);
+        let dumped = b
+            .bosun_with(
+                &["backup", "run", "--source", &db.url(), "--destination", &destination, "--endpoint", &s3.endpoint]
+                    .into_iter()
+                    .chain(["--namespace", &env.ns, "--name", "shop"])
+                    .collect::<Vec<_>>(),
+                &s3.env().iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>(),
+            )
+            .await;
+        assert!(dumped.ok, "{dumped}");
+        let key = dumped.json()["key"].as_str().unwrap().to_owned();
+        let backup = format!(
+            r#"apiVersion: backup.example.com/v1
+kind: Backup
+metadata: {{name: shop}}
+spec:
+  source: {{type: mysql, connection: {{host: shop-db, database: shop, secretRef: {{name: test-db-credentials}}}}}}
+  destination: {{type: s3, bucket: {}, endpoint: "{}", secretRef: {{name: s3-credentials}}}}
+  schedule: "0 2 * * *"
+  verify: {{schedule: "@weekly", query: "SELECT id FROM t WHERE id = 42"}}
+"#,
+            s3.bucket, s3.endpoint
+        );
+        let (ok, out) = env.kubectl_apply(&backup);
+        assert!(ok, "{out}");
+        env.wait_for::<CronJob>("shop-verify", "the verification CronJob", |_| true).await;
+        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/shop-verify", "verify-mysql"]);
+        assert!(ok, "kubectl create job: {out}");
+        let b = wait_backup_condition(&env, "shop", "LastVerificationSucceeded", "Verified", START, |_| true).await;
+        let verified = b.status.unwrap().last_verified.unwrap();
+        assert_eq!(
+            (verified.key.as_deref(), verified.tables, verified.rows),
+            (Some(key.as_str()), Some(1), Some(support::ROWS as i64)),
+            "{verified:?}"
+        );
     })
     .await;
 }
