@@ -127,7 +127,8 @@ pub struct Destination {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
     /// Client-side encryption: what is stored is encrypted before it leaves the run's
-    /// pod, so the bucket holds only ciphertext. Logical dumps only, for now.
+    /// pod (or, for a PostgreSQL's continuous backup, its instance), so the bucket holds
+    /// only ciphertext: dumps, base backups and archived WAL alike.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
 }
@@ -233,8 +234,6 @@ pub enum Method {
         .message("spec.method base is a physical base backup of a PostgreSQL server: spec.source.type must be postgresql"),
     validation = Rule::new("!has(self.spec.method) || self.spec.method != 'base' || !(has(self.spec.keepDaily) || has(self.spec.keepWeekly) || has(self.spec.keepMonthly))")
         .message("spec.keepDaily, keepWeekly, keepMonthly are for dumps: base backups are kept by their recovery window (spec.retention), which needs every base backup and WAL file in it"),
-    validation = Rule::new("!has(self.spec.destination.encryption) || !has(self.spec.method) || self.spec.method != 'base'")
-        .message("spec.destination.encryption: base backups are not encrypted yet (the recovery that reads them cannot open encrypted objects); encryption is for spec.method dump"),
     validation = Rule::new("!has(self.spec.verify) || !has(self.spec.method) || self.spec.method != 'base'")
         .message("spec.verify restores dumps: a base backup is verified by a recovery (spec.bootstrap.recovery of a PostgreSQL), not by this"),
     validation = Rule::new("!has(self.spec.verify) || self.spec.source.type != 'mongodb'")

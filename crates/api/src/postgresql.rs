@@ -144,10 +144,6 @@ pub struct Continuous {
         .message("spec.backup.continuous needs spec.backup.destination: every instance archives WAL there, and the default claim <name>-backups can be mounted by one pod only"),
     validation = Rule::new("!has(self.spec.bootstrap) || !has(self.spec.bootstrap.recovery) || has(self.spec.bootstrap.recovery.destination) || (has(self.spec.backup) && has(self.spec.backup.destination))")
         .message("spec.bootstrap.recovery needs a destination: spec.bootstrap.recovery.destination, or spec.backup.destination when the archive is there"),
-    validation = Rule::new("!has(self.spec.backup) || !has(self.spec.backup.continuous) || !has(self.spec.backup.destination) || !has(self.spec.backup.destination.encryption)")
-        .message("spec.backup.destination.encryption: continuous backup is not encrypted yet (its WAL and base backups are read by the server and the recovery, which cannot open encrypted objects); encryption is for the scheduled dumps without continuous"),
-    validation = Rule::new("!has(self.spec.bootstrap) || !has(self.spec.bootstrap.recovery) || !has(self.spec.bootstrap.recovery.destination) || !has(self.spec.bootstrap.recovery.destination.encryption)")
-        .message("spec.bootstrap.recovery.destination.encryption: a recovery reads base backups and WAL, which are not encrypted"),
     validation = Rule::new("has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap)")
         .message("spec.bootstrap is immutable: it says how the database was first made; create a new PostgreSQL to recover again"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")

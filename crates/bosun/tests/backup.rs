@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-#[allow(dead_code)] // the runner tests' databases; this file uses a few
+/// The runner tests' databases; this file uses a few.
 mod support;
 
 use bosun_api::backup::{Backup, Restore, RestorePhase, VerifyOutcome};

@@ -887,6 +887,49 @@ wal_round_trips! {
 /// data directory (with the WAL from its start to its end) under
 /// `<namespace>/<name>/base/`, a manifest naming that WAL, and a backup that
 /// PostgreSQL's own `pg_verifybackup` accepts, WAL included.
+/// A base backup with keys is stored encrypted; `bosun recover` makes a data directory
+/// of it only with the key (one pg_verifybackup accepts), and its restore_command
+/// passes the key on to `wal fetch`; without the key it refuses, naming what it needs.
+#[tokio::test]
+async fn an_encrypted_base_backup_recovers_only_with_its_key() {
+    let _timed = Timed::start("an_encrypted_base_backup_recovers_only_with_its_key");
+    let b = backends();
+    let name = unique("sealed_base");
+    let db = Db::create(&b, Engine::Postgresql, &name).await;
+    db.load_dataset().await;
+    let place = Place::new(&b, Dest::S3, &format!("bosun-tests/{name}"));
+    let identity = age::x25519::Identity::generate();
+    let file = key_file(&name, &[&identity]);
+    let keys = ["--encryption-key-file".to_owned(), file.display().to_string()];
+    let base = ["--method", "base", keys[0].as_str(), keys[1].as_str()];
+    let result = bosun_ok(&b, &backup_args(&db, &place, "physical", &name, &base)).await;
+    let key = place.relative(result["key"].as_str().unwrap());
+    assert!(key.ends_with(".base.tar.zst.age"), "{result}");
+    let raw = place.get(&key).await;
+    assert!(raw.starts_with(b"age-encryption.org/v1\n") && zstd::decode_all(&raw[..]).is_err(), "ciphertext only");
+
+    let dir = std::env::temp_dir().join(format!("bosun-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let recover = |extra: &[String]| {
+        let mut args: Vec<String> = ["recover", "--namespace", "physical", "--name", &name].map(str::to_owned).to_vec();
+        args.extend(["--pgdata".to_owned(), dir.join("data").display().to_string()]);
+        args.extend(["--settings-file".to_owned(), dir.join("recovery.conf").display().to_string()]);
+        args.extend(place.args());
+        args.extend(extra.iter().cloned());
+        args
+    };
+    let refused = b.bosun(&as_strs(&recover(&[]))).await;
+    assert!(!refused.ok && refused.stderr.contains("is encrypted"), "{refused}");
+    bosun_ok(&b, &recover(&keys)).await;
+    let verified = b.run("/usr/lib/postgresql/15/bin/pg_verifybackup", &[dir.join("data").to_str().unwrap()]).await;
+    assert!(verified.ok, "pg_verifybackup refuses the recovered data: {verified}");
+    let settings = std::fs::read_to_string(dir.join("recovery.conf")).unwrap();
+    assert!(settings.contains("--encryption-key-file") && settings.contains(&file.display().to_string()), "{settings}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    place.clear().await;
+}
+
 async fn base_backup(dest: Dest) {
     let b = backends();
     let name = unique(&format!("base_{}", dest.short()));
@@ -1054,6 +1097,7 @@ async fn base_backups_are_kept_by_recovery_window_with_the_wal_they_need() {
         pgdata: std::env::temp_dir().join(format!("bosun-{name}-never")),
         settings_file: std::env::temp_dir().join(format!("bosun-{name}-never.conf")),
         restore_command: String::new(),
+        keys: None,
     };
     let archived = recovery.archived().await.unwrap();
     let window_start = Timestamp::now() - days(7);

@@ -468,7 +468,10 @@ async fn stored_under(s3: &bosun_testing::backends::Minio, prefix: &str) -> Vec<
     let prefix = object_store::path::Path::from(prefix);
     let mut names: Vec<String> = store
         .list(Some(&prefix))
-        .map_ok(|m| m.location.filename().unwrap_or_default().trim_end_matches(".zst").to_owned())
+        .map_ok(|m| {
+            let file = m.location.filename().unwrap_or_default();
+            bosun_runner::wal::archived_name(file).unwrap_or(file).to_owned()
+        })
         .try_collect()
         .await
         .unwrap_or_default();
@@ -490,9 +493,13 @@ fn segments(names: &[String], tli: &str) -> Vec<u64> {
 /// bytes, or the error.
 async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, db: &str, name: &str) -> Result<Vec<u8>, String> {
     let dest = std::env::temp_dir().join(format!("bosun-test-{ns}-{name}"));
-    let out = tokio::process::Command::new(bosun_testing::backends::bosun_binary())
-        .args(["wal", "fetch", name])
-        .arg(&dest)
+    let mut fetch = tokio::process::Command::new(bosun_testing::backends::bosun_binary());
+    fetch.args(["wal", "fetch", name]).arg(&dest);
+    let key = archive_key_file(ns);
+    if key.exists() {
+        fetch.arg("--encryption-key-file").arg(&key);
+    }
+    let out = fetch
         .args(["--destination", &format!("s3://{}", s3.bucket), "--endpoint", &s3.endpoint])
         .args(["--namespace", ns, "--name", &format!("{db}-backup")])
         .env_clear()
@@ -506,6 +513,41 @@ async fn fetched(s3: &bosun_testing::backends::Minio, ns: &str, db: &str, name: 
     let bytes = std::fs::read(&dest).unwrap();
     std::fs::remove_file(&dest).unwrap();
     Ok(bytes)
+}
+
+/// The Secret `archive-key` of an age identity, for `destination.encryption`, and its
+/// file for [`fetched`]: the identity.
+async fn sealed_archive(env: &Env) -> age::x25519::Identity {
+    use age::secrecy::ExposeSecret;
+    let identity = age::x25519::Identity::generate();
+    let text = format!("{}\n", identity.to_string().expose_secret());
+    std::fs::write(archive_key_file(&env.ns), &text).unwrap();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("archive-key".into()), ..Default::default() },
+        data: Some([("identities".to_owned(), ByteString(text.into_bytes()))].into()),
+        ..Default::default()
+    };
+    env.apply(&secret).await;
+    identity
+}
+
+fn sealed_destination(s3: &bosun_testing::backends::Minio) -> String {
+    s3_destination(s3).replace("}}", "}, encryption: {secretRef: {name: archive-key}}}")
+}
+
+/// The object `key` is an age file that only `identity` opens into a zstd frame.
+async fn assert_ciphertext(s3: &bosun_testing::backends::Minio, key: &str, identity: &age::x25519::Identity) {
+    use object_store::ObjectStoreExt;
+    let raw = s3.store().get(&object_store::path::Path::from(key)).await.unwrap().bytes().await.unwrap();
+    assert!(raw.starts_with(b"age-encryption.org/v1\n"), "{key} is an age file");
+    let plain = age::decrypt(identity, &raw).unwrap_or_else(|e| panic!("{key} opens with the key: {e}"));
+    assert!(plain.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]), "{key} holds a zstd frame");
+}
+
+/// The age identity file of the archives of namespace `ns`, when its test encrypts
+/// them ([`fetched`] reads the WAL with it).
+fn archive_key_file(ns: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("bosun-test-{ns}-archive-key"))
 }
 
 /// A MinIO of the test's own where the real node's pods reach it, and the Secret
@@ -715,7 +757,10 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         bosun_testing::node::import_runner_image();
         let s3 = store_for(&env).await;
         let _bosun = env.start_bosun(REAL_NODE).await;
-        let (ok, out) = env.kubectl_apply(&archiving_database("src", &s3, 2, ""));
+        // The archive encrypted: base backups and WAL alike, by the instances themselves.
+        let identity = sealed_archive(&env).await;
+        let sealed = |manifest: String| manifest.replace(&s3_destination(&s3), &sealed_destination(&s3));
+        let (ok, out) = env.kubectl_apply(&sealed(archiving_database("src", &s3, 2, "")));
         assert!(ok, "{out}");
         let db = wait_ready(&env, "src", Duration::from_secs(300)).await;
         let primary = db.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
@@ -726,7 +771,11 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         .await;
         sql_on(&env, &primary, "CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 100)");
         let key = base_backup(&env, "src", "base-1").await;
-        assert!(key.starts_with(&format!("{}/src-backup/base/", env.ns)) && key.ends_with(".base.tar.zst"), "{key}");
+        assert!(
+            key.starts_with(&format!("{}/src-backup/base/", env.ns)) && key.ends_with(".base.tar.zst.age"),
+            "{key}"
+        );
+        assert_ciphertext(&s3, &key, &identity).await;
         let db = env
             .wait_for::<PostgreSQL>("src", "the recoverable range", |db| {
                 db.status
@@ -745,9 +794,15 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(201, 300)");
         sql_on(&env, &primary, "DROP TABLE t");
         switch_and_wait_archived(&env, &s3, "src", &primary).await;
+        // Every archived WAL file is stored encrypted (the .age object is there).
+        let archived = archived_of(&s3, &env.ns, "src").await;
+        assert!(archived.iter().any(|n| n.len() == 24), "{archived:?}");
+        for name in archived {
+            assert_ciphertext(&s3, &format!("{}/src-backup/wal/{name}.zst.age", env.ns), &identity).await;
+        }
 
         // The spec's own mistakes: refused by the apiserver, naming the field.
-        let recovery = |name: &str, target: &str| recovery_database(name, &s3, "src", target);
+        let recovery = |name: &str, target: &str| sealed(recovery_database(name, &s3, "src", target));
         for (target, says) in [
             ("      targetTime: \"yesterday\"\n", "targetTime"),
             ("      targetTime: \"2026-01-01T00:00:00Z\"\n      targetLSN: \"0/3000000\"\n", "at most one of"),

@@ -129,10 +129,6 @@ async fn out_of_range_and_malformed_input_is_refused_naming_the_field() {
     .await;
 }
 
-/// `destination.encryption` and the tiers of retention are for logical dumps: a base
-/// backup, a PostgreSQL's continuous archive or a recovery from one with encryption, and
-/// a base backup with tiers, are refused at admission naming the field; a dump with
-/// them, and a PostgreSQL whose scheduled dumps are encrypted, are not.
 /// `spec.verify`: what a careless user writes is refused naming the field; dumps of
 /// PostgreSQL and MySQL are accepted.
 #[tokio::test]
@@ -164,8 +160,12 @@ async fn verify_is_refused_where_it_cannot_run() {
     .await;
 }
 
+/// `destination.encryption` is accepted wherever something is stored or read: dumps,
+/// base backups, a PostgreSQL's continuous archive and a recovery from one. The tiers
+/// of retention are for logical dumps: a base backup with tiers is refused at
+/// admission naming the fields.
 #[tokio::test]
-async fn encryption_is_refused_where_it_is_not_read_yet() {
+async fn encryption_is_accepted_everywhere_and_tiers_only_on_dumps() {
     use bosun_api::backup::Backup;
     use bosun_api::postgresql::PostgreSQL;
     e2e("schema-encryption", |env| async move {
@@ -175,7 +175,7 @@ async fn encryption_is_refused_where_it_is_not_read_yet() {
                 "source": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "c"}}},
                 "destination": sealed, "schedule": "0 2 * * *", "method": method}})
         };
-        refused(env.create_raw::<Backup>(backup("base", "base")).await, "an encrypted base backup", "spec.destination.encryption");
+        accepted(env.create_raw::<Backup>(backup("base", "base")).await, "an encrypted base backup");
         accepted(env.create_raw::<Backup>(backup("dump", "dump")).await, "an encrypted dump");
         // The tiers of retention are for dumps too.
         let mut tiered = backup("tiered-base", "base");
@@ -195,16 +195,14 @@ async fn encryption_is_refused_where_it_is_not_read_yet() {
             }
             json!({"metadata": {"name": name}, "spec": spec})
         };
-        refused(
+        accepted(
             env.create_raw::<PostgreSQL>(db("archive", json!({"enabled": true, "destination": sealed, "continuous": {}}), None)).await,
             "an encrypted continuous archive",
-            "spec.backup.destination.encryption",
         );
         let recovery = json!({"recovery": {"source": "old", "destination": sealed}});
-        refused(
+        accepted(
             env.create_raw::<PostgreSQL>(db("recovered", json!({"enabled": false}), Some(recovery))).await,
             "a recovery from an encrypted destination",
-            "spec.bootstrap.recovery.destination.encryption",
         );
         accepted(
             env.create_raw::<PostgreSQL>(db("dumps", json!({"enabled": true, "destination": sealed}), None)).await,

@@ -351,6 +351,22 @@ pub fn namespace_env(name: &str) -> EnvVar {
     EnvVar { name: name.to_owned(), value: None, value_from: Some(namespace) }
 }
 
+/// The variables that give the runner the encryption keys of `d` (none without
+/// encryption); the Secret's key is mounted by [`reach`]'s volumes. The message name
+/// needs `BOSUN_BACKUP_NAMESPACE` defined before them.
+pub fn encryption_env(d: &Destination) -> Vec<EnvVar> {
+    let Some(encryption) = &d.encryption else { return Vec::new() };
+    let secret = &encryption.secret_ref.name;
+    vec![
+        value("BOSUN_BACKUP_ENCRYPTION_KEY_FILE", format!("{ENCRYPTION_MOUNT}/{ENCRYPTION_KEY}")),
+        // What the runner's messages call it; the namespace by the kubelet's expansion.
+        value(
+            "BOSUN_BACKUP_ENCRYPTION_KEY_NAME",
+            format!("Secret $(BOSUN_BACKUP_NAMESPACE)/{secret} (key {ENCRYPTION_KEY})"),
+        ),
+    ]
+}
+
 /// How to reach the destination `d` of the folder `<namespace>/<name>` (the
 /// namespace is the pod's own, given by the downward API).
 pub fn reach(d: &Destination, name: &str) -> Reach {
@@ -361,15 +377,7 @@ pub fn reach(d: &Destination, name: &str) -> Reach {
     ];
     env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
     env.extend(d.region.as_ref().map(|r| value("BOSUN_BACKUP_REGION", r.clone())));
-    if let Some(encryption) = &d.encryption {
-        let secret = &encryption.secret_ref.name;
-        env.push(value("BOSUN_BACKUP_ENCRYPTION_KEY_FILE", format!("{ENCRYPTION_MOUNT}/{ENCRYPTION_KEY}")));
-        // What the runner's messages call it; the namespace by the kubelet's expansion.
-        env.push(value(
-            "BOSUN_BACKUP_ENCRYPTION_KEY_NAME",
-            format!("Secret $(BOSUN_BACKUP_NAMESPACE)/{secret} (key {ENCRYPTION_KEY})"),
-        ));
-    }
+    env.extend(encryption_env(d));
     let env_from = d.secret_ref.as_ref().map(|s| {
         vec![EnvFromSource {
             secret_ref: Some(SecretEnvSource { name: s.name.clone(), optional: Some(false) }),

@@ -478,10 +478,10 @@ fn recovery_refusal(db: &PostgreSQL, sts: Option<&StatefulSet>, claims: &[&Persi
     let own = continuous_destination(db)?;
     let same_claim = (own.type_ == DestinationType::Pvc) == (from.type_ == DestinationType::Pvc)
         && (from.type_ != DestinationType::Pvc || own.bucket == from.bucket);
-    (own.secret_ref != from.secret_ref || !same_claim).then(|| {
+    (own.secret_ref != from.secret_ref || own.encryption != from.encryption || !same_claim).then(|| {
         format!(
             "spec.bootstrap.recovery.destination: recovering from {} (of {}) while archiving to {} needs the same \
-             secretRef (and claim) for both: an instance reaches one archive's credentials",
+             secretRef, encryption (and claim) for both: an instance reaches one archive's credentials and keys",
             crate::backup::destination_url(from),
             recovery.source,
             crate::backup::destination_url(own)
@@ -614,17 +614,20 @@ pub fn desired_statefulset(
     // same: `check` refuses others).
     let archive = continuous.or(recovery.map(|(_, d)| d));
     if let Some(destination) = archive {
-        // WAL and base backups are not encrypted (the API refuses encryption with
-        // them); an encryption of spec.backup.destination is its dumps' alone.
-        let destination = Destination { encryption: None, ..destination.clone() };
-        let reach = crate::backup::reach(&destination, &backup_name(db));
+        // With the archive's encryption keys (its Secret's `identities`, mounted
+        // read-only): WAL and base backups are encrypted as the dumps are.
+        let reach = crate::backup::reach(destination, &backup_name(db));
         volumes.extend(reach.volumes);
         container.env_from = reach.env_from;
         container.volume_mounts.get_or_insert_with(Vec::new).extend(reach.mounts);
+        let env = container.env.get_or_insert_with(Vec::new);
         if continuous.is_some() {
-            let env = container.env.get_or_insert_with(Vec::new);
             env.extend(reach.env);
             env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));
+        } else if destination.encryption.is_some() {
+            // A recovery only: its keys, named as the runs name them.
+            env.push(crate::backup::namespace_env("BOSUN_BACKUP_NAMESPACE"));
+            env.extend(crate::backup::encryption_env(destination));
         }
     }
     if let Some((recovery, destination)) = recovery {
@@ -1469,6 +1472,55 @@ mod tests {
         let probe = |p: &Option<Probe>| p.as_ref().unwrap().exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
         assert!(probe(&postgres.readiness_probe).contains("recovery.signal"));
         assert!(!probe(&postgres.liveness_probe).contains("recovery.signal"));
+    }
+
+    #[test]
+    fn an_encrypted_archive_gives_the_server_and_the_recovery_the_key_and_nothing_else_of_the_secret() {
+        let env_of = |db: &PostgreSQL| {
+            let spec = desired_statefulset(db, &Settings::default(), None, "d").spec.unwrap().template.spec.unwrap();
+            let postgres = spec.containers[0].clone();
+            let env: BTreeMap<String, Option<String>> =
+                postgres.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone())).collect();
+            (env, spec, postgres)
+        };
+        let sealed = r#"{version: "15", storage: 1Gi, replicas: 2, backup: {enabled: true,
+            destination: {type: s3, bucket: wal, secretRef: {name: s3}, encryption: {secretRef: {name: archive-key}}},
+            continuous: {}}}"#;
+        let (env, spec, postgres) = env_of(&db(sealed));
+        assert_eq!(
+            env["BOSUN_BACKUP_ENCRYPTION_KEY_FILE"].as_deref(),
+            Some("/var/run/secrets/bosun/encryption/identities")
+        );
+        assert_eq!(
+            env["BOSUN_BACKUP_ENCRYPTION_KEY_NAME"].as_deref(),
+            Some("Secret $(BOSUN_BACKUP_NAMESPACE)/archive-key (key identities)")
+        );
+        let key = spec.volumes.iter().flatten().find(|v| v.name == "encryption-key").expect("the key's volume");
+        let items = key.secret.as_ref().unwrap().items.clone().unwrap();
+        assert_eq!((items.len(), items[0].key.as_str()), (1, "identities"), "only the identities are mounted");
+        assert!(
+            postgres.volume_mounts.iter().flatten().any(|m| m.name == "encryption-key" && m.read_only == Some(true))
+        );
+
+        // A recovery only: the same key, and the namespace its name refers to.
+        let recovered = RECOVERED
+            .replace("secretRef: {name: s3}}", "secretRef: {name: s3}, encryption: {secretRef: {name: archive-key}}}");
+        let (env, _, _) = env_of(&db(&recovered));
+        assert!(env.contains_key("BOSUN_BACKUP_ENCRYPTION_KEY_FILE") && env.contains_key("BOSUN_BACKUP_NAMESPACE"));
+        // Without encryption, nothing of it: the pods of existing databases do not change.
+        let (env, _, _) = env_of(&db(RECOVERED));
+        assert!(!env.contains_key("BOSUN_BACKUP_ENCRYPTION_KEY_FILE") && !env.contains_key("BOSUN_BACKUP_NAMESPACE"));
+
+        // Recovering from one archive while archiving to another needs the same keys.
+        let mut both = db(&recovered);
+        both.spec.backup = Some(
+            serde_yaml_ng::from_str(
+                r#"{enabled: true, destination: {type: s3, bucket: mine, secretRef: {name: s3}}, continuous: {}}"#,
+            )
+            .unwrap(),
+        );
+        let refused = check(&both, None, &[]).unwrap_err();
+        assert!(refused.message().contains("encryption"), "{}", refused.message());
     }
 
     #[test]

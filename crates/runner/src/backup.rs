@@ -260,7 +260,9 @@ impl Backup {
         let oldest = catalogue.good.iter().find(|m| !gone(&m.key));
         if let (Method::Base, Some(wal)) = (self.method, oldest.and_then(|m| m.wal.as_ref())) {
             let database = self.folder.strip_suffix("/base").unwrap_or(&self.folder);
-            let archive = crate::wal::Archive { store: self.store.clone(), folder: crate::wal::folder(database) };
+            // Pruning reads no WAL: no keys needed.
+            let archive =
+                crate::wal::Archive { store: self.store.clone(), folder: crate::wal::folder(database), keys: None };
             pruned.deleted.extend(archive.prune_before(&wal.start_wal).await?);
         }
         pruned.oldest = oldest.map(|m| if self.method == Method::Base { m.finished } else { m.started });

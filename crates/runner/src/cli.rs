@@ -44,6 +44,8 @@ pub struct WalPushArgs {
     pub destination: DestinationArgs,
     #[command(flatten)]
     pub folder: FolderArgs,
+    #[command(flatten)]
+    pub encryption: EncryptionArgs,
     /// Leave a failed push's error in this file (removed by the next good push), for
     /// whoever watches the server: its own statistics name only the file that failed.
     #[arg(long, env = "BOSUN_WAL_ERROR_FILE")]
@@ -61,6 +63,8 @@ pub struct WalFetchArgs {
     pub destination: DestinationArgs,
     #[command(flatten)]
     pub folder: FolderArgs,
+    #[command(flatten)]
+    pub encryption: EncryptionArgs,
 }
 
 /// `bosun recover`: a new data directory from a PostgreSQL's base backups and WAL.
@@ -71,6 +75,9 @@ pub struct RecoverArgs {
     /// `--name`: the database whose archive to recover from (its folder `<namespace>/<name>`).
     #[command(flatten)]
     pub folder: FolderArgs,
+    /// The keys of an encrypted archive (base backups and WAL).
+    #[command(flatten)]
+    pub encryption: EncryptionArgs,
     /// The data directory to create: it must not exist or be empty.
     #[arg(long, env = "PGDATA")]
     pub pgdata: PathBuf,
@@ -286,13 +293,6 @@ pub async fn backup_run(args: &BackupRunArgs) -> Result<crate::backup::Report, E
         ));
     }
     let keys = args.encryption.keys()?;
-    if args.method == Method::Base && keys.is_some() {
-        return Err(Error::Usage(
-            "--encryption-key-file: base backups are not encrypted yet (the recovery that reads them and the \
-             WAL archived beside them cannot read encrypted objects); encrypt logical dumps (--method dump)"
-                .into(),
-        ));
-    }
     let mut folder = args.folder.folder(Some(&source.name))?;
     if args.method == Method::Base {
         // Beside the database's archived WAL (`<namespace>/<name>/wal`).
@@ -356,14 +356,14 @@ pub async fn verify_run(args: &VerifyRunArgs) -> Result<crate::verify::Report, E
 
 impl FolderArgs {
     /// The database's WAL folder, `<namespace>/<name>/wal` (`--name` names the database).
-    fn archive(&self, destination: &DestinationArgs) -> Result<Archive, Error> {
-        Ok(Archive { store: destination.open()?, folder: wal::folder(&self.folder(None)?) })
+    fn archive(&self, destination: &DestinationArgs, encryption: &EncryptionArgs) -> Result<Archive, Error> {
+        Ok(Archive { store: destination.open()?, folder: wal::folder(&self.folder(None)?), keys: encryption.keys()? })
     }
 }
 
 /// `bosun wal push`.
 pub async fn wal_push(args: &WalPushArgs) -> Result<wal::Report, Error> {
-    let pushed = match args.folder.archive(&args.destination) {
+    let pushed = match args.folder.archive(&args.destination, &args.encryption) {
         Ok(archive) => archive.push(&args.path).await,
         Err(e) => Err(e),
     };
@@ -379,7 +379,7 @@ pub async fn wal_push(args: &WalPushArgs) -> Result<wal::Report, Error> {
 
 /// `bosun wal fetch`.
 pub async fn wal_fetch(args: &WalFetchArgs) -> Result<wal::Report, Error> {
-    args.folder.archive(&args.destination)?.fetch(&args.file, &args.dest).await
+    args.folder.archive(&args.destination, &args.encryption)?.fetch(&args.file, &args.dest).await
 }
 
 /// `bosun recover`.
@@ -397,7 +397,13 @@ pub async fn recover(args: &RecoverArgs) -> Result<crate::recover::Report, Error
     let folder = args.folder.folder(None)?;
     let recovery = Recovery {
         store: args.destination.open()?,
-        restore_command: restore_command(&args.destination, &args.folder.namespace, args.folder.name.as_deref())?,
+        restore_command: restore_command(
+            &args.destination,
+            &args.encryption,
+            &args.folder.namespace,
+            args.folder.name.as_deref(),
+        )?,
+        keys: args.encryption.keys()?,
         folder,
         target,
         pgdata: args.pgdata.clone(),
@@ -407,7 +413,12 @@ pub async fn recover(args: &RecoverArgs) -> Result<crate::recover::Report, Error
 }
 
 /// The server's `restore_command`: this executable's `wal fetch` of the same archive.
-fn restore_command(destination: &DestinationArgs, namespace: &str, name: Option<&str>) -> Result<String, Error> {
+fn restore_command(
+    destination: &DestinationArgs,
+    encryption: &EncryptionArgs,
+    namespace: &str,
+    name: Option<&str>,
+) -> Result<String, Error> {
     let me = std::env::current_exe().map_err(|e| Error::Usage(format!("finding this executable: {e}")))?;
     let mut words = vec![me.display().to_string(), "wal".into(), "fetch".into()];
     let flags = [
@@ -417,6 +428,12 @@ fn restore_command(destination: &DestinationArgs, namespace: &str, name: Option<
         ("--namespace", Some(namespace)),
         ("--name", name),
     ];
+    let key_file = encryption.encryption_key_file.as_ref().map(|f| f.display().to_string());
+    let keys = [
+        ("--encryption-key-file", key_file.as_deref()),
+        ("--encryption-key-name", encryption.encryption_key_name.as_deref()),
+    ];
+    let flags = flags.into_iter().chain(keys);
     for (flag, value) in flags {
         if let Some(value) = value {
             words.extend([flag.to_owned(), value.to_owned()]);

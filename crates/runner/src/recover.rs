@@ -146,6 +146,8 @@ pub struct Recovery {
     pub settings_file: PathBuf,
     /// The server's `restore_command` (`bosun wal fetch %f %p …` of this archive).
     pub restore_command: String,
+    /// The identities that open an encrypted archive.
+    pub keys: Option<crate::seal::Keys>,
 }
 
 /// What a recovery prepared.
@@ -203,7 +205,7 @@ impl Recovery {
         let mut last_wal: Option<(String, Timestamp)> = None;
         let mut listing = self.store.objects.list(Some(&prefix));
         while let Some(meta) = listing.try_next().await.map_err(storage("listing the archived WAL"))? {
-            let Some(name) = meta.location.filename().and_then(|f| f.strip_suffix(".zst")) else { continue };
+            let Some(name) = meta.location.filename().and_then(wal::archived_name) else { continue };
             // Whole segments only (no partial one, label or history).
             let Some(position) = wal::position(name).filter(|_| name.len() == 24) else { continue };
             let at =
@@ -227,7 +229,19 @@ impl Recovery {
             .map_err(storage("downloading the base backup"))?;
         let mut hasher = Sha256::new();
         let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
-        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(StreamReader::new(bytes));
+        let reader = StreamReader::new(bytes);
+        let what = self.store.full_key(&base.key);
+        let sealed_to = base.encryption.as_ref().map(|e| e.recipient.as_str());
+        let compressed: Box<dyn tokio::io::AsyncBufRead + Unpin + Send> =
+            match (&self.keys, sealed_to.is_some() || base.key.ends_with(crate::seal::SUFFIX)) {
+                (_, false) => Box::new(reader),
+                (None, true) => return Err(crate::seal::no_keys(&what, sealed_to)),
+                (Some(keys), true) => Box::new(tokio::io::BufReader::with_capacity(
+                    256 * 1024,
+                    keys.open(reader, &what, sealed_to).await?,
+                )),
+            };
+        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
         let tar = crate::tool::untar(dir);
         let mut running = tar.spawn(true, false)?;
         let mut stdin = running.child.stdin.take().ok_or(Error::Tool { tool: "tar", detail: "no stdin".into() })?;
@@ -241,6 +255,7 @@ impl Recovery {
         let copied = copied.map_err(|e| Error::Tool { tool: "downloading the base backup", detail: e.to_string() })?;
         closed.map_err(|e| Error::Tool { tool: "tar", detail: e.to_string() })?;
         exited?;
+        drop(unzstd);
         let sha256 = hex::encode(hasher.finalize());
         if sha256 != base.sha256 || copied != base.uncompressed_size {
             return Err(Error::Verify(format!(

@@ -2,11 +2,15 @@
 //! server's `archive_command`, `bosun wal fetch` its `restore_command`.
 //!
 //! ```text
-//! pg_wal/<file> ──► zstd (frame checksum) ──► put-if-absent <folder>/wal/<file>.zst
-//!                                                │ already there
-//!                                                └─► same bytes? fine : refused, loudly
-//! <folder>/wal/<file>.zst ──► zstd -d (checksum checked) ──► <dest>.bosun-partial ──► rename
+//! pg_wal/<file> ──► zstd (frame checksum) ──► [age] ──► put-if-absent <folder>/wal/<file>.zst[.age]
+//!                                                          │ already there
+//!                                                          └─► same bytes? fine : refused, loudly
+//! <folder>/wal/<file>.zst[.age] ──► [age -d] ──► zstd -d (checksum checked) ──► <dest>.bosun-partial ──► rename
 //! ```
+//!
+//! With keys ([`crate::seal`]), a push stores `<file>.zst.age`, encrypted to the first
+//! identity; a fetch opens either form, so an archive that was plain before encryption
+//! was turned on stays readable.
 //!
 //! A WAL file is written once and never overwritten: a second push of identical bytes
 //! (the server retrying after a crash between upload and its bookkeeping) succeeds,
@@ -20,6 +24,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
+use crate::seal::{self, Keys};
 use crate::store::Store;
 use crate::{Error, storage};
 
@@ -35,6 +40,13 @@ pub struct Archive {
     pub store: Store,
     /// [`folder`].
     pub folder: String,
+    /// Encrypt what is pushed to the first of these; open what is fetched with any.
+    pub keys: Option<Keys>,
+}
+
+/// The WAL file an archived object's file name holds (`<file>.zst` or `<file>.zst.age`).
+pub fn archived_name(object_name: &str) -> Option<&str> {
+    object_name.strip_suffix(seal::SUFFIX).unwrap_or(object_name).strip_suffix(".zst")
 }
 
 /// What a push or a fetch did (one JSON line on stdout).
@@ -83,8 +95,9 @@ fn checked_name(flag: &str, name: &str) -> Result<(), Error> {
 }
 
 impl Archive {
-    fn key(&self, name: &str) -> String {
-        format!("{}/{name}.zst", self.folder)
+    /// The key of the WAL file `name`, plain or encrypted.
+    fn key(&self, name: &str, sealed: bool) -> String {
+        format!("{}/{name}.zst{}", self.folder, if sealed { seal::SUFFIX } else { "" })
     }
 
     /// Archive the WAL file at `path` (`archive_command = 'bosun wal push %p'`).
@@ -93,8 +106,11 @@ impl Archive {
         checked_name("PATH", name)?;
         let bytes =
             tokio::fs::read(path).await.map_err(|e| Error::Usage(format!("reading {}: {e}", path.display())))?;
-        let compressed = compress(&bytes).await?;
-        let key = self.key(name);
+        let mut compressed = compress(&bytes).await?;
+        if let Some(keys) = &self.keys {
+            compressed = sealed(keys, &compressed).await?;
+        }
+        let key = self.key(name, self.keys.is_some());
         let location = self.store.path(&key);
         let stored = compressed.len() as u64;
         let create = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
@@ -123,8 +139,15 @@ impl Archive {
     /// server asks for files past the end of the archive as a matter of course.
     pub async fn fetch(&self, name: &str, dest: &Path) -> Result<Report, Error> {
         checked_name("NAME", name)?;
-        let key = self.key(name);
-        let (bytes, stored) = self.read(&key).await?;
+        // The form this archive is likely in first: encrypted when there are keys.
+        let sealed = self.keys.is_some();
+        let (key, (bytes, stored)) = match self.read(&self.key(name, sealed)).await {
+            Err(Error::NotArchived(_)) => {
+                let other = self.key(name, !sealed);
+                (other.clone(), self.read(&other).await?)
+            }
+            read => (self.key(name, sealed), read?),
+        };
         // Written beside the destination and renamed: the server never sees half a file.
         let partial = dest.with_extension("bosun-partial");
         let write = async {
@@ -154,7 +177,7 @@ impl Archive {
             .map_err(storage("listing the archived WAL"))?;
         let mut deleted = Vec::new();
         for meta in objects {
-            let Some(name) = meta.location.filename().and_then(|f| f.strip_suffix(".zst")) else { continue };
+            let Some(name) = meta.location.filename().and_then(archived_name) else { continue };
             let earlier = position(name).is_some_and(|p| p < start);
             if !earlier {
                 continue;
@@ -167,8 +190,8 @@ impl Archive {
         Ok(deleted)
     }
 
-    /// The archived bytes of `key`, decompressed (the frame checksum checked), and
-    /// the size stored.
+    /// The archived bytes of `key`, decrypted when it is encrypted, decompressed (the
+    /// frame checksum checked), and the size stored.
     async fn read(&self, key: &str) -> Result<(Vec<u8>, u64), Error> {
         let got = match self.store.objects.get(&self.store.path(key)).await {
             Ok(got) => got,
@@ -177,12 +200,38 @@ impl Archive {
             }
             Err(e) => return Err(storage("reading archived WAL")(e)),
         };
-        let compressed = got.bytes().await.map_err(storage("reading archived WAL"))?;
+        let stored = got.bytes().await.map_err(storage("reading archived WAL"))?;
+        let what = self.store.full_key(key);
+        let compressed = match (key.ends_with(seal::SUFFIX), &self.keys) {
+            (false, _) => stored.to_vec(),
+            (true, None) => return Err(seal::no_keys(&what, None)),
+            (true, Some(keys)) => {
+                let mut plain = Vec::new();
+                keys.open(&stored[..], &what, None)
+                    .await?
+                    .read_to_end(&mut plain)
+                    .await
+                    .map_err(|e| Error::Encryption(format!("{what}: {e}")))?;
+                plain
+            }
+        };
         let bytes = decompress(&compressed)
             .await
             .map_err(|e| Error::Verify(format!("{} does not decompress: {e}", self.store.full_key(key))))?;
-        Ok((bytes, compressed.len() as u64))
+        Ok((bytes, stored.len() as u64))
     }
+}
+
+/// `plain` encrypted to the first of `keys`.
+async fn sealed(keys: &Keys, plain: &[u8]) -> Result<Vec<u8>, Error> {
+    use tokio::io::AsyncWriteExt;
+    let failed = |e: std::io::Error| Error::Encryption(format!("encrypting WAL: {e}"));
+    let mut out = Vec::with_capacity(plain.len() + 256);
+    let mut writer = keys.seal(&mut out).await.map_err(failed)?;
+    writer.write_all(plain).await.map_err(failed)?;
+    writer.shutdown().await.map_err(failed)?;
+    drop(writer);
+    Ok(out)
 }
 
 /// zstd with a frame checksum, as the dumps are.
@@ -216,6 +265,7 @@ mod tests {
         Archive {
             store: Store::open(&destination, &Endpoint::default()).unwrap(),
             folder: folder(&crate::manifest::folder("ns", "db")),
+            keys: None,
         }
     }
 
@@ -276,6 +326,53 @@ mod tests {
         assert_eq!(fetched.size, bytes.len() as u64);
         assert_eq!(&std::fs::read(&restored).unwrap()[..11], b"first write");
         assert!(!dir.join("pg_wal/RECOVERYXLOG.bosun-partial").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn with_keys_the_archive_holds_only_ciphertext_and_opens_either_form() {
+        let dir = scratch("sealed");
+        let plain = archive(&dir.join("bucket"));
+        let key = age::x25519::Identity::generate();
+        use age::secrecy::ExposeSecret;
+        let keys = |ids: &[&age::x25519::Identity]| {
+            let text: String = ids.iter().map(|i| format!("{}\n", i.to_string().expose_secret())).collect();
+            Some(Keys::parse(&text, "Secret ns/archive-key (key identities)").unwrap())
+        };
+        let sealed = Archive { keys: keys(&[&key]), ..plain.clone() };
+        // One segment archived before encryption was turned on, one after.
+        let before = dir.join("pg_wal/000000010000000000000004");
+        std::fs::write(&before, vec![4u8; 1 << 20]).unwrap();
+        plain.push(&before).await.unwrap();
+        let after = dir.join("pg_wal/000000010000000000000005");
+        let mut bytes = vec![0u8; 1 << 20];
+        bytes[..14].copy_from_slice(b"canary in WAL!");
+        std::fs::write(&after, &bytes).unwrap();
+        let pushed = sealed.push(&after).await.unwrap();
+        assert!(pushed.key.ends_with("ns/db/wal/000000010000000000000005.zst.age"), "{pushed:?}");
+        let raw = std::fs::read(dir.join("bucket/ns/db/wal/000000010000000000000005.zst.age")).unwrap();
+        assert!(raw.starts_with(b"age-encryption.org/v1\n"), "an age file");
+        assert!(sealed.push(&after).await.unwrap().already_archived, "a retried push of the same bytes is fine");
+
+        let dest = dir.join("pg_wal/RECOVERYXLOG");
+        sealed.fetch("000000010000000000000005", &dest).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+        sealed.fetch("000000010000000000000004", &dest).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), vec![4u8; 1 << 20], "the plain one still opens");
+        std::fs::remove_file(&dest).unwrap();
+        // Without the key, or with another: refused naming what is needed; nothing written.
+        let none = plain.fetch("000000010000000000000005", &dest).await.unwrap_err().to_string();
+        assert!(none.contains("is encrypted") && none.contains("000000010000000000000005"), "{none}");
+        let other = Archive { keys: keys(&[&age::x25519::Identity::generate()]), ..plain.clone() };
+        let wrong = other.fetch("000000010000000000000005", &dest).await.unwrap_err().to_string();
+        assert!(wrong.contains("Secret ns/archive-key (key identities)"), "{wrong}");
+        assert!(!dest.exists());
+        // Rotated: the new key first, the old one kept; both forms and both keys open.
+        let rotated = Archive { keys: keys(&[&age::x25519::Identity::generate(), &key]), ..plain.clone() };
+        rotated.fetch("000000010000000000000005", &dest).await.unwrap();
+        // Retention finds encrypted WAL by its name too.
+        let deleted = sealed.prune_before("000000010000000000000006").await.unwrap();
+        assert_eq!(deleted.len(), 2, "{deleted:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
