@@ -19,7 +19,7 @@ use object_store::buffered::BufWriter;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::catalogue::Catalogue;
 use crate::location::Database;
@@ -102,6 +102,7 @@ pub struct Report {
 impl Backup {
     pub async fn run(&self) -> Result<Report, Error> {
         let started = Timestamp::now();
+        let started_at = std::time::Instant::now();
         // First contact: a wrong password or an unreachable host fails here, before
         // anything is uploaded.
         let server_version = tool::server_version(&self.source, &self.password)
@@ -123,14 +124,20 @@ impl Backup {
         }
         let path = self.store.path(&key);
 
+        tracing::debug!(elapsed_ms = started_at.elapsed().as_millis() as u64, "dump starts");
         let mut running = dump.spawn(false, true)?;
         let stdout =
             running.child.stdout.take().ok_or(Error::Tool { tool: dump.program, detail: "no stdout".into() })?;
         let uncompressed = Arc::new(AtomicU64::new(0));
         let stored = Arc::new(AtomicU64::new(0));
-        let counted = Counting { inner: stdout, count: uncompressed.clone() };
+        // Read on a thread of its own (see `compressing`): a blocking file.
+        let stdout = std::fs::File::from(
+            stdout
+                .into_owned_fd()
+                .map_err(|e| Error::Tool { tool: dump.program, detail: format!("its stdout: {e}") })?,
+        );
         let _telling = tell_progress(&uncompressed, &stored);
-        let mut zstd = compressing(counted);
+        let mut zstd = compressing(stdout, uncompressed.clone());
         let mut upload = BufWriter::with_capacity(self.store.objects.clone(), path.clone(), PART_SIZE)
             .with_max_concurrency(PARTS_IN_FLIGHT);
 
@@ -144,6 +151,7 @@ impl Backup {
             let _ = running.child.start_kill();
         }
         drop(zstd);
+        tracing::debug!(elapsed_ms = started_at.elapsed().as_millis() as u64, "dump streamed");
         // The tool's verdict comes before the upload is completed: a dump that died
         // mid-way must never become an object.
         let exited = running.finish_reporting().await;
@@ -163,6 +171,7 @@ impl Backup {
             return Err(Error::Upload(format!("completing the upload of {key} to {}: {e}", self.store.destination)));
         }
 
+        tracing::debug!(elapsed_ms = started_at.elapsed().as_millis() as u64, "upload completed");
         // A base backup is only good with the WAL range it needs.
         let wal = match self.method {
             Method::Dump => None,
@@ -181,6 +190,7 @@ impl Backup {
             let _ = self.store.objects.delete(&path).await;
             return Err(e);
         }
+        tracing::debug!(elapsed_ms = started_at.elapsed().as_millis() as u64, "verified");
         let finished = Timestamp::now();
         let manifest = Manifest {
             key: key.clone(),
@@ -310,30 +320,45 @@ pub struct KeptReport {
 }
 
 /// The dump compressed with zstd (with frame checksums, so a restore notices a
-/// corrupted object before it loads it), by a task of its own: compressing overlaps
-/// with hashing, encrypting and uploading what came before, as the processes of
-/// `pg_dump | zstd | upload` do. A few chunks wait between them at most.
-fn compressing<R: AsyncRead + Unpin + Send + 'static>(dump: R) -> impl AsyncRead + Unpin {
+/// corrupted object before it loads it), counting the bytes read into `count`.
+/// Compressing runs beside the rest, as the processes of `pg_dump | zstd | upload` do:
+/// a blocking thread reads the dump and feeds zstd, whose own worker compresses (its
+/// multithreaded mode with one worker, as the `zstd` CLI runs: whole jobs in one
+/// buffer, a sixth faster than the streaming mode, whose window wraps); the
+/// compressed chunks reach the upload through a channel, a few waiting at most.
+fn compressing(dump: std::fs::File, count: Arc<AtomicU64>) -> impl AsyncRead + Unpin {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(COMPRESSED_CHUNKS_WAITING);
-    tokio::spawn(async move {
-        let mut zstd = async_compression::tokio::bufread::ZstdEncoder::with_quality_and_params(
-            BufReader::with_capacity(CHUNK, dump),
-            async_compression::Level::Default,
-            &[async_compression::zstd::CParameter::checksum_flag(true)],
-        );
+    tokio::task::spawn_blocking(move || {
+        let counted = CountingRead { inner: dump, count };
+        let encoder = zstd::stream::read::Encoder::new(counted, zstd::DEFAULT_COMPRESSION_LEVEL).and_then(|mut e| {
+            e.include_checksum(true)?;
+            e.multithread(1)?;
+            // Jobs of 4 MiB: half the buffers of the default (8 MiB), the same speed, 1 %
+            // larger; 1 MiB jobs were 9 % larger.
+            e.set_parameter(zstd::stream::raw::CParameter::JobSize(ZSTD_JOB))?;
+            Ok(e)
+        });
+        let mut zstd = match encoder {
+            Ok(zstd) => zstd,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
         loop {
-            let mut chunk = bytes::BytesMut::with_capacity(CHUNK);
-            match zstd.read_buf(&mut chunk).await {
+            let mut chunk = vec![0u8; CHUNK];
+            match read_full(&mut zstd, &mut chunk) {
                 // The end: the channel closes.
                 Ok(0) => break,
-                Ok(_) => {
+                Ok(n) => {
+                    chunk.truncate(n);
                     // Nobody reads any more (the upload failed): stop, closing the pipe.
-                    if tx.send(Ok(chunk.freeze())).await.is_err() {
+                    if tx.blocking_send(Ok(chunk.into())).is_err() {
                         break;
                     }
                 }
                 Err(e) => {
-                    let _ = tx.send(Err(e)).await;
+                    let _ = tx.blocking_send(Err(e));
                     break;
                 }
             }
@@ -341,6 +366,23 @@ fn compressing<R: AsyncRead + Unpin + Send + 'static>(dump: R) -> impl AsyncRead
     });
     let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
     tokio_util::io::StreamReader::new(Box::pin(chunks))
+}
+
+/// The input of one zstd job (`ZSTD_c_jobSize`).
+const ZSTD_JOB: u32 = 4 * 1024 * 1024;
+
+/// Read into `buf` until it is full or the end: a whole chunk per message.
+fn read_full(from: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match from.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// Copy the compressed stream into the upload (encrypted with `keys` when given),
@@ -463,23 +505,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Counts the bytes read through it.
-struct Counting<R> {
+/// A reader that counts the bytes read through it.
+struct CountingRead<R> {
     inner: R,
     count: Arc<AtomicU64>,
 }
 
-impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = buf.filled().len() - before;
+impl<R: std::io::Read> std::io::Read for CountingRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.inner.read(buf)?;
         self.count.fetch_add(read as u64, Ordering::Relaxed);
-        poll
+        Ok(read)
     }
 }
 
