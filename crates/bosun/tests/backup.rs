@@ -273,8 +273,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         let (ok, out) = env.kubectl_apply(&backup);
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("nightly-cronjob", "the CronJob", |_| true).await;
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", "manual-1"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "nightly-cronjob", "manual-1");
 
         let b = env
             .wait_for_within::<Backup>("nightly", "a successful backup in its status", START, |b| {
@@ -305,8 +304,7 @@ async fn a_run_of_the_cronjob_lands_in_s3_and_a_restore_loads_it_into_a_fresh_da
         let (ok, out) = env.kubectl_apply(&broken);
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("broken-cronjob", "the CronJob", |_| true).await;
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/broken-cronjob", "broken-1"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "broken-cronjob", "broken-1");
         let b = env
             .wait_for_within::<Backup>("broken", "LastBackupSucceeded=False", START, |b| {
                 b.status
@@ -442,8 +440,7 @@ async fn an_encrypted_backup_stores_only_ciphertext_and_restores_only_with_its_k
         // upload waits, and the status tells how far the run is, again every few
         // seconds.
         s3.pause();
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/sealed-cronjob", "sealed-1"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "sealed-cronjob", "sealed-1");
         let running = |b: &Backup| b.status.as_ref().and_then(|s| s.running.clone());
         let b = env
             .wait_for_within::<Backup>("sealed", "status.running with bytes read and stored", START, |b| {
@@ -543,17 +540,10 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("nightly-verify", "the verification CronJob", |_| true).await;
         wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "NoRunYet", START, |_| true).await;
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-cronjob", "manual-1"]);
-        assert!(ok, "kubectl create job: {out}");
-        let b = env
-            .wait_for_within::<Backup>("nightly", "a successful backup in its status", START, |b| {
-                b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
-            })
-            .await;
-        let good = b.status.unwrap().last_successful_backup.unwrap();
+        run_now(&env, "nightly-cronjob", "manual-1");
+        let good = good_backup(&env, "nightly").await;
 
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-verify", "verify-1"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "nightly-verify", "verify-1");
         let b = wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "Verified", START, |_| true).await;
         let status = b.status.clone().unwrap();
         let verified = status.last_verified.clone().expect("lastVerified");
@@ -583,8 +573,7 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         let middle = changed.len() / 2;
         changed[middle] ^= 0xff;
         put_object(&s3, &good.key, changed.clone()).await;
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/nightly-verify", "verify-2"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "nightly-verify", "verify-2");
         let b =
             wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "VerificationFailed", START, |_| true)
                 .await;
@@ -666,8 +655,7 @@ spec:
         let (ok, out) = env.kubectl_apply(&backup);
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("shop-verify", "the verification CronJob", |_| true).await;
-        let (ok, out) = env.kubectl(&["create", "job", "--from=cronjob/shop-verify", "verify-mysql"]);
-        assert!(ok, "kubectl create job: {out}");
+        run_now(&env, "shop-verify", "verify-mysql");
         let b = wait_backup_condition(&env, "shop", "LastVerificationSucceeded", "Verified", START, |_| true).await;
         let verified = b.status.unwrap().last_verified.unwrap();
         assert_eq!(
@@ -677,6 +665,22 @@ spec:
         );
     })
     .await;
+}
+
+/// `kubectl create job --from=cronjob/<cronjob> <job>`: a run now.
+fn run_now(env: &Env, cronjob: &str, job: &str) {
+    let (ok, out) = env.kubectl(&["create", "job", &format!("--from=cronjob/{cronjob}"), job]);
+    assert!(ok, "kubectl create job: {out}");
+}
+
+/// Wait until the Backup `name` has a good dump in its status; that dump.
+async fn good_backup(env: &Env, name: &str) -> bosun_api::backup::SuccessfulBackup {
+    let b = env
+        .wait_for_within::<Backup>(name, "a successful backup in its status", START, |b| {
+            b.status.as_ref().and_then(|s| s.last_successful_backup.as_ref()).is_some()
+        })
+        .await;
+    b.status.and_then(|s| s.last_successful_backup).expect("a good dump")
 }
 
 /// Put `body` at `key` of `s3`'s bucket.

@@ -450,6 +450,9 @@ fn helm_release(verb: &str, chart: &str, image: &str) {
             "4m",
         ],
     );
+    if ok {
+        until_webhooks_answer();
+    }
     if !ok {
         // What kept the rollout from finishing: the pods, and what each said last.
         let (_, pods, _) = run("kubectl", &["get", "pods", "-n", NAMESPACE, "-o", "wide"]);
@@ -473,6 +476,26 @@ fn helm_release(verb: &str, chart: &str, image: &str) {
 
 /// One of every kind, on the real node; every workload runs the Redis image (a server
 /// that stays up), the databases the local PostgreSQL image.
+/// Wait until the apiserver reaches bosun's webhooks: `helm --wait` returns once the
+/// pod is Ready, and the Service's rules follow the endpoints by up to a few seconds
+/// (kube-proxy), during which a create is refused with "connection refused" (seen once
+/// in a full `make test`). A server-side dry run of a WebApp passes both webhooks.
+fn until_webhooks_answer() {
+    let file = std::env::temp_dir().join(format!("bosun-webhook-probe-{}.yaml", std::process::id()));
+    std::fs::write(&file, "apiVersion: apps.example.com/v1\nkind: WebApp\nmetadata: {name: probe}\nspec: {image: probe, replicas: 1, port: 80}\n").unwrap();
+    let started = Instant::now();
+    loop {
+        let (ok, out, err) =
+            run("kubectl", &["create", "--dry-run=server", "-n", NAMESPACE, "-f", file.to_str().unwrap()]);
+        if ok || !err.contains("failed calling webhook") {
+            let _ = std::fs::remove_file(&file);
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the webhooks never answered:\n{out}\n{err}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 const EVERY_KIND: &str = r#"
 apiVersion: apps.example.com/v1
 kind: WebApp
