@@ -269,13 +269,8 @@ async fn last_verification(
 ) -> Result<Option<Verification>, Error> {
     let Some(cronjob) = cronjob else { return Ok(None) };
     let mine = jobs.matching(|j| j.namespace() == cronjob.namespace() && controlled_by(j, cronjob));
-    let Some((job, (time, failed))) = mine
-        .iter()
-        .filter_map(|j| Verification::of(j).map(|f| (j, f)))
-        .max_by(|(a, (ta, _)), (b, (tb, _))| ta.0.cmp(&tb.0).then_with(|| a.name_any().cmp(&b.name_any())))
-    else {
-        return Ok(None);
-    };
+    let Some((job, finish)) = build::newest_finished(mine.iter().map(|j| j.as_ref())) else { return Ok(None) };
+    let Some((time, failed)) = finish.ended() else { return Ok(None) };
     let job = job.name_any();
     if build::verification_reported(backup.status.as_ref(), &job) {
         return Ok(None);

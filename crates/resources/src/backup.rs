@@ -677,13 +677,7 @@ fn verify_server(engine: SourceType, image: Option<&str>, images: &VerifyImages)
             mount_path: data.to_owned(),
             ..VolumeMount::default()
         }]),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("100m".to_owned())),
-                ("memory".to_owned(), Quantity("256Mi".to_owned())),
-            ])),
-            ..ResourceRequirements::default()
-        }),
+        resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
         security_context: Some(SecurityContext {
             run_as_user: Some(DATABASE_UID),
             run_as_group: Some(DATABASE_UID),
@@ -851,6 +845,16 @@ pub enum Finish {
 }
 
 impl Finish {
+    /// When a finished Job ended, and why it failed (`None`: it succeeded); `None` for
+    /// a run not over.
+    pub fn ended(self) -> Option<(Time, Option<String>)> {
+        match self {
+            Finish::Succeeded(at) => Some((at, None)),
+            Finish::Failed(at, why) => Some((at, Some(why))),
+            Finish::Retrying | Finish::Stuck(_) => None,
+        }
+    }
+
     pub fn time(&self) -> Option<&Time> {
         match self {
             Finish::Succeeded(t) | Finish::Failed(t, _) => Some(t),
@@ -966,21 +970,18 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
             }
             condition
         }
-        None => match previous_run {
-            Some(c) => Desired {
-                type_: backup_types::LAST_BACKUP_SUCCEEDED,
-                status: match c.status.as_str() {
-                    "True" => "True",
-                    "False" => "False",
-                    _ => "Unknown",
-                },
-                reason: static_reason(&c.reason),
-                message: c.message.clone(),
-            },
-            None => {
-                Desired::unknown(backup_types::LAST_BACKUP_SUCCEEDED, reasons::NO_RUN_YET, "no run has finished yet")
-            }
-        },
+        None => conditions::carried(
+            &previous.conditions,
+            backup_types::LAST_BACKUP_SUCCEEDED,
+            &[
+                reasons::BACKUP_SUCCEEDED,
+                reasons::BACKUP_FAILED,
+                reasons::BACKUP_RETRYING,
+                reasons::RUN_STUCK,
+                reasons::NO_RUN_YET,
+            ],
+            Desired::unknown(backup_types::LAST_BACKUP_SUCCEEDED, reasons::NO_RUN_YET, "no run has finished yet"),
+        ),
     };
     let last_schedule_time =
         observed.cronjob.and_then(|cj| cj.status.as_ref()?.last_schedule_time.clone()).or(previous.last_schedule_time);
@@ -988,8 +989,6 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
     let mut last_successful_verification = previous.last_successful_verification.clone();
     let mut desired = vec![ready, run];
     if backup.spec.verify.is_some() {
-        let previous_verification =
-            previous.conditions.iter().find(|c| c.type_ == backup_types::LAST_VERIFICATION_SUCCEEDED);
         desired.push(match observed.verification {
             Some(run) => {
                 let (condition, verified) = describe_verification(run);
@@ -999,28 +998,16 @@ pub fn backup_status(backup: &Backup, observed: Observed<'_>, now: Timestamp) ->
                 last_verified = Some(verified);
                 condition
             }
-            None => match previous_verification {
-                Some(c) => Desired {
-                    type_: backup_types::LAST_VERIFICATION_SUCCEEDED,
-                    status: if c.status == "True" {
-                        "True"
-                    } else if c.status == "False" {
-                        "False"
-                    } else {
-                        "Unknown"
-                    },
-                    reason: [reasons::VERIFIED, reasons::VERIFICATION_FAILED]
-                        .into_iter()
-                        .find(|r| *r == c.reason)
-                        .unwrap_or(reasons::NO_RUN_YET),
-                    message: c.message.clone(),
-                },
-                None => Desired::unknown(
+            None => conditions::carried(
+                &previous.conditions,
+                backup_types::LAST_VERIFICATION_SUCCEEDED,
+                &[reasons::VERIFIED, reasons::VERIFICATION_FAILED, reasons::NO_RUN_YET],
+                Desired::unknown(
                     backup_types::LAST_VERIFICATION_SUCCEEDED,
                     reasons::NO_RUN_YET,
                     "no verification has finished yet",
                 ),
-            },
+            ),
         });
     }
     BackupStatus {
@@ -1050,17 +1037,6 @@ pub struct Verification {
     pub failed: Option<String>,
     /// What it reported (`None` when the pod is gone or wrote nothing).
     pub result: Option<RunResult>,
-}
-
-impl Verification {
-    /// `job` as a verification, once it has finished.
-    pub fn of(job: &Job) -> Option<(Time, Option<String>)> {
-        match finish(job)? {
-            Finish::Succeeded(at) => Some((at, None)),
-            Finish::Failed(at, why) => Some((at, Some(why))),
-            Finish::Retrying | Finish::Stuck(_) => None,
-        }
-    }
 }
 
 /// `LastVerificationSucceeded` for the finished verification `run`, and what the
@@ -1103,20 +1079,6 @@ fn describe_verification(run: &Verification) -> (Desired, VerifiedBackup) {
         job: run.job.clone(),
     };
     (condition, verified)
-}
-
-/// The reasons `LastBackupSucceeded` may carry, to carry one over from the stored status.
-fn static_reason(reason: &str) -> &'static str {
-    [
-        reasons::BACKUP_SUCCEEDED,
-        reasons::BACKUP_FAILED,
-        reasons::BACKUP_RETRYING,
-        reasons::RUN_STUCK,
-        reasons::NO_RUN_YET,
-    ]
-    .into_iter()
-    .find(|r| *r == reason)
-    .unwrap_or(reasons::NO_RUN_YET)
 }
 
 /// What a retrying run's condition message says before the error.

@@ -90,6 +90,23 @@ pub fn kstatus(ready: &Desired) -> Option<Desired> {
     Some(Desired { type_, status: "True", reason: ready.reason, message: ready.message.clone() })
 }
 
+/// The condition `type_` as stored in `previous`, carried over unchanged where nothing
+/// new is known of it: its reason if it is one of `reasons` (the last is the fallback),
+/// else `default`'s; `default` when it is not stored.
+pub fn carried(previous: &[Condition], type_: &'static str, reasons: &[&'static str], default: Desired) -> Desired {
+    let Some(c) = previous.iter().find(|c| c.type_ == type_) else { return default };
+    Desired {
+        type_,
+        status: match c.status.as_str() {
+            "True" => "True",
+            "False" => "False",
+            _ => "Unknown",
+        },
+        reason: reasons.iter().copied().find(|r| *r == c.reason).unwrap_or(default.reason),
+        message: c.message.clone(),
+    }
+}
+
 /// Whether `conditions` has `type_` with status True.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     conditions.iter().any(|c| c.type_ == type_ && c.status == "True")

@@ -36,3 +36,21 @@ where
         ..ObjectMeta::default()
     }
 }
+
+/// What a database server (a PostgreSQL instance, a verification's throwaway server)
+/// requests of a node.
+pub const SERVER_CPU: &str = "100m";
+pub const SERVER_MEMORY: &str = "256Mi";
+
+/// Resource requests of `cpu` and `memory` and no limits (a database server's: it
+/// may use what the node has).
+pub fn requests(cpu: &str, memory: &str) -> k8s_openapi::api::core::v1::ResourceRequirements {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    k8s_openapi::api::core::v1::ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cpu.to_owned())),
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+        ])),
+        ..Default::default()
+    }
+}

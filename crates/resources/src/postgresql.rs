@@ -580,13 +580,7 @@ pub fn desired_statefulset(
         startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
         readiness_probe: Some(exec_probe(SERVING, 2, 3)),
         liveness_probe: Some(exec_probe(READY, 10, 6)),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("100m".to_owned())),
-                ("memory".to_owned(), Quantity("256Mi".to_owned())),
-            ])),
-            ..ResourceRequirements::default()
-        }),
+        resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),

@@ -232,15 +232,8 @@ impl Recovery {
         let reader = StreamReader::new(bytes);
         let what = self.store.full_key(&base.key);
         let sealed_to = base.encryption.as_ref().map(|e| e.recipient.as_str());
-        let compressed: Box<dyn tokio::io::AsyncBufRead + Unpin + Send> =
-            match (&self.keys, sealed_to.is_some() || base.key.ends_with(crate::seal::SUFFIX)) {
-                (_, false) => Box::new(reader),
-                (None, true) => return Err(crate::seal::no_keys(&what, sealed_to)),
-                (Some(keys), true) => Box::new(tokio::io::BufReader::with_capacity(
-                    256 * 1024,
-                    keys.open(reader, &what, sealed_to).await?,
-                )),
-            };
+        let sealed = sealed_to.is_some() || base.key.ends_with(crate::seal::SUFFIX);
+        let compressed = crate::seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await?;
         let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
         let tar = crate::tool::untar(dir);
         let mut running = tar.spawn(true, false)?;

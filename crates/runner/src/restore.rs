@@ -96,12 +96,7 @@ impl Restore {
         let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
         let reader = StreamReader::new(bytes);
         // Opened before the target is touched: a wrong key changes nothing.
-        let compressed: Box<dyn tokio::io::AsyncBufRead + Unpin + Send> = match (&self.keys, sealed) {
-            (Some(keys), true) => {
-                Box::new(tokio::io::BufReader::with_capacity(CHUNK, keys.open(reader, &what, sealed_to).await?))
-            }
-            _ => Box::new(reader),
-        };
+        let compressed = seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await?;
         let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
 
         let older_server = match self.target.engine {

@@ -144,6 +144,28 @@ impl Keys {
     }
 }
 
+/// A stored object's bytes `input` as they were before sealing: opened with `keys`
+/// when it is encrypted (`sealed`; to `sealed_to` when its manifest says), as they are
+/// otherwise; an encrypted object without keys is [`no_keys`]. `what` names it.
+pub async fn unsealed<'a, R: AsyncBufRead + Unpin + Send + 'a>(
+    keys: Option<&'a Keys>,
+    input: R,
+    sealed: bool,
+    what: &'a str,
+    sealed_to: Option<&'a str>,
+) -> Result<Box<dyn AsyncBufRead + Unpin + Send + 'a>, Error> {
+    match (keys, sealed) {
+        (_, false) => Ok(Box::new(input)),
+        (None, true) => Err(no_keys(what, sealed_to)),
+        (Some(keys), true) => {
+            Ok(Box::new(tokio::io::BufReader::with_capacity(OPENED_BUFFER, keys.open(input, what, sealed_to).await?)))
+        }
+    }
+}
+
+/// The read size of an opened object's plaintext.
+const OPENED_BUFFER: usize = 256 * 1024;
+
 /// The error for an encrypted object `what` and no keys to open it.
 pub fn no_keys(what: &str, sealed_to: Option<&str>) -> Error {
     Error::Encryption(format!(
