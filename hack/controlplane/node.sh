@@ -227,14 +227,18 @@ clusterDNS: [$dns_service_ip]
 clusterDomain: $cluster_domain
 resolvConf: $d/resolv.conf
 podLogsDir: $d/pod-logs
-# Nothing here can pull an image again: never collect them, and do not evict
-# pods (or taint the node disk-pressure, which stops every scheduling on it)
-# because a shared CI disk is fuller than a production node's would be: these
-# disks are 252G with anything from 80G to a few hundred MiB free, so a
-# percentage (1% = 2.5G) tainted the node for a whole CI run. Absolute floors.
+# Nothing here can pull an image again: never collect them, and never evict for
+# disk. A shared CI disk is fuller than a production node's would be (these are
+# 252G with anything from 80G to a few hundred MiB free): a percentage (1% = 2.5G)
+# tainted the node disk-pressure for a whole CI run, and an absolute floor
+# (100Mi), once crossed for a moment (a release build linking, an image being
+# saved), makes the eviction manager reclaim disk the way it does first: it
+# deletes every image no running container uses, and here none comes back (a CI
+# run lost every real-node test after its release build that way). As kind
+# does, the disk signals are off (0%); a disk that truly fills fails its writes.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: 100Mi, nodefs.available: 100Mi, imagefs.available: 100Mi, nodefs.inodesFree: 1%}
+evictionHard: {memory.available: 100Mi, nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%", imagefs.inodesFree: "0%"}
 maxPods: 110
 serializeImagePulls: false
 registerNode: true
