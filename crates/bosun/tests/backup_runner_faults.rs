@@ -2,8 +2,8 @@
 //! MinIO frozen (SIGSTOP), while a dump is being uploaded.
 //!
 //! These tests stop a server, so they run on a set of backends of their own
-//! (`BOSUN_BACKENDS_DIR` = a temporary directory), started here and torn down with
-//! `hack/backends.sh down` at the end; the shared servers in `.backends` are never
+//! (a temporary directory), started here and torn down by the supervisor (as
+//! `hack/backends.sh down`) at the end; the shared servers in `.backends` are never
 //! touched. Each test has a set of its own.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
@@ -11,14 +11,14 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bosun_runner::manifest::manifest_key_of;
-use bosun_testing::backends::{Backends, Outcome, RUN_TIMEOUT, unique};
+use bosun_testing::backends::{Backends, MINIO, Outcome, RUN_TIMEOUT, unique};
 use support::{Db, Dest, Engine, Place, Timed, backup_args, bosun_ok, days, listed};
 
-/// A set of servers of the test's own, taken down (`hack/backends.sh down`) when
+/// A set of servers of the test's own, taken down (as `hack/backends.sh down`) when
 /// the test ends, passed or failed.
 struct Private {
     backends: Backends,
@@ -34,10 +34,9 @@ impl Private {
 
 impl Drop for Private {
     fn drop(&mut self) {
-        let out = self.backends.down();
-        if !out.ok {
-            eprintln!("hack/backends.sh down for {} failed: {out}", self.backends.state.display());
-            assert!(std::thread::panicking(), "hack/backends.sh down failed");
+        if let Err(e) = self.backends.down() {
+            eprintln!("stopping the backends in {} failed: {e}", self.backends.state.display());
+            assert!(std::thread::panicking(), "stopping the private backends failed");
         }
     }
 }
@@ -89,7 +88,7 @@ impl Setup {
 }
 
 fn minio_pid(b: &Backends) -> String {
-    std::fs::read_to_string(b.state.join("pids/minio.pid")).expect("minio's pid file").trim().to_owned()
+    b.pid(&MINIO).expect("MinIO runs").to_string()
 }
 
 /// Wait until the first part of a multipart upload has reached MinIO's disk.
@@ -141,12 +140,14 @@ async fn storage_killed_mid_upload() {
     let started = Instant::now();
     let run = s.b.spawn_bosun(&support_args(&s.args()), &[]);
     wait_for_upload(&s.b, Duration::from_secs(60)).await;
-    let minio = Restartable::record(&s.b);
-    s.b.ok("kill", &["-KILL", &minio.pid]).await;
+    s.b.ok("kill", &["-KILL", &minio_pid(&s.b)]).await;
     let out = finish(run, RUN_TIMEOUT).await;
     eprintln!("storage_killed_mid_upload: bosun failed {:.1}s after it started", started.elapsed().as_secs_f64());
     assert_upload_failed(&out);
-    minio.restart(&s.b).await;
+    // Started again exactly as the supervisor first started it (same executable,
+    // arguments, environment and data directory), which waits until the set is healthy.
+    let b = s.b.clone();
+    tokio::task::spawn_blocking(move || b.restart(&MINIO)).await.expect("restarting MinIO");
     s.assert_nothing_stored_nothing_deleted(&out).await;
     s.assert_recovers().await;
 }
@@ -178,78 +179,15 @@ fn support_args(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-/// A killed MinIO, started again exactly as `hack/backends.sh` started it (same
-/// executable, arguments, environment, data directory and pid file).
-struct Restartable {
-    pid: String,
-    argv: Vec<String>,
-    env: Vec<(String, String)>,
-    cwd: PathBuf,
-}
-
-impl Restartable {
-    fn record(b: &Backends) -> Restartable {
-        let pid = minio_pid(b);
-        let split = |file: &str| -> Vec<String> {
-            let raw =
-                std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_else(|e| panic!("/proc/{pid}/{file}: {e}"));
-            raw.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
-        };
-        let argv = split("cmdline");
-        assert!(argv[0].ends_with("minio"), "{pid} is minio: {argv:?}");
-        let env = split("environ")
-            .into_iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-            .collect();
-        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).expect("minio's directory");
-        Restartable { pid, argv, env, cwd }
-    }
-
-    // The restarted server outlives this call on purpose: `hack/backends.sh down`
-    // stops it through its pid file when the test ends.
-    #[allow(clippy::zombie_processes)]
-    async fn restart(&self, b: &Backends) {
-        use std::os::unix::process::CommandExt;
-        // Gone (and reaped by init) before its port is taken again.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Path::new(&format!("/proc/{}", self.pid)).exists() {
-            assert!(Instant::now() < deadline, "minio {} is still there 10 s after SIGKILL", self.pid);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let log = std::fs::OpenOptions::new().append(true).open(b.state.join("logs/minio.log")).expect("minio's log");
-        let child = std::process::Command::new(&self.argv[0])
-            .args(&self.argv[1..])
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.cwd)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("starting minio again");
-        // hack/backends.sh (status, down) finds it by its pid file.
-        std::fs::write(b.state.join("pids/minio.pid"), format!("{}\n", child.id())).expect("minio's pid file");
-        wait_healthy(b).await;
-    }
-}
-
-/// `hack/backends.sh status` for the private set says healthy.
+/// The private set's servers all run and answer again (as `hack/backends.sh status`).
 async fn wait_healthy(b: &Backends) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let out = b
-            .run_with(
-                bosun_testing::repo_root().join("hack/backends.sh").to_str().unwrap(),
-                &["status"],
-                &[("BOSUN_BACKENDS_DIR", b.state.to_str().unwrap())],
-                Duration::from_secs(30),
-            )
-            .await;
-        if out.ok {
+        let probe = b.clone();
+        if tokio::task::spawn_blocking(move || probe.healthy()).await.expect("the health check") {
             return;
         }
-        assert!(Instant::now() < deadline, "the private backends are not healthy again: {out}");
+        assert!(Instant::now() < deadline, "the private backends are not healthy again");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -1,5 +1,6 @@
-//! The real database and storage servers of `hack/backends.sh`, for end-to-end tests
-//! of the backup runner (`bosun backup run|list`, `bosun restore run`).
+//! The real database and storage servers of `hack/backends.sh` (supervised by
+//! `bosun-localcluster`, called here as a library), for end-to-end tests of the backup
+//! runner (`bosun backup run|list`, `bosun restore run`).
 //!
 //! ```ignore
 //! let b = backends();                       // `hack/backends.sh up` once per test binary
@@ -7,7 +8,7 @@
 //! assert!(out.ok, "{out}");
 //! ```
 //!
-//! [`backends`] **panics** with the script's output when the servers cannot start:
+//! [`backends`] **panics** with the supervisor's error when the servers cannot start:
 //! these tests never skip. [`Backends::start`] runs a second, independent set in a
 //! state directory of its own (`BOSUN_BACKENDS_DIR`), for tests that stop a server.
 //!
@@ -21,6 +22,10 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use bosun_localcluster::backends as localcluster;
+/// The servers a test may stop and start again.
+pub use bosun_localcluster::backends::{Component, MINIO};
+
 use crate::repo_root;
 
 /// How long one `bosun` run may take before the test fails (and the run is killed).
@@ -33,6 +38,8 @@ pub struct Backends {
     pub state: PathBuf,
     /// What `hack/backends.sh env` exports, `PATH` included (with mongo-tools).
     pub env: BTreeMap<String, String>,
+    /// The set as its supervisor started it.
+    pub servers: localcluster::Servers,
 }
 
 /// A finished process.
@@ -65,14 +72,10 @@ impl Outcome {
 }
 
 /// The shared servers in `<repo>/.backends` (or `$BOSUN_BACKENDS_DIR`), started on
-/// first use in this test binary (`hack/backends.sh up` is a no-op when they run).
+/// first use in this test binary (a no-op when they run).
 pub fn backends() -> Backends {
     static SHARED: OnceLock<Backends> = OnceLock::new();
     SHARED.get_or_init(|| Backends::start(None)).clone()
-}
-
-fn script() -> PathBuf {
-    repo_root().join("hack/backends.sh")
 }
 
 /// The variables every child gets besides the servers' own.
@@ -83,81 +86,62 @@ fn base_env() -> Vec<(String, String)> {
         .collect()
 }
 
+/// How long the servers may take to become healthy.
+const UP_TIMEOUT: Duration = Duration::from_secs(120);
+
 impl Backends {
-    /// `hack/backends.sh up` in `state` (default: the shared directory), then its
-    /// `env`. Panics with the script's output if the servers do not come up.
+    /// The servers in `state` (default: the shared directory) started by the local
+    /// cluster's supervisor (as `hack/backends.sh up`). Panics with its error if the
+    /// servers do not come up.
     pub fn start(state: Option<&Path>) -> Backends {
-        // The shared set honours BOSUN_BACKENDS_DIR like the script does; every
-        // invocation below is told the directory explicitly.
-        let private = state.is_some();
-        let state: Option<PathBuf> =
-            state.map(Path::to_path_buf).or_else(|| std::env::var_os("BOSUN_BACKENDS_DIR").map(PathBuf::from));
-        let state = state.as_deref();
-        let state_arg = |cmd: &mut std::process::Command| {
-            if let Some(dir) = state {
-                cmd.env("BOSUN_BACKENDS_DIR", dir);
+        let dir = localcluster::state_dir(state).expect("the backends' state directory");
+        let servers = match localcluster::up(&dir, UP_TIMEOUT) {
+            Ok(servers) => servers,
+            Err(e) => {
+                let mut message = format!("the backends did not start; the backup runner tests need them: {e:#}");
+                // A test's own set is not left running: its logs go into the message
+                // instead. (The shared one is, for inspection, as the error says.)
+                if state.is_some() {
+                    message.push_str(&log_tails(&dir.join("logs")));
+                    if let Err(e) = localcluster::down(&dir) {
+                        message.push_str(&format!("\nstopping them failed too: {e:#}"));
+                    }
+                }
+                panic!("{message}");
             }
         };
-        let mut up = std::process::Command::new(script());
-        up.arg("up").stdin(Stdio::null());
-        state_arg(&mut up);
-        let out = up.output().unwrap_or_else(|e| panic!("running {} up: {e}", script().display()));
-        if !out.status.success() {
-            let mut message = format!(
-                "hack/backends.sh up failed ({}); the backup runner tests need its servers:\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            // A test's own set is not left running: its logs go into the message instead.
-            // (The shared one is, for inspection, as the script says.)
-            if let Some(dir) = state.filter(|_| private) {
-                message.push_str(&log_tails(&dir.join("logs")));
-                let down = Backends { state: dir.to_owned(), env: BTreeMap::new() }.down();
-                message.push_str(&format!("\nhack/backends.sh down: {down}"));
-            }
-            panic!("{message}");
+        let path = servers.path(&std::env::var("PATH").unwrap_or_default());
+        let mut env: BTreeMap<String, String> =
+            servers.variables().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        env.insert("PATH".to_owned(), path);
+        if let Some(why) = &servers.mongo_missing {
+            panic!("the backends run no MongoDB, which the backup runner tests need: {why}");
         }
-        // Let bash evaluate the export lines (they are %q-quoted, and prepend to PATH),
-        // then read back exactly what they set.
-        let mut env = std::process::Command::new("bash");
-        env.args(["-c", r#"out=$("$0" env) && eval "$out" && env -0"#])
-            .arg(script())
-            .env_clear()
-            .envs(base_env())
-            .stdin(Stdio::null());
-        state_arg(&mut env);
-        let out = env.output().expect("running bash");
-        if !out.status.success() {
-            panic!("hack/backends.sh env failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-        }
-        let base: BTreeMap<String, String> = base_env().into_iter().collect();
-        let env: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
-            .split('\0')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .filter(|(k, v)| !matches!(k.as_str(), "PWD" | "OLDPWD" | "SHLVL" | "_") && base.get(k) != Some(v))
-            .collect();
-        let backends = Backends { state: PathBuf::from(&env["BOSUN_BACKENDS_DIR"]), env };
-        for needed in ["PGPASSWORD", "MYSQL_PWD", "S3_ENDPOINT", "GCS_ENDPOINT", "AZURE_ENDPOINT", "MONGODB_PASSWORD"] {
-            assert!(
-                backends.env.contains_key(needed),
-                "hack/backends.sh env sets no {needed} (MongoDB missing? see {}/mongo-missing)",
-                backends.state.display()
-            );
-        }
-        backends
+        Backends { state: dir.path().to_owned(), env, servers }
     }
 
-    /// `hack/backends.sh down` for this state directory: stops its servers, removes it.
-    pub fn down(&self) -> Outcome {
-        let out = std::process::Command::new(script())
-            .arg("down")
-            .env("BOSUN_BACKENDS_DIR", &self.state)
-            .stdin(Stdio::null())
-            .output()
-            .expect("running hack/backends.sh down");
-        outcome(out)
+    /// Stops this set's servers and removes its directory (`hack/backends.sh down`).
+    pub fn down(&self) -> Result<(), String> {
+        let dir = localcluster::state_dir(Some(&self.state)).map_err(|e| format!("{e:#}"))?;
+        localcluster::down(&dir).map_err(|e| format!("{e:#}"))
+    }
+
+    /// Starts a server of this set again exactly as it was started (after a test
+    /// killed it) and waits until the set is healthy again.
+    pub fn restart(&self, server: &localcluster::Component) {
+        let dir = localcluster::state_dir(Some(&self.state)).expect("the backends' state directory");
+        localcluster::restart(&dir, server, UP_TIMEOUT)
+            .unwrap_or_else(|e| panic!("starting {} again: {e:#}", server.name));
+    }
+
+    /// The pid of a running server of this set.
+    pub fn pid(&self, server: &localcluster::Component) -> Option<u32> {
+        localcluster::state_dir(Some(&self.state)).ok()?.pid(server)
+    }
+
+    /// Whether every server runs and answers (`hack/backends.sh status`).
+    pub fn healthy(&self) -> bool {
+        localcluster::state_dir(Some(&self.state)).and_then(|dir| localcluster::status(&dir)).is_ok_and(|(_, ok)| ok)
     }
 
     /// One of the exported variables; panics naming it when missing.
@@ -297,9 +281,7 @@ pub struct Minio {
 
 impl Minio {
     pub fn start(ip: &str) -> Minio {
-        let shared = backends();
-        let bin_dirs = std::fs::read_to_string(shared.state.join("bin-dirs")).expect("backends' bin-dirs");
-        let binary = Path::new(bin_dirs.lines().next().expect("minio's directory")).join("minio");
+        let binary = backends().servers.bins.minio.join("minio");
         let port = std::net::TcpListener::bind((ip, 0))
             .and_then(|l| l.local_addr())
             .unwrap_or_else(|e| panic!("no free port on {ip} (is the real node up?): {e}"))
