@@ -204,114 +204,37 @@ lock() {
 
 # --- setup ---------------------------------------------------------------------
 
-# Picks distinct free ports below the kernel's ephemeral range: a port taken
-# from that range (bind to :0) can, in the second or two before the component
-# binds it, become the source port of any outgoing connection on the machine
-# (other clusters, test clients), and the component then fails with "address
-# already in use". Outside the range only explicit binders compete, and `up`
-# retries once with new ports if one wins anyway.
-free_ports() {
-  python3 -c '
-import random, socket, sys
-n = int(sys.argv[1])
-try:
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError):
-    lo = 32768
-socks = []
-if lo - 1 > 10000 + 100 * n:
-    for port in random.sample(range(10000, lo), min(2000, lo - 10000)):
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
-        if len(socks) == n:
-            break
-while len(socks) < n:  # no usable room below the ephemeral range
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-' "$1"
+# The local cluster's supervisor (crates/localcluster) makes the certificates
+# (rcgen), the kubeconfigs (kube's types) and picks the free ports (below the
+# kernel's ephemeral range, where no outgoing connection takes one before the
+# component binds it). Its CLI is built once per `up` (cargo: incremental, quiet).
+lc_bin=''
+lc() {
+  if [ -z "$lc_bin" ]; then
+    cargo build -q --locked --manifest-path "$repo_root/Cargo.toml" -p bosun-localcluster --bin localcluster >&2 ||
+      die "building crates/localcluster (the CLI this script calls) failed"
+    lc_bin=${CARGO_TARGET_DIR:-$repo_root/target}/debug/localcluster
+  fi
+  "$lc_bin" "$@"
 }
 
-# Issues a certificate signed by the cluster CA. RSA rather than ECDSA keys
-# for the widest client compatibility; generated concurrently by the caller.
-issue_cert() {  # name subject extensions
-  local name=$1 subj=$2 ext=$3 d=$state/certs
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$d/$name.key" -subj "$subj" \
-    -out "$d/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" \
-    -set_serial "0x$(openssl rand -hex 16)" -days 365 -out "$d/$name.crt" \
-    -extfile <(printf '%s\n' "basicConstraints=critical,CA:FALSE" \
-      "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid,issuer" "$ext") 2>/dev/null
-  rm -f "$d/$name.csr"
-}
-
+# The CA, the apiserver's serving certificate (every address clients use, the
+# `kubernetes` Service's first address included), the control plane's client
+# certificates (admin in system:masters; the controller-manager and scheduler as
+# the users the built-in RBAC policy grants their permissions) and the
+# ServiceAccount signing key pair; the node's identities when it runs one.
 make_certs() {
-  local d=$state/certs client
-  mkdir -p "$d"
-  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.crt" \
-    -subj "/CN=bosun-local-ca" -days 365 \
-    -addext "basicConstraints=critical,CA:TRUE" \
-    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-  client="keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
-  local pids=()
   # shellcheck disable=SC2154 # node_ip: node.sh
-  issue_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:$first_service_ip,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" &
-  pids+=($!)
-  # O=system:masters bypasses RBAC; the controller-manager and scheduler get
-  # the user names the built-in RBAC policy grants exactly their permissions.
-  issue_cert admin "/O=system:masters/CN=bosun-admin" "$client" & pids+=($!)
-  issue_cert kube-controller-manager "/CN=system:kube-controller-manager" "$client" & pids+=($!)
-  issue_cert kube-scheduler "/CN=system:kube-scheduler" "$client" & pids+=($!)
-  # Signs ServiceAccount tokens; the controller-manager signs the legacy token
-  # Secrets with it as well.
-  openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
-  openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
-  local p
-  for p in "${pids[@]}"; do wait "$p" || die "certificate generation failed"; done
-  chmod 600 "$d"/*.key
+  lc pki control-plane --dir "$state/certs" --name 127.0.0.1 --name "$first_service_ip" --name "$node_ip" \
+    --name localhost --name kubernetes --name kubernetes.default --name kubernetes.default.svc \
+    --name kubernetes.default.svc.cluster.local || die "certificate generation failed"
   ! node_enabled || node_certs
 }
 
-# A kubeconfig for the local apiserver on stdout. CREDENTIALS are the lines of the
-# user's `user:` map (already indented); NAMESPACE may be empty.
-kubeconfig_yaml() {  # user namespace credentials
-  local user=$1 ns=$2 creds=$3
-  cat <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: bosun-local
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority-data: $(base64 -w0 <"$state/certs/ca.crt")
-users:
-- name: $user
-  user:
-$creds
-contexts:
-- name: bosun-local
-  context:
-    cluster: bosun-local
-    user: $user
-EOF
-  [ -z "$ns" ] || echo "    namespace: $ns"
-  echo "current-context: bosun-local"
-}
-
+# A kubeconfig of the local apiserver as IDENTITY's client certificate, mode 600.
 write_kubeconfig() {  # file identity
-  local f=$1 id=$2 d=$state/certs
-  kubeconfig_yaml "$id" "" "    client-certificate-data: $(base64 -w0 <"$d/$id.crt")
-    client-key-data: $(base64 -w0 <"$d/$id.key")" >"$f"
-  chmod 600 "$f"
+  lc kubeconfig --certs "$state/certs" --port "$APISERVER_PORT" --identity "$2" --out "$1" ||
+    die "writing $1 failed"
 }
 
 # kwok's stage definitions are copied from its module by build.sh. Only the
@@ -526,7 +449,7 @@ start_cluster() {
 
   read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KUBE_CONTROLLER_MANAGER_PORT KUBE_SCHEDULER_PORT \
     KUBELET_PORT KUBELET_HEALTHZ_PORT KUBE_PROXY_METRICS_PORT KUBE_PROXY_HEALTHZ_PORT \
-    <<<"$(free_ports 9)"
+    <<<"$(lc ports 9)"
   cat >"$state/ports.env" <<EOF
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
@@ -901,7 +824,8 @@ cmd_sa_kubeconfig() {
   load_ports
   token=$(kc create token "$sa" -n "$ns" --duration="$duration") ||
     die "could not get a token for ServiceAccount $ns/$sa"
-  kubeconfig_yaml "$ns-$sa" "$ns" "    token: $token"
+  lc kubeconfig --certs "$state/certs" --port "$APISERVER_PORT" --token-stdin --user "$ns-$sa" --namespace "$ns" \
+    <<<"$token"
 }
 
 usage() {

@@ -337,16 +337,10 @@ subjects:
 EOF
 }
 
-# Client certificates of the node's components, issued with the others.
+# Client certificates of the node's components (crates/localcluster, with the
+# cluster's CA), and the kubeconfigs of those that call the apiserver.
 node_certs() {
-  local client="keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth" pids=() p
-  issue_cert node "/O=system:nodes/CN=system:node:$node_name" "$client" & pids+=($!)
-  issue_cert kube-proxy "/CN=system:kube-proxy" "$client" & pids+=($!)
-  issue_cert coredns "/CN=bosun:coredns" "$client" & pids+=($!)
-  issue_cert kube-apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" "$client" & pids+=($!)
-  for p in "${pids[@]}"; do wait "$p" || die "certificate generation failed"; done
-  chmod 600 "$state/certs"/*.key
+  lc pki node --dir "$state/certs" --node-name "$node_name" || die "certificate generation failed"
   local c
   for c in node kube-proxy coredns; do
     write_kubeconfig "$state/kubeconfigs/$c.kubeconfig" "$c"

@@ -4,12 +4,16 @@
 //! - [`supervise`]: a set's state directory, its lock, and starting, finding,
 //!   stopping and reaping its processes, once for every set;
 //! - [`ports`]: free ports below the ephemeral range;
-//! - [`backends`]: the backup tests' database and storage servers.
+//! - [`backends`]: the backup tests' database and storage servers;
+//! - [`pki`] and [`kubeconfig`]: the local control plane's certificates and
+//!   kubeconfigs (`hack/controlplane/cluster.sh` calls the CLI for them).
 //!
-//! The local control plane and the real node (`hack/controlplane/cluster.sh`) are
-//! still supervised by that script; they move here next, onto [`supervise`].
+//! The local control plane's and the real node's processes are still started and
+//! stopped by `cluster.sh`; they move here next, onto [`supervise`].
 
 pub mod backends;
+pub mod kubeconfig;
+pub mod pki;
 pub mod ports;
 pub mod supervise;
 
