@@ -6,12 +6,14 @@
 //! - [`ports`]: free ports below the ephemeral range;
 //! - [`backends`]: the backup tests' database and storage servers;
 //! - [`pki`] and [`kubeconfig`]: the local control plane's certificates and
-//!   kubeconfigs (`hack/controlplane/cluster.sh` calls the CLI for them).
+//!   kubeconfigs (`hack/controlplane/cluster.sh` calls the CLI for them);
+//! - [`cluster`]: the files of the control plane's state directory others read.
 //!
 //! The local control plane's and the real node's processes are still started and
 //! stopped by `cluster.sh`; they move here next, onto [`supervise`].
 
 pub mod backends;
+pub mod cluster;
 pub mod kubeconfig;
 pub mod pki;
 pub mod ports;

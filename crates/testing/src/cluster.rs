@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use bosun_localcluster::cluster::ClusterDir;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -39,12 +40,12 @@ pub fn kubeconfig_path() -> PathBuf {
     if let Some(p) = std::env::var_os("BOSUN_TEST_KUBECONFIG") {
         return PathBuf::from(p);
     }
-    cluster_dir().join("kubeconfig")
+    ClusterDir::from_env().kubeconfig()
 }
 
 /// The local cluster's state directory (`$BOSUN_CLUSTER_DIR`, default `.cluster`).
 pub fn cluster_dir() -> PathBuf {
-    std::env::var_os("BOSUN_CLUSTER_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cluster"))
+    ClusterDir::from_env().path().to_owned()
 }
 
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \

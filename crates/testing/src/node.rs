@@ -17,8 +17,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::cluster::cluster_dir;
 use crate::env::Env;
+use bosun_localcluster::cluster::ClusterDir;
 
 /// The real node's name (`hack/controlplane/node.sh`).
 pub const REAL_NODE: &str = "bosun-node";
@@ -45,9 +45,9 @@ pub mod images {
 
 /// Why the running cluster has no real node, as `cluster.sh up` recorded it.
 fn missing_reason() -> String {
-    std::fs::read_to_string(cluster_dir().join("node-missing"))
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "cluster.sh recorded no reason; see `hack/controlplane/cluster.sh status`".to_owned())
+    ClusterDir::from_env()
+        .node_missing()
+        .unwrap_or_else(|| "cluster.sh recorded no reason; see `hack/controlplane/cluster.sh status`".to_owned())
 }
 
 /// Panics, saying why, unless the real node is registered and Ready.
@@ -207,7 +207,7 @@ pub fn import_runner_image() {
     if *done {
         return;
     }
-    let socket = cluster_dir().join("node/containerd.sock");
+    let socket = ClusterDir::from_env().containerd_socket();
     let out = std::process::Command::new(crate::repo_root().join("hack/images.sh"))
         .arg("runner")
         .arg("--address")
