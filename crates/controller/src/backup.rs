@@ -248,7 +248,7 @@ async fn verify_cronjob(ctx: &Context, backup: &Backup, cronjobs: &Owned<CronJob
     let settings = &ctx.settings;
     let images = build::VerifyImages {
         postgresql: bosun_resources::postgresql::image(&settings.postgres.image, VERIFY_POSTGRES_VERSION),
-        mysql: settings.stack.mysql.replace("{version}", VERIFY_MYSQL_VERSION),
+        mysql: bosun_resources::meta::versioned_image(&settings.stack.mysql, VERIFY_MYSQL_VERSION),
     };
     let Some(desired) = build::desired_verify_cronjob(backup, &settings.runner_image, &images) else {
         delete_child(ctx, backup, cronjobs, &ns, &build::verify_cronjob_name(&backup.name_any())).await?;

@@ -321,13 +321,8 @@ fn start_all(dir: &StateDir, bins: &Bins, mongo_missing: Option<String>) -> Resu
     dir.create()?;
     let path = dir.path();
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    if root()
-        && !Command::new("setpriv")
-            .args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--", "test", "-x"])
-            .arg(path)
-            .status()?
-            .success()
-    {
+    let (program, args) = as_user("postgres", Path::new("test"), vec!["-x".into(), path.display().to_string()]);
+    if !Command::new(program).args(args).status()?.success() {
         bail!(
             "the postgres user cannot reach {} (a parent directory is not world-searchable); set BOSUN_BACKENDS_DIR elsewhere",
             path.display()
@@ -466,14 +461,13 @@ fn start_all(dir: &StateDir, bins: &Bins, mongo_missing: Option<String>) -> Resu
     );
     dir.start(&POSTGRES, &Launch { program, args, env: vec![] })?;
     let d = dir.join("mariadb");
-    let mysql_user = if root() { "mysql".to_owned() } else { current_user() };
     dir.start(
         &MARIADB,
         &Launch {
             program: "/usr/sbin/mariadbd".into(),
             args: vec![
                 "--no-defaults".into(),
-                format!("--user={mysql_user}"),
+                format!("--user={}", mysql_user()),
                 format!("--datadir={}", d.join("data").display()),
                 format!("--socket={}", d.join("run/mysqld.sock").display()),
                 format!("--pid-file={}", d.join("run/mysqld.pid").display()),
@@ -496,8 +490,10 @@ fn start_all(dir: &StateDir, bins: &Bins, mongo_missing: Option<String>) -> Resu
     Ok(servers)
 }
 
-fn current_user() -> String {
-    std::env::var("USER").unwrap_or_else(|_| "root".to_owned())
+/// The user MariaDB runs as: Debian's `mysql` when running as root (mariadbd
+/// drops to it), else whoever runs this.
+fn mysql_user() -> String {
+    if root() { "mysql".to_owned() } else { std::env::var("USER").unwrap_or_else(|_| "root".to_owned()) }
 }
 
 fn setup_postgres(dir: &StateDir, s: &Servers) -> Result<()> {
@@ -571,7 +567,6 @@ fn setup_mariadb(dir: &StateDir, s: &Servers) -> Result<()> {
         std::fs::create_dir_all(d.join(sub))?;
     }
     chown("mysql", &d)?;
-    let user = if root() { "mysql".to_owned() } else { current_user() };
     // root@localhost (the socket) keeps unix_socket authentication for the
     // machine's root; TCP clients are root@127.0.0.1 (no name resolution), which
     // the init file creates with the password on every start. Its own tmpdir: a
@@ -579,7 +574,7 @@ fn setup_mariadb(dir: &StateDir, s: &Servers) -> Result<()> {
     // shared /tmp would break each other's install.
     let out = run(Command::new("/usr/bin/mariadb-install-db").args([
         "--no-defaults",
-        &format!("--user={user}"),
+        &format!("--user={}", mysql_user()),
         &format!("--datadir={}", d.join("data").display()),
         &format!("--tmpdir={}", d.join("tmp").display()),
         "--auth-root-authentication-method=socket",

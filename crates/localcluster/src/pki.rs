@@ -96,8 +96,9 @@ impl Pki {
         let ca_cert = ca.self_signed(&ca_key)?;
         write_pair(dir, "ca", &ca_cert.pem(), &ca_key)?;
         let pki = Pki::at(dir);
-        pki.issue("apiserver", "kube-apiserver", &[], apiserver_names, ExtendedKeyUsagePurpose::ServerAuth)?;
-        pki.clients(&control_plane())?;
+        let issuer = Issuer::new(ca, ca_key);
+        pki.issue(&issuer, "apiserver", "kube-apiserver", &[], apiserver_names, ExtendedKeyUsagePurpose::ServerAuth)?;
+        pki.issue_clients(&issuer, &control_plane())?;
         // Signs ServiceAccount tokens (the controller-manager its legacy token Secrets too).
         let sa = KeyPair::generate()?;
         write_private(&dir.join("sa.key"), sa.serialize_pem().as_bytes())?;
@@ -107,23 +108,27 @@ impl Pki {
 
     /// Client certificates for `identities`, signed by the directory's CA.
     pub fn clients(&self, identities: &[Identity]) -> Result<()> {
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(self.key("ca")).context("the CA's key")?)?;
+        let ca_pem = std::fs::read_to_string(self.cert("ca")).context("the CA's certificate")?;
+        self.issue_clients(&Issuer::from_ca_cert_pem(&ca_pem, ca_key)?, identities)
+    }
+
+    fn issue_clients(&self, issuer: &Issuer<'_, KeyPair>, identities: &[Identity]) -> Result<()> {
         for id in identities {
-            self.issue(id.name, &id.user, id.groups, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+            self.issue(issuer, id.name, &id.user, id.groups, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
         }
         Ok(())
     }
 
     fn issue(
         &self,
+        issuer: &Issuer<'_, KeyPair>,
         name: &str,
         common_name: &str,
         organisations: &[&str],
         alt_names: &[String],
         usage: ExtendedKeyUsagePurpose,
     ) -> Result<()> {
-        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(self.key("ca")).context("the CA's key")?)?;
-        let ca_pem = std::fs::read_to_string(self.cert("ca")).context("the CA's certificate")?;
-        let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)?;
         // IP addresses among the names become IP SANs.
         let mut params = CertificateParams::new(alt_names.to_vec())?;
         for o in organisations {
@@ -135,7 +140,7 @@ impl Pki {
         params.use_authority_key_identifier_extension = true;
         validity(&mut params);
         let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &issuer).with_context(|| format!("signing {name}'s certificate"))?;
+        let cert = params.signed_by(&key, issuer).with_context(|| format!("signing {name}'s certificate"))?;
         write_pair(&self.dir, name, &cert.pem(), &key)
     }
 }

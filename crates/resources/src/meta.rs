@@ -42,6 +42,14 @@ where
 pub const SERVER_CPU: &str = "100m";
 pub const SERVER_MEMORY: &str = "256Mi";
 
+/// What `{version}` in an image template (`--postgres-image`, `--mysql-image`) stands for.
+pub const VERSION_PLACEHOLDER: &str = "{version}";
+
+/// The image of `version` from a template such as `postgres:{version}`.
+pub fn versioned_image(template: &str, version: &str) -> String {
+    template.replace(VERSION_PLACEHOLDER, version)
+}
+
 /// Resource requests of `cpu` and `memory` and no limits (a database server's: it
 /// may use what the node has).
 pub fn requests(cpu: &str, memory: &str) -> k8s_openapi::api::core::v1::ResourceRequirements {

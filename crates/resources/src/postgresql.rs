@@ -63,8 +63,6 @@ pub const APP_NAME: &str = "postgresql";
 pub const PORT: i32 = 5432;
 /// `--postgres-image`'s default: the official image of the major version.
 pub const DEFAULT_IMAGE: &str = "postgres:{version}";
-/// What `{version}` in the image stands for.
-pub const VERSION_PLACEHOLDER: &str = "{version}";
 /// The superuser bosun creates, and the database clients are given.
 pub const SUPERUSER: &str = "postgres";
 pub const DATABASE: &str = "postgres";
@@ -144,7 +142,7 @@ pub mod keys {
 /// The image of `version`: `{version}` in `template` replaced by the major version; a
 /// template without it is used for every version.
 pub fn image(template: &str, version: Version) -> String {
-    template.replace(VERSION_PLACEHOLDER, version.as_str())
+    crate::meta::versioned_image(template, version.as_str())
 }
 
 pub fn secret_name(db: &PostgreSQL) -> String {

@@ -392,7 +392,7 @@ pub fn desired_mysql_statefulset<K: Resource<DynamicType = ()>>(
     };
     let container = Container {
         name: "mysql".to_owned(),
-        image: Some(images.mysql.replace("{version}", &plan.database.version)),
+        image: Some(crate::meta::versioned_image(&images.mysql, &plan.database.version)),
         ports: Some(vec![port("mysql", MYSQL_PORT)]),
         env: Some(vec![
             secret_env("MYSQL_ROOT_PASSWORD", &secret, "root-password"),

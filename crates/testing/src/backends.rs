@@ -120,28 +120,32 @@ impl Backends {
         Backends { state: dir.path().to_owned(), env, servers }
     }
 
+    /// This set's state directory, as its supervisor knows it.
+    fn dir(&self) -> anyhow::Result<bosun_localcluster::supervise::StateDir> {
+        localcluster::state_dir(Some(&self.state))
+    }
+
     /// Stops this set's servers and removes its directory (`hack/backends.sh down`).
     pub fn down(&self) -> Result<(), String> {
-        let dir = localcluster::state_dir(Some(&self.state)).map_err(|e| format!("{e:#}"))?;
-        localcluster::down(&dir).map_err(|e| format!("{e:#}"))
+        self.dir().and_then(|dir| localcluster::down(&dir)).map_err(|e| format!("{e:#}"))
     }
 
     /// Starts a server of this set again exactly as it was started (after a test
     /// killed it) and waits until the set is healthy again.
     pub fn restart(&self, server: &localcluster::Component) {
-        let dir = localcluster::state_dir(Some(&self.state)).expect("the backends' state directory");
+        let dir = self.dir().expect("the backends' state directory");
         localcluster::restart(&dir, server, UP_TIMEOUT)
             .unwrap_or_else(|e| panic!("starting {} again: {e:#}", server.name));
     }
 
     /// The pid of a running server of this set.
     pub fn pid(&self, server: &localcluster::Component) -> Option<u32> {
-        localcluster::state_dir(Some(&self.state)).ok()?.pid(server)
+        self.dir().ok()?.pid(server)
     }
 
     /// Whether every server runs and answers (`hack/backends.sh status`).
     pub fn healthy(&self) -> bool {
-        localcluster::state_dir(Some(&self.state)).and_then(|dir| localcluster::status(&dir)).is_ok_and(|(_, ok)| ok)
+        self.dir().and_then(|dir| localcluster::status(&dir)).is_ok_and(|(_, ok)| ok)
     }
 
     /// One of the exported variables; panics naming it when missing.

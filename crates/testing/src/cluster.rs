@@ -28,7 +28,7 @@ impl std::fmt::Debug for Cluster {
 
 /// The repository root (this crate lives in `crates/testing`).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+    bosun_localcluster::repo_root()
 }
 
 /// The admin kubeconfig of the local cluster: `$BOSUN_TEST_KUBECONFIG`, else the one
