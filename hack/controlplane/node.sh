@@ -1,9 +1,17 @@
-# shellcheck shell=bash disable=SC2154,SC2034 # sourced by cluster.sh, which sets (and reads) the shared variables
-# The real node of the local cluster, sourced by cluster.sh: containerd + runc
-# (Debian), a kubelet and kube-proxy of the control plane's release and CoreDNS
-# (built by `build.sh node`), the CNI bridge plugin, and the images of
-# hack/images.sh. Pods that ask for it (label and taint bosun.dev/real-node)
-# really run here; everything else keeps going to kwok's fake nodes.
+#!/usr/bin/env bash
+# The machine-level steps of the local cluster's real node, run by its supervisor
+# (crates/localcluster, behind hack/controlplane/cluster.sh), which starts, checks
+# and stops the node's daemons: containerd + runc (Debian), a kubelet and
+# kube-proxy of the control plane's release and CoreDNS (built by `build.sh
+# node`), the CNI bridge plugin, and the images of hack/images.sh. Pods that ask
+# for it (label and taint bosun.dev/real-node) really run there; everything else
+# keeps going to kwok's fake nodes.
+#
+# Usage (the supervisor passes the variables): node.sh STEP
+#   unsupported   print why this machine cannot run the node (nothing if it can)
+#   network-up    bridge, address, routes, sysctls and nftables rules (records what it changes)
+#   configs       containerd's, CNI's, kubelet's and CoreDNS's configuration files
+#   teardown      after the node's processes are gone: mounts, cgroups, network, sysctls back
 #
 # One real node per machine: its bridge, its address and the DNS port are
 # machine-wide. Network layout (also in the README):
@@ -17,18 +25,17 @@
 # nothing off the machine. No masquerading (kube-proxy still SNATs a pod that
 # reaches itself through its own Service, on the bridge).
 #
-# State under $state/node (wiped by `down`); the machine-wide things it
+# State under $BOSUN_CLUSTER_DIR/node (wiped by `down`); the machine-wide things it
 # touches (sysctls, cgroups, nftables/iptables, the bridge, /var/log/containers
-# links, libcni's cache) are recorded at start and put back by node_teardown.
+# links, libcni's cache) are recorded at start and put back by teardown.
+set -euo pipefail
 
-node_name=bosun-node
-node_bridge=bosun0
-node_cidr=10.245.0.0/24
-node_ip=10.245.0.1
-dns_service_ip=10.96.0.10
-cluster_domain=cluster.local
-node_label=bosun.dev/real-node
-node_components=(containerd kubelet kube-proxy coredns)
+# The cluster's shape, from the supervisor (crates/localcluster's cluster module
+# holds the one copy of these values).
+state=${BOSUN_CLUSTER_DIR:?set by the supervisor}
+node_bridge=${NODE_BRIDGE:?} node_cidr=${NODE_CIDR:?} node_ip=${NODE_IP:?}
+node_label=${NODE_LABEL:?} service_cidr=${SERVICE_CIDR:?} first_service_ip=${FIRST_SERVICE_IP:?}
+dns_service_ip=${DNS_SERVICE_IP:?} cluster_domain=${CLUSTER_DOMAIN:?}
 # Built by hack/images.sh from kubelet's own pause.c; nothing is pulled.
 pause_image=localhost/pause:k8s-v1.34.4
 # Changed by kubelet (kernel tunables it insists on), kube-proxy and us; saved
@@ -63,11 +70,6 @@ node_unsupported() {
   fi
 }
 
-node_enabled() { [ -e "$(node_dir)/enabled" ]; }
-
-# The message tests fail with when the node is missing.
-node_missing_reason() { cat "$state/node-missing" 2>/dev/null || true; }
-
 
 # --- start ---------------------------------------------------------------------
 
@@ -89,7 +91,7 @@ restore_sysctls() {
   f=$(node_dir)/sysctl.saved
   [ -r "$f" ] || return 0
   while IFS='=' read -r k v; do
-    echo "$v" >"/proc/sys/${k//.//}" 2>/dev/null || log "could not restore $k=$v"
+    echo "$v" >"/proc/sys/${k//.//}" 2>/dev/null || echo "node.sh: could not restore $k=$v" >&2
   done <"$f"
 }
 
@@ -142,7 +144,6 @@ table inet bosun-node {
   }
 }
 EOF
-  touch "$d/enabled"
 }
 
 write_node_configs() {
@@ -272,135 +273,6 @@ $cluster_domain:53 in-addr.arpa:53 ip6.arpa:53 {
 EOF
 }
 
-# Cluster objects the node needs: DNS Service with the host's CoreDNS as its
-# endpoint, and RBAC for CoreDNS and for the apiserver calling kubelets (logs,
-# exec). Appended to the bootstrap manifests.
-write_node_bootstrap() {
-  cat <<EOF
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: kube-dns
-  namespace: kube-system
-  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS}
-spec:
-  clusterIP: $dns_service_ip
-  ports:
-  - {name: dns, port: 53, protocol: UDP, targetPort: 53}
-  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: kube-dns-host
-  namespace: kube-system
-  labels:
-    kubernetes.io/service-name: kube-dns
-    endpointslice.kubernetes.io/managed-by: cluster.sh.bosun.dev
-addressType: IPv4
-endpoints:
-- addresses: [$node_ip]
-  conditions: {ready: true}
-  nodeName: $node_name
-ports:
-- {name: dns, port: 53, protocol: UDP}
-- {name: dns-tcp, port: 53, protocol: TCP}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: bosun:coredns
-rules:
-- apiGroups: [""]
-  resources: [services, pods, namespaces]
-  verbs: [list, watch]
-- apiGroups: [discovery.k8s.io]
-  resources: [endpointslices]
-  verbs: [list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: bosun:coredns
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bosun:coredns}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "bosun:coredns"}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: bosun:apiserver-kubelet-client
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-apiserver-kubelet-client}
-EOF
-}
-
-# Client certificates of the node's components (crates/localcluster, with the
-# cluster's CA), and the kubeconfigs of those that call the apiserver.
-node_certs() {
-  lc pki node --dir "$state/certs" --node-name "$node_name" || die "certificate generation failed"
-  local c
-  for c in node kube-proxy coredns; do
-    write_kubeconfig "$state/kubeconfigs/$c.kubeconfig" "$c"
-  done
-}
-
-# After the control plane: containerd, the images, kubelet, kube-proxy,
-# CoreDNS.
-start_node() {
-  local d i
-  d=$(node_dir)
-  write_node_configs
-  start containerd --config "$d/containerd.toml" --log-level warn
-  for ((i = 0; i < 300; i++)); do
-    [ -S "$d/containerd.sock" ] && ctr -a "$d/containerd.sock" version >/dev/null 2>&1 && break
-    component_pid containerd >/dev/null || die "containerd exited; see $state/logs/containerd.log"
-    sleep 0.1
-  done
-  "$repo_root/hack/images.sh" import --address "$d/containerd.sock" >"$state/logs/images.log" 2>&1 ||
-    { tail -n 20 "$state/logs/images.log" >&2; die "importing the images into the real node failed; see $state/logs/images.log"; }
-  start kubelet --config="$d/kubelet.yaml" \
-    --kubeconfig="$state/kubeconfigs/node.kubeconfig" \
-    --root-dir="$d/kubelet" --cert-dir="$d/kubelet/pki" \
-    --hostname-override="$node_name" --node-ip="$node_ip" \
-    --node-labels="$node_label=true" \
-    --v=1
-  start kube-proxy --kubeconfig="$state/kubeconfigs/kube-proxy.kubeconfig" \
-    --proxy-mode=nftables --hostname-override="$node_name" \
-    --nodeport-addresses="$node_cidr" \
-    --metrics-bind-address="127.0.0.1:$KUBE_PROXY_METRICS_PORT" \
-    --healthz-bind-address="127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT" \
-    --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
-    --conntrack-tcp-timeout-close-wait=0 \
-    --v=1
-  start coredns -conf "$d/Corefile"
-  touch "$d/up"
-}
-
-# Health of the node, for wait_healthy: Ready, untainted but for its own taint,
-# DNS answering, kube-proxy healthy.
-check_node() {
-  node_enabled || return 0
-  local ready taints
-  read -r ready taints < <(kc get node "$node_name" -o \
-    jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}' 2>/dev/null || echo "?")
-  if [ "$ready" != True ]; then
-    failed="real node $node_name to become Ready" culprit=kubelet; return 1
-  fi
-  if [ "$taints" != "$node_label" ]; then
-    failed="real node $node_name to have only its own taint ($taints)" culprit=kube-controller-manager; return 1
-  fi
-  if ! curl -sf --max-time 3 "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/healthz" >/dev/null; then
-    failed="kube-proxy /healthz" culprit=kube-proxy; return 1
-  fi
-  if [ "$(api_status /api/v1/namespaces/kube-system/services/kube-dns)" != 200 ]; then
-    kc apply -f "$state/manifests/bootstrap.yaml" >/dev/null 2>>"$state/logs/bootstrap.log" || true
-    failed="kube-dns Service to be created" culprit=bootstrap; return 1
-  fi
-}
-
 # --- teardown --------------------------------------------------------------------
 
 # Pids of every process in the node's cgroups (the pods' containers).
@@ -424,14 +296,15 @@ kill_pids() {  # pid...
   kill -KILL "$@" 2>/dev/null || true
 }
 
-# Stops everything of the node and removes what it left on the machine. Safe
+# Removes what the node left on the machine, once the supervisor has stopped its
+# daemons: the pods' processes, the shims, mounts, cgroups, network, sysctls. Safe
 # on a half-started or long-dead node (also used to clean up after a crash).
 node_teardown() {
-  local d i m c
+  local d i m c pids
   d=$(node_dir)
   [ -e "$d" ] || [ "$(cat /run/bosun-node.owner 2>/dev/null)" = "$state" ] || return 0
   # Containers first, while nothing restarts them (kubelet and containerd were
-  # stopped by stop_all); shims after, so that no container outlives them.
+  # stopped by the supervisor); shims after, so that no container outlives them.
   for ((i = 0; i < 50; i++)); do
     mapfile -t pids < <(pod_pids)
     [ "${#pids[@]}" -eq 0 ] && break
@@ -440,7 +313,12 @@ node_teardown() {
   done
   mapfile -t pids < <(shim_pids)
   kill_pids "${pids[@]}"
-  await_reaped "${pids[@]}"
+  for ((i = 0; i < 50; i++)); do   # reaped (gone from /proc), up to 5 s
+    c=0
+    for m in "${pids[@]}"; do [ -e "/proc/$m" ] && c=1; done
+    [ "$c" = 0 ] && break
+    sleep 0.1
+  done
   # Mounts: container root filesystems, network namespaces, kubelet's volumes
   # (deepest first).
   for ((i = 0; i < 5; i++)); do
@@ -507,3 +385,11 @@ remove_kube_iptables() {
     done
   done
 }
+
+case ${1:-} in
+  unsupported) node_unsupported ;;
+  network-up) : "${APISERVER_PORT:?}"; node_network_up ;;
+  configs) : "${KUBELET_PORT:?}" "${KUBELET_HEALTHZ_PORT:?}"; write_node_configs ;;
+  teardown) node_teardown ;;
+  *) echo "usage: $0 unsupported | network-up | configs | teardown" >&2; exit 2 ;;
+esac

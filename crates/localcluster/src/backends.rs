@@ -34,8 +34,8 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 pub use crate::supervise::Component;
-use crate::supervise::{Launch, StateDir, write_private};
-use crate::{log, repo_root};
+use crate::supervise::{Launch, StateDir, Unhealthy, Waiting, http_status, waiting, write_private};
+use crate::{log, repo_root, run};
 
 const MARKER: &str = "bosun-backends";
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -215,7 +215,8 @@ impl Servers {
 }
 
 /// Quoted for a POSIX shell, only where needed.
-fn shell_quote(s: &str) -> String {
+/// `s` quoted for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_./:@%+=,-".contains(c));
     if plain { s.to_owned() } else { format!("'{}'", s.replace('\'', r"'\''")) }
 }
@@ -248,20 +249,6 @@ fn chown(user: &str, path: &Path) -> Result<()> {
         run(Command::new("chown").arg("-R").arg(format!("{user}:{user}")).arg(path))?;
     }
     Ok(())
-}
-
-/// Runs a set-up step; its output is the error when it fails.
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn load(dir: &StateDir) -> Option<Servers> {
@@ -649,29 +636,8 @@ fn mariadb(s: &Servers, password: &str) -> Result<String> {
         .env("MYSQL_PWD", password))
 }
 
-/// The HTTP status of a GET, or None when nothing answers.
-fn http_status(url: &str) -> Option<u16> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(3)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    agent.get(url).call().ok().map(|r| r.status().as_u16())
-}
-
-/// What a set is still waiting for, and the server whose log explains it.
-#[derive(Debug)]
-struct Waiting {
-    what: String,
-    culprit: &'static str,
-}
-
-fn waiting(what: impl Into<String>, culprit: &'static str) -> Waiting {
-    Waiting { what: what.into(), culprit }
-}
-
 /// One round of checks. FerretDB starts here, once PostgreSQL answers.
-fn health(dir: &StateDir, s: &Servers) -> std::result::Result<(), Waiting> {
+fn health(dir: &StateDir, s: &Servers) -> Result<(), Waiting> {
     let p = &s.ports;
     psql(s, "SELECT 1", &s.secrets.postgres_password)
         .map_err(|_| waiting("postgres to accept the superuser's password", "postgres"))?;
@@ -697,50 +663,13 @@ fn health(dir: &StateDir, s: &Servers) -> std::result::Result<(), Waiting> {
     Ok(())
 }
 
-/// Why waiting for health ended without it.
-#[derive(Debug)]
-enum Unhealthy {
-    /// A server exited (its log's last lines).
-    Exited {
-        name: &'static str,
-        log: String,
-    },
-    TimedOut(String),
-}
-
-fn wait_healthy(
-    dir: &StateDir,
-    s: &Servers,
-    started: Instant,
-    timeout: Duration,
-) -> std::result::Result<(), Unhealthy> {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    loop {
-        for c in s.components() {
-            if c == FERRETDB && !dir.join("pids/ferretdb.pid").exists() {
-                continue;
-            }
-            if dir.pid(&c).is_none() {
-                return Err(Unhealthy::Exited { name: c.name, log: dir.log_tail(c.name, 30) });
-            }
-        }
-        let Err(w) = health(dir, s) else { return Ok(()) };
-        if w.what != last {
-            log(&format!("{:.1}s: waiting for {}", started.elapsed().as_secs_f64(), w.what));
-            last.clone_from(&w.what);
-        }
-        if Instant::now() > deadline {
-            return Err(Unhealthy::TimedOut(format!(
-                "not healthy after {}s: waiting for {}; last lines of {}:\n{}",
-                timeout.as_secs(),
-                w.what,
-                dir.log(w.culprit).display(),
-                dir.log_tail(w.culprit, 30)
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Waits until the set is healthy (FerretDB counts once it has started).
+fn wait_healthy(dir: &StateDir, s: &Servers, started: Instant, timeout: Duration) -> Result<(), Unhealthy> {
+    let components = || {
+        let ferretdb_started = dir.join("pids/ferretdb.pid").exists();
+        s.components().into_iter().filter(|c| *c != FERRETDB || ferretdb_started).collect()
+    };
+    dir.wait_healthy(components, || health(dir, s), started, timeout, log, |_| String::new())
 }
 
 /// The bucket and container, made once all servers answer (MinIO's comes from its
@@ -765,10 +694,6 @@ fn stop_all(dir: &StateDir) -> Result<()> {
     dir.stop(&ALL, |c| if *c == POSTGRES { Signal::SIGINT } else { Signal::SIGTERM }, Duration::from_secs(10))
 }
 
-fn alive(dir: &StateDir, components: &[Component]) -> usize {
-    components.iter().filter(|c| dir.pid(c).is_some()).count()
-}
-
 // --- verbs ------------------------------------------------------------------------
 
 /// Starts the set in `dir` (a no-op when it runs and is healthy) and waits for its
@@ -779,7 +704,7 @@ pub fn up(dir: &StateDir, timeout: Duration) -> Result<Servers> {
     let (bins, mongo_missing) = build_all()?;
     if let Some(s) = load(dir) {
         let components = s.components();
-        if alive(dir, &components) == components.len() && health(dir, &s).is_ok() {
+        if dir.alive(&components) == components.len() && health(dir, &s).is_ok() {
             if s.bins != bins {
                 log("warning: the running servers were built from other pins; run down and up to switch");
             }
@@ -787,14 +712,7 @@ pub fn up(dir: &StateDir, timeout: Duration) -> Result<Servers> {
             return Ok(s);
         }
     }
-    let n = alive(dir, &ALL);
-    if n > 0 {
-        log(&format!("found {n} servers alive or unhealthy; restarting them"));
-    } else if dir.exists() {
-        log(&format!("removing stale state in {} (no server running)", dir.path().display()));
-    }
-    stop_all(dir)?;
-    dir.remove()?;
+    dir.clear(&ALL, stop_all, log)?;
     log(&format!("starting servers in {}", dir.path().display()));
     for attempt in 1..=2 {
         let s = start_all(dir, &bins, mongo_missing.clone())?;
@@ -817,21 +735,15 @@ pub fn up(dir: &StateDir, timeout: Duration) -> Result<Servers> {
                 ));
                 return Ok(s);
             }
-            Err(Unhealthy::Exited { name, log: tail }) => {
-                let conflict = ["address already in use", "EADDRINUSE", "Do you already have another server running"]
-                    .iter()
-                    .any(|m| tail.to_lowercase().contains(&m.to_lowercase()));
-                if conflict && attempt == 1 {
-                    log("port conflict; restarting with other ports");
-                    stop_all(dir)?;
-                    dir.remove()?;
-                    continue;
-                }
-                bail!(
-                    "{name} exited; last lines of {}:\n{tail}\nservers failed to start ('down' cleans up)",
-                    dir.log(name).display()
-                );
+            Err(e) if e.port_conflict() && attempt == 1 => {
+                log("port conflict; restarting with other ports");
+                stop_all(dir)?;
+                dir.remove()?;
             }
+            Err(Unhealthy::Exited { name, log: tail }) => bail!(
+                "{name} exited; last lines of {}:\n{tail}\nservers failed to start ('down' cleans up)",
+                dir.log(name).display()
+            ),
             Err(Unhealthy::TimedOut(why)) => bail!("{why}\nservers left running for inspection; 'down' stops them"),
         }
     }
@@ -840,26 +752,14 @@ pub fn up(dir: &StateDir, timeout: Duration) -> Result<Servers> {
 
 /// Stops every server of the set and removes its directory.
 pub fn down(dir: &StateDir) -> Result<()> {
-    let _lock = dir.lock()?;
-    if !dir.exists() {
-        log(&format!("no backends in {}", dir.path().display()));
-        return Ok(());
-    }
-    stop_all(dir)?;
-    let left = dir.strays(&ALL);
-    if !left.is_empty() {
-        bail!("processes still running: {left:?}");
-    }
-    dir.remove()?;
-    log(&format!("stopped; removed {}", dir.path().display()));
-    Ok(())
+    dir.tear_down(&ALL, stop_all, log)
 }
 
 /// The running set in `dir`, or an error saying how to start it.
 pub fn running(dir: &StateDir) -> Result<Servers> {
     let s = load(dir).filter(|s| {
         let c = s.components();
-        alive(dir, &c) == c.len()
+        dir.alive(&c) == c.len()
     });
     s.ok_or_else(|| {
         anyhow!("backends are not running in {}; start them with 'hack/backends.sh up'", dir.path().display())
@@ -871,7 +771,7 @@ pub fn running(dir: &StateDir) -> Result<Servers> {
 pub fn restart(dir: &StateDir, c: &Component, timeout: Duration) -> Result<()> {
     let s = load(dir).ok_or_else(|| anyhow!("no backends in {}", dir.path().display()))?;
     dir.restart(c)?;
-    wait_healthy(dir, &s, Instant::now(), timeout).map_err(|e| anyhow!("{e:?}"))
+    wait_healthy(dir, &s, Instant::now(), timeout).map_err(|e| anyhow!("{e}"))
 }
 
 /// The servers, pids and ports; Ok(true) when all run and are healthy.

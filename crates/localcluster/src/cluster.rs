@@ -1,10 +1,54 @@
 //! The local control plane's state directory (`$BOSUN_CLUSTER_DIR`, default
-//! `<repo>/.cluster`), as `hack/controlplane/cluster.sh` writes it: the files other
-//! programs read (the tests, `make` targets), named once here.
+//! `<repo>/.cluster`): its layout, and [`Cluster`], the record of how `up` started it
+//! (`cluster.json`). Other programs (the tests, `make` targets) read it through
+//! [`ClusterDir`]; [`crate::controlplane`] writes it.
+//!
+//! ```text
+//! bosun-cluster        marker: this directory is ours and may be deleted
+//! cluster.json         [Cluster]: ports, the build directories, the real node or why there is none
+//! kubeconfig           admin kubeconfig (client certificate in system:masters)
+//! certs/               ca.crt/ca.key, apiserver.*, sa.key/sa.pub, <identity>.crt/.key
+//! kubeconfigs/         the other components' kubeconfigs
+//! etcd/                etcd's data
+//! kwok/                kwok.yaml (the stages kwok plays) and kwok's work directory
+//! node/                the real node (hack/controlplane/node.sh): containerd, kubelet, CNI state
+//! volumes/             the hostPath directories behind claims of the default class
+//! logs/<component>.log (and bootstrap.log, images.log)
+//! pids/<component>.pid   launches/<component>.json (how it was started)
+//! ```
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::repo_root;
+
+/// The marker file of a cluster's state directory.
+pub const MARKER: &str = "bosun-cluster";
+
+/// The ports of a cluster, on 127.0.0.1 (the kubelet's on the node's address).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ports {
+    pub etcd: u16,
+    pub etcd_peer: u16,
+    pub apiserver: u16,
+    pub kube_controller_manager: u16,
+    pub kube_scheduler: u16,
+    pub kubelet: u16,
+    pub kubelet_healthz: u16,
+    pub kube_proxy_metrics: u16,
+    pub kube_proxy_healthz: u16,
+}
+
+/// A cluster as `up` started it (`cluster.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cluster {
+    pub ports: Ports,
+    /// The control plane build's `bin` directory (`hack/controlplane/build.sh`).
+    pub bin: PathBuf,
+    /// The real node: its build's `bin` directory, or why this cluster runs none.
+    pub node: Result<PathBuf, String>,
+}
 
 /// A cluster's state directory.
 #[derive(Debug, Clone)]
@@ -39,13 +83,19 @@ impl ClusterDir {
         self.path.join("node/containerd.sock")
     }
 
+    pub fn record(&self) -> PathBuf {
+        self.path.join("cluster.json")
+    }
+
+    /// How `up` started the cluster; None before it has (or after `down`).
+    pub fn cluster(&self) -> Option<Cluster> {
+        serde_json::from_slice(&std::fs::read(self.record()).ok()?).ok()
+    }
+
     /// Why this cluster runs no real node, as `up` found it; None when it runs one
-    /// (or `up` recorded nothing).
+    /// (or no cluster was started here).
     pub fn node_missing(&self) -> Option<String> {
-        std::fs::read_to_string(self.path.join("node-missing"))
-            .ok()
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
+        self.cluster().and_then(|c| c.node.err())
     }
 }
 
@@ -55,13 +105,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_node_missing_reason_is_read_trimmed_and_absent_when_not_recorded() {
+    fn the_record_round_trips_and_says_why_there_is_no_node() {
         let dir = std::env::temp_dir().join(format!("localcluster-cluster-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let c = ClusterDir::at(&dir);
         assert_eq!(c.node_missing(), None);
-        std::fs::write(dir.join("node-missing"), "containerd is not installed\n").unwrap();
+        let ports = Ports {
+            etcd: 1,
+            etcd_peer: 2,
+            apiserver: 3,
+            kube_controller_manager: 4,
+            kube_scheduler: 5,
+            kubelet: 6,
+            kubelet_healthz: 7,
+            kube_proxy_metrics: 8,
+            kube_proxy_healthz: 9,
+        };
+        let mut record = Cluster { ports, bin: "/b".into(), node: Err("containerd is not installed".into()) };
+        std::fs::write(c.record(), serde_json::to_vec(&record).unwrap()).unwrap();
         assert_eq!(c.node_missing().as_deref(), Some("containerd is not installed"));
+        record.node = Ok("/n".into());
+        std::fs::write(c.record(), serde_json::to_vec(&record).unwrap()).unwrap();
+        assert_eq!(c.node_missing(), None);
+        assert_eq!(c.cluster().unwrap().ports, record.ports);
         assert_eq!(c.kubeconfig(), dir.join("kubeconfig"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,23 +1,16 @@
 //! `localcluster`: the CLI of the local cluster's supervisor.
 //!
 //! ```text
+//! localcluster cluster up|down|status|kubeconfig|env|sa-kubeconfig|restart-apiserver
+//!                                                   (hack/controlplane/cluster.sh VERB)
 //! localcluster backends up|down|env|status|check   (hack/backends.sh VERB)
-//! localcluster ports N                              free ports, one line
-//! localcluster pki control-plane|node …            the cluster's certificates
-//! localcluster kubeconfig …                         a kubeconfig of the local apiserver
 //! ```
-//!
-//! The last three are what `hack/controlplane/cluster.sh` asks of it.
 
-use std::io::Read as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
-use bosun_localcluster::kubeconfig::{self, Credentials};
-use bosun_localcluster::pki::{self, Pki};
-use bosun_localcluster::{backends, ports};
+use anyhow::{Result, bail};
+use bosun_localcluster::{backends, controlplane};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -29,64 +22,58 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Set {
+    /// The local control plane and its real node, in $BOSUN_CLUSTER_DIR (default
+    /// <repo>/.cluster).
+    Cluster {
+        #[command(subcommand)]
+        verb: ClusterVerb,
+    },
     /// The backup tests' servers (PostgreSQL, MariaDB, MinIO, fake-gcs-server,
     /// Azurite, FerretDB), in $BOSUN_BACKENDS_DIR (default <repo>/.backends).
     Backends {
         #[command(subcommand)]
         verb: Verb,
     },
-    /// N distinct free ports on 127.0.0.1, below the ephemeral range, space-separated.
-    Ports { n: usize },
-    /// The local cluster's certificates and keys.
-    Pki {
-        #[command(subcommand)]
-        part: PkiPart,
-    },
-    /// A kubeconfig of the local apiserver, as a client certificate of the PKI or a
-    /// token read from stdin.
-    Kubeconfig {
-        /// The PKI's directory (its ca.crt is the cluster's CA).
-        #[arg(long)]
-        certs: PathBuf,
-        /// The apiserver's port on 127.0.0.1.
-        #[arg(long)]
-        port: u16,
-        /// The identity whose certificate the user presents (<certs>/<identity>.crt).
-        #[arg(long, conflicts_with = "token_stdin", required_unless_present = "token_stdin")]
-        identity: Option<String>,
-        /// Authenticate with the token on stdin instead.
-        #[arg(long, requires = "user")]
-        token_stdin: bool,
-        /// The user's name in the kubeconfig (default: the identity).
-        #[arg(long)]
-        user: Option<String>,
-        /// The context's namespace.
-        #[arg(long)]
-        namespace: Option<String>,
-        /// Write here (mode 600) instead of stdout.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
 }
 
 #[derive(Debug, Subcommand)]
-enum PkiPart {
-    /// A new CA, the apiserver's serving certificate, the control plane's client
-    /// certificates and the ServiceAccount key pair.
-    ControlPlane {
-        #[arg(long)]
-        dir: PathBuf,
-        /// A name of the apiserver (IP address or DNS name), repeated.
-        #[arg(long = "name", required = true)]
-        names: Vec<String>,
+enum ClusterVerb {
+    /// Build if needed, start the local cluster (no-op if healthy), wait for health.
+    Up,
+    /// Stop all components and remove the state directory.
+    Down,
+    /// Show components, pids and ports (exit 1 unless all run).
+    Status,
+    /// Print the admin kubeconfig's path.
+    Kubeconfig,
+    /// Print an 'export KUBECONFIG=...' line.
+    Env,
+    /// Print a kubeconfig for ServiceAccount NAMESPACE/SERVICEACCOUNT.
+    SaKubeconfig {
+        namespace: String,
+        service_account: String,
+        /// How long its token is valid (24h, 90m, 1h30m).
+        #[arg(default_value = "24h", value_parser = duration)]
+        duration: Duration,
     },
-    /// The real node's client certificates, signed by the directory's CA.
-    Node {
-        #[arg(long)]
-        dir: PathBuf,
-        #[arg(long)]
-        node_name: String,
+    /// Stop kube-apiserver, wait OUTAGE_SECONDS, start it again with the same
+    /// arguments and wait until it is ready (chaos tests).
+    RestartApiserver {
+        #[arg(default_value = "0", value_parser = seconds)]
+        outage_seconds: Duration,
     },
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("'{text}' is no duration like 24h or 90m: {e}"))
+}
+
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("OUTAGE_SECONDS must be a number of seconds, not '{text}'"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -109,58 +96,46 @@ enum Verb {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().set {
+        Set::Cluster { verb } => cluster(verb),
         Set::Backends { verb } => run(verb),
-        Set::Ports { n } => ports::free_ports(n).map(|p| {
-            println!("{}", p.iter().map(u16::to_string).collect::<Vec<_>>().join(" "));
-            ExitCode::SUCCESS
-        }),
-        Set::Pki { part } => make_pki(part).map(|()| ExitCode::SUCCESS),
-        Set::Kubeconfig { certs, port, identity, token_stdin, user, namespace, out } => {
-            write_kubeconfig(&certs, port, identity, token_stdin, user, namespace, out).map(|()| ExitCode::SUCCESS)
-        }
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            bosun_localcluster::log(&format!("{e:#}"));
+            eprintln!("localcluster: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn make_pki(part: PkiPart) -> Result<()> {
-    match part {
-        PkiPart::ControlPlane { dir, names } => Pki::create(&dir, &names).map(|_| ()),
-        PkiPart::Node { dir, node_name } => Pki::at(&dir).clients(&pki::node(&node_name)),
-    }
+/// Prints a status; exit 1 unless all is well.
+fn report((text, ok): (String, bool)) -> ExitCode {
+    print!("{text}");
+    if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-fn write_kubeconfig(
-    certs: &std::path::Path,
-    port: u16,
-    identity: Option<String>,
-    token_stdin: bool,
-    user: Option<String>,
-    namespace: Option<String>,
-    out: Option<PathBuf>,
-) -> Result<()> {
-    let credentials = match identity.clone() {
-        Some(name) if !token_stdin => Credentials::Certificate(name),
-        _ => {
-            let mut token = String::new();
-            std::io::stdin().read_to_string(&mut token).context("reading the token from stdin")?;
-            Credentials::Token(token.trim().to_owned())
+fn cluster(verb: ClusterVerb) -> Result<ExitCode> {
+    let dir = controlplane::state_dir(None)?;
+    match verb {
+        ClusterVerb::Up => {
+            controlplane::up(&dir)?;
         }
-    };
-    let user = user.or(identity).unwrap_or_default();
-    let config = kubeconfig::kubeconfig(&Pki::at(certs), port, &user, &credentials, namespace.as_deref())?;
-    match out {
-        Some(path) => kubeconfig::write(&path, &config),
-        None => {
-            print!("{}", kubeconfig::to_yaml(&config)?);
-            Ok(())
+        ClusterVerb::Down => controlplane::down(&dir)?,
+        ClusterVerb::Status => return controlplane::status(&dir).map(report),
+        ClusterVerb::Kubeconfig => {
+            controlplane::running(&dir)?;
+            println!("{}", dir.join("kubeconfig").display());
         }
+        ClusterVerb::Env => {
+            controlplane::running(&dir)?;
+            println!("export KUBECONFIG={}", backends::shell_quote(&dir.join("kubeconfig").display().to_string()));
+        }
+        ClusterVerb::SaKubeconfig { namespace, service_account, duration } => {
+            print!("{}", controlplane::sa_kubeconfig(&dir, &namespace, &service_account, duration)?);
+        }
+        ClusterVerb::RestartApiserver { outage_seconds } => controlplane::restart_apiserver(&dir, outage_seconds)?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run(verb: Verb) -> Result<ExitCode> {
@@ -172,18 +147,12 @@ fn run(verb: Verb) -> Result<ExitCode> {
         }
         Verb::Down => backends::down(&dir)?,
         Verb::Env => print!("{}", backends::running(&dir)?.export_lines()),
-        Verb::Status => {
-            let (text, ok) = backends::status(&dir)?;
-            print!("{text}");
-            if !ok {
-                return Ok(ExitCode::FAILURE);
-            }
-        }
+        Verb::Status => return backends::status(&dir).map(report),
         Verb::Check => {
             let (text, fails) = backends::check(&dir)?;
             print!("{text}");
             if fails > 0 {
-                anyhow::bail!("{fails} check(s) failed");
+                bail!("{fails} check(s) failed");
             }
             bosun_localcluster::log("all checks passed");
         }

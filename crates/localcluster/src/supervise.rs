@@ -239,12 +239,149 @@ impl StateDir {
         Ok(())
     }
 
+    /// How many of `components` are alive.
+    pub fn alive(&self, components: &[Component]) -> usize {
+        components.iter().filter(|c| self.pid(c).is_some()).count()
+    }
+
+    /// Before a fresh start: stops what still runs of the set (a partial or unhealthy
+    /// one; `stop_all` knows its order and signals) and removes the old directory.
+    pub fn clear(
+        &self,
+        components: &[Component],
+        stop_all: impl FnOnce(&StateDir) -> Result<()>,
+        say: impl Fn(&str),
+    ) -> Result<()> {
+        let n = self.alive(components);
+        if n > 0 {
+            say(&format!("found {n} processes alive (a partial or unhealthy set); restarting them"));
+        } else if self.exists() {
+            say(&format!("removing stale state in {} (nothing running)", self.path.display()));
+        }
+        stop_all(self)?;
+        self.remove()
+    }
+
+    /// `down`: under the lock, stops the set (`stop_all`, which knows its order and
+    /// signals), makes sure none of `components` is left, and removes the directory.
+    pub fn tear_down(
+        &self,
+        components: &[Component],
+        stop_all: impl FnOnce(&StateDir) -> Result<()>,
+        say: impl Fn(&str),
+    ) -> Result<()> {
+        let _lock = self.lock()?;
+        if !self.exists() {
+            say(&format!("nothing to stop in {}", self.path.display()));
+            return Ok(());
+        }
+        stop_all(self)?;
+        let left = self.strays(components);
+        if !left.is_empty() {
+            bail!("processes still running: {left:?}");
+        }
+        self.remove()?;
+        say(&format!("stopped; removed {}", self.path.display()));
+        Ok(())
+    }
+
     /// The last `n` lines of a log, for a failure message.
     pub fn log_tail(&self, name: &str, n: usize) -> String {
         let text = std::fs::read_to_string(self.log(name)).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
+}
+
+/// What a set is still waiting for, and the process whose log explains it.
+#[derive(Debug)]
+pub struct Waiting {
+    pub what: String,
+    pub culprit: &'static str,
+}
+
+pub fn waiting(what: impl Into<String>, culprit: &'static str) -> Waiting {
+    Waiting { what: what.into(), culprit }
+}
+
+/// Why waiting for health ended without it.
+#[derive(Debug)]
+pub enum Unhealthy {
+    /// A process exited (its log's last lines).
+    Exited { name: &'static str, log: String },
+    /// Not healthy in time: what it waited for, the culprit's log.
+    TimedOut(String),
+}
+
+impl Unhealthy {
+    /// The exit was a port taken between picking it and binding it (worth one more
+    /// try with other ports).
+    pub fn port_conflict(&self) -> bool {
+        let Unhealthy::Exited { log, .. } = self else { return false };
+        let log = log.to_lowercase();
+        ["address already in use", "eaddrinuse", "do you already have another server running"]
+            .iter()
+            .any(|m| log.contains(m))
+    }
+}
+
+impl std::fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unhealthy::Exited { name, log } => write!(f, "{name} exited; its log's last lines:\n{log}"),
+            Unhealthy::TimedOut(why) => f.write_str(why),
+        }
+    }
+}
+
+impl StateDir {
+    /// Runs `check` every 200 ms until it passes, logging each new thing it waits
+    /// for (which also shows where start-up time goes). Fails at once when one of
+    /// `components()` (asked anew each round: some start during the checks) exits,
+    /// and after `timeout` with the culprit's log (and `explain`'s words on it).
+    pub fn wait_healthy(
+        &self,
+        components: impl Fn() -> Vec<Component>,
+        mut check: impl FnMut() -> std::result::Result<(), Waiting>,
+        started: Instant,
+        timeout: Duration,
+        say: impl Fn(&str),
+        explain: impl Fn(&Waiting) -> String,
+    ) -> std::result::Result<(), Unhealthy> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            if let Some(c) = components().into_iter().find(|c| self.pid(c).is_none()) {
+                return Err(Unhealthy::Exited { name: c.name, log: self.log_tail(c.name, 30) });
+            }
+            let Err(w) = check() else { return Ok(()) };
+            if w.what != last {
+                say(&format!("{:.1}s: waiting for {}", started.elapsed().as_secs_f64(), w.what));
+                last.clone_from(&w.what);
+            }
+            if Instant::now() > deadline {
+                return Err(Unhealthy::TimedOut(format!(
+                    "not healthy after {}s: waiting for {}; last lines of {}:\n{}{}",
+                    timeout.as_secs(),
+                    w.what,
+                    self.log(w.culprit).display(),
+                    self.log_tail(w.culprit, 30),
+                    explain(&w)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The HTTP status of a plain-HTTP GET on this machine, or None when nothing answers.
+pub fn http_status(url: &str) -> Option<u16> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(3)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    agent.get(url).call().ok().map(|r| r.status().as_u16())
 }
 
 /// Sends `signal` to `pid`; one already gone is not an error.

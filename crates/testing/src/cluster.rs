@@ -48,6 +48,14 @@ pub fn cluster_dir() -> PathBuf {
     ClusterDir::from_env().path().to_owned()
 }
 
+/// Stops the local cluster's kube-apiserver, waits `outage` and starts it again with
+/// the same arguments, returning once it is ready (chaos tests; blocking: call it from
+/// `spawn_blocking`).
+pub fn restart_apiserver(outage: std::time::Duration) -> anyhow::Result<()> {
+    let dir = bosun_localcluster::controlplane::state_dir(None)?;
+    bosun_localcluster::controlplane::restart_apiserver(&dir, outage)
+}
+
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \
                             or point BOSUN_TEST_KUBECONFIG at a test cluster";
 

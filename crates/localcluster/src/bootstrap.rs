@@ -1,0 +1,327 @@
+//! What the local control plane's health checks ask of the apiserver, through kube's
+//! client: the objects every cluster needs (fake nodes, the default StorageClass; the
+//! real node's DNS Service and RBAC), created whenever a check finds them missing (a
+//! test that deleted a fake node does not break the next `up`), and the rounds of
+//! checks `up` waits on.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::{Node, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::cluster::Cluster;
+use crate::controlplane::{
+    DNS_SERVICE_IP, FAKE_NODES, NODE_IP, NODE_LABEL, NODE_NAME, STORAGE_CLASS, STORAGE_PROVISIONER,
+};
+use crate::supervise::{StateDir, Waiting, http_status, waiting};
+
+/// A client of the apiserver from a kubeconfig, with short timeouts (a check that
+/// hangs is a check that failed). Made inside the caller's runtime.
+pub async fn client(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig).with_context(|| format!("reading {}", kubeconfig.display()))?;
+    let mut config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    config.connect_timeout = Some(Duration::from_secs(3));
+    config.read_timeout = Some(Duration::from_secs(5));
+    Ok(Client::try_from(config)?)
+}
+
+/// GET `path` of a component serving HTTPS on 127.0.0.1 with a certificate of its
+/// own (the controller-manager, the scheduler): anonymous, as their health is.
+async fn healthz(port: u16, path: &str) -> bool {
+    let Ok(url) = format!("https://127.0.0.1:{port}").parse() else { return false };
+    let mut config = Config::new(url);
+    config.accept_invalid_certs = true;
+    config.connect_timeout = Some(Duration::from_secs(3));
+    config.read_timeout = Some(Duration::from_secs(3));
+    let Ok(client) = Client::try_from(config) else { return false };
+    get(&client, path).await.is_ok()
+}
+
+/// A raw GET; an error unless the status is 2xx.
+async fn get(client: &Client, path: &str) -> Result<String> {
+    Ok(client.request_text(http::Request::get(path).body(Vec::new())?).await?)
+}
+
+// --- the objects ----------------------------------------------------------------
+
+/// A typed object (the shape checked by its type), ready to create.
+struct Object {
+    resource: ApiResource,
+    namespace: Option<String>,
+    object: DynamicObject,
+}
+
+fn object<K>(value: serde_json::Value) -> Result<Object>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+{
+    let typed: K = serde_json::from_value(value).with_context(|| format!("a {} of the bootstrap", K::kind(&())))?;
+    let object: DynamicObject = serde_json::from_value(serde_json::to_value(&typed)?)?;
+    Ok(Object { resource: ApiResource::erase::<K>(&()), namespace: object.metadata.namespace.clone(), object })
+}
+
+/// The fake nodes (played by kwok because of its annotation) and the default
+/// StorageClass; with the real node, its DNS Service (CoreDNS runs on the node's
+/// address) and the RBAC of CoreDNS and of the apiserver calling kubelets.
+fn objects(with_node: bool) -> Result<Vec<Object>> {
+    let mut all = Vec::new();
+    for (i, name) in FAKE_NODES.iter().enumerate() {
+        // Each node gets its own pod CIDR (/18: 16382 addresses) so kwok can hand
+        // out distinct pod IPs for the 8,000 pods a node takes (`make bench N=10000`
+        // needs 10,000 pods). No taints: any ordinary pod may land there. The
+        // addresses are made up; kwok copies the InternalIP into the pods' hostIP.
+        let cidr = format!("10.244.{}.0/18", i * 64);
+        let resources = json!({"cpu": "512", "memory": "4Ti", "pods": "8000", "ephemeral-storage": "16Ti"});
+        all.push(object::<Node>(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                    "kubernetes.io/hostname": name, "node-role.kubernetes.io/agent": "",
+                },
+            },
+            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": format!("10.240.0.{}", 10 + i)},
+                    {"type": "Hostname", "address": name},
+                ],
+                "allocatable": resources, "capacity": resources,
+            },
+        }))?);
+    }
+    // allowVolumeExpansion lets the apiserver accept raised requests on claims (the
+    // PersistentVolumeClaimResize admission plugin checks it); nothing resizes the
+    // fake volumes, so status.capacity keeps the old size.
+    all.push(object::<StorageClass>(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": STORAGE_PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+        "allowVolumeExpansion": true,
+    }))?);
+    if !with_node {
+        return Ok(all);
+    }
+    let dns_ports =
+        json!([{"name": "dns", "port": 53, "protocol": "UDP"}, {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]);
+    all.push(object::<Service>(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+        "spec": {"clusterIP": DNS_SERVICE_IP, "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+        ]},
+    }))?);
+    all.push(object::<EndpointSlice>(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kube-dns-host", "namespace": "kube-system", "labels": {
+            "kubernetes.io/service-name": "kube-dns",
+            "endpointslice.kubernetes.io/managed-by": "localcluster.bosun.dev",
+        }},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": true}, "nodeName": NODE_NAME}],
+        "ports": dns_ports,
+    }))?);
+    all.push(object::<ClusterRole>(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "bosun:coredns"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    }))?);
+    for (name, role, user) in [
+        ("bosun:coredns", "bosun:coredns", "bosun:coredns"),
+        ("bosun:apiserver-kubelet-client", "system:kubelet-api-admin", "kube-apiserver-kubelet-client"),
+    ] {
+        all.push(object::<ClusterRoleBinding>(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))?);
+    }
+    Ok(all)
+}
+
+/// Creates every bootstrap object that does not exist (nothing existing is
+/// changed); failures go to `logs/bootstrap.log` (the next round tries again).
+async fn bootstrap(dir: &StateDir, client: &Client, with_node: bool) {
+    let mut errors = String::new();
+    match objects(with_node) {
+        Ok(objects) => {
+            for o in objects {
+                let api: Api<DynamicObject> = match &o.namespace {
+                    Some(ns) => Api::namespaced_with(client.clone(), ns, &o.resource),
+                    None => Api::all_with(client.clone(), &o.resource),
+                };
+                match api.create(&PostParams::default(), &o.object).await {
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => errors.push_str(&format!(
+                        "{} {}: {e}\n",
+                        o.resource.kind,
+                        o.object.metadata.name.as_deref().unwrap_or("?")
+                    )),
+                    Ok(_) => {}
+                }
+            }
+        }
+        Err(e) => errors.push_str(&format!("{e:#}\n")),
+    }
+    let _ = std::fs::write(dir.log("bootstrap"), errors);
+}
+
+// --- checks ---------------------------------------------------------------------
+
+async fn exists<K>(client: &Client, namespace: Option<&str>, name: &str) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    matches!(api.get_opt(name).await, Ok(Some(_)))
+}
+
+/// The node's Ready condition and its taints' keys; None when it cannot be read.
+async fn node_state(client: &Client, name: &str) -> Option<(bool, Vec<String>)> {
+    let node = Api::<Node>::all(client.clone()).get(name).await.ok()?;
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| t.key).collect();
+    Some((ready, taints))
+}
+
+/// What a restarted apiserver has to pass: etcd answers and the apiserver is ready.
+pub async fn apiserver(s: &Cluster, admin: &Client) -> Result<(), Waiting> {
+    if http_status(&format!("http://127.0.0.1:{}/health", s.ports.etcd)) != Some(200) {
+        return Err(waiting("etcd /health", "etcd"));
+    }
+    get(admin, "/readyz").await.map_err(|_| waiting("kube-apiserver /readyz", "kube-apiserver"))?;
+    Ok(())
+}
+
+/// One round of the whole cluster's checks, in the order things come up.
+pub async fn cluster(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting> {
+    apiserver(s, admin).await?;
+    let with_node = s.node.is_ok();
+    // Created as soon as the apiserver is up, while the others still start.
+    let mut missing = !exists::<StorageClass>(admin, None, STORAGE_CLASS).await;
+    for n in FAKE_NODES {
+        missing |= !exists::<Node>(admin, None, n).await;
+    }
+    if missing {
+        bootstrap(dir, admin, with_node).await;
+        return Err(waiting("fake nodes and StorageClass to be created", "bootstrap"));
+    }
+    if !healthz(s.ports.kube_controller_manager, "/healthz").await {
+        return Err(waiting("kube-controller-manager /healthz", "kube-controller-manager"));
+    }
+    if !healthz(s.ports.kube_scheduler, "/healthz").await {
+        return Err(waiting("kube-scheduler /healthz", "kube-scheduler"));
+    }
+    // Ready and untainted: the node lifecycle controller removes the not-ready taint
+    // a few seconds after kwok reports Ready; until then pods stay Pending.
+    for n in FAKE_NODES {
+        match node_state(admin, n).await {
+            Some((true, taints)) if taints.is_empty() => {}
+            Some((true, taints)) => {
+                return Err(waiting(
+                    format!("node {n} to lose its taints ({})", taints.join(" ")),
+                    "kube-controller-manager",
+                ));
+            }
+            _ => return Err(waiting(format!("node {n} to become Ready"), "kwok")),
+        }
+    }
+    if !exists::<ServiceAccount>(admin, Some("default"), "default").await {
+        return Err(waiting("ServiceAccount default/default", "kube-controller-manager"));
+    }
+    if with_node { node(dir, s, admin).await } else { Ok(()) }
+}
+
+/// The real node: Ready, untainted but for its own taint, kube-proxy healthy, the
+/// DNS Service there.
+async fn node(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting> {
+    match node_state(admin, NODE_NAME).await {
+        Some((true, taints)) if taints == [NODE_LABEL] => {}
+        Some((true, taints)) => {
+            return Err(waiting(
+                format!("real node {NODE_NAME} to have only its own taint ({})", taints.join(" ")),
+                "kube-controller-manager",
+            ));
+        }
+        _ => return Err(waiting(format!("real node {NODE_NAME} to become Ready"), "kubelet")),
+    }
+    if http_status(&format!("http://127.0.0.1:{}/healthz", s.ports.kube_proxy_healthz)) != Some(200) {
+        return Err(waiting("kube-proxy /healthz", "kube-proxy"));
+    }
+    if !exists::<Service>(admin, Some("kube-system"), "kube-dns").await {
+        bootstrap(dir, admin, true).await;
+        return Err(waiting("kube-dns Service to be created", "bootstrap"));
+    }
+    Ok(())
+}
+
+/// The apiserver's failing readiness checks (`/readyz?verbose`, without the passing ones).
+pub async fn failing_readyz(admin: &Client) -> String {
+    let text =
+        match admin.request_text(http::Request::get("/readyz?verbose").body(Vec::new()).unwrap_or_default()).await {
+            Ok(t) => t,
+            Err(kube::Error::Api(s)) => s.message.clone(),
+            Err(e) => e.to_string(),
+        };
+    text.lines().filter(|l| !l.starts_with("[+]")).collect::<Vec<_>>().join("\n")
+}
+
+/// The HTTP status of the apiserver's `/readyz` as text, for `status`.
+pub async fn readyz(admin: &Client) -> String {
+    match get(admin, "/readyz").await {
+        Ok(_) => "200".into(),
+        Err(e) => match e.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(s)) => s.code.to_string(),
+            _ => "unreachable".into(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_bootstrap_objects_are_valid_typed_objects_with_the_node_only_when_it_runs() {
+        let without = objects(false).unwrap();
+        let kinds: Vec<&str> = without.iter().map(|o| o.resource.kind.as_str()).collect();
+        assert_eq!(kinds, ["Node", "Node", "StorageClass"]);
+        let with = objects(true).unwrap();
+        assert_eq!(with.len(), 8);
+        let dns = with.iter().find(|o| o.resource.kind == "Service").unwrap();
+        assert_eq!(dns.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(dns.object.data["spec"]["clusterIP"], DNS_SERVICE_IP);
+        let node = &with[1].object;
+        assert_eq!(node.metadata.name.as_deref(), Some(FAKE_NODES[1]));
+        assert_eq!(node.data["spec"]["podCIDR"], "10.244.64.0/18");
+        assert_eq!(node.data["status"]["allocatable"]["pods"], "8000");
+    }
+}
