@@ -275,50 +275,13 @@ EOF
 
 # --- teardown --------------------------------------------------------------------
 
-# Pids of every process in the node's cgroups (the pods' containers).
-pod_pids() {
-  local c
-  for c in "${cgroup_controllers[@]}"; do
-    [ -d "/sys/fs/cgroup/$c/kubepods" ] || continue
-    find "/sys/fs/cgroup/$c/kubepods" -name cgroup.procs -exec cat {} + 2>/dev/null
-  done | sort -u
-}
-
-shim_pids() {
-  local pid
-  for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $(node_dir)/containerd.sock" || true); do
-    echo "$pid"
-  done
-}
-
-kill_pids() {  # pid...
-  [ $# -gt 0 ] || return 0
-  kill -KILL "$@" 2>/dev/null || true
-}
-
 # Removes what the node left on the machine, once the supervisor has stopped its
-# daemons: the pods' processes, the shims, mounts, cgroups, network, sysctls. Safe
+# daemons, its containers and their shims: mounts, cgroups, network, sysctls. Safe
 # on a half-started or long-dead node (also used to clean up after a crash).
 node_teardown() {
-  local d i m c pids
+  local d i m c
   d=$(node_dir)
   [ -e "$d" ] || [ "$(cat /run/bosun-node.owner 2>/dev/null)" = "$state" ] || return 0
-  # Containers first, while nothing restarts them (kubelet and containerd were
-  # stopped by the supervisor); shims after, so that no container outlives them.
-  for ((i = 0; i < 50; i++)); do
-    mapfile -t pids < <(pod_pids)
-    [ "${#pids[@]}" -eq 0 ] && break
-    kill_pids "${pids[@]}"
-    sleep 0.1
-  done
-  mapfile -t pids < <(shim_pids)
-  kill_pids "${pids[@]}"
-  for ((i = 0; i < 50; i++)); do   # reaped (gone from /proc), up to 5 s
-    c=0
-    for m in "${pids[@]}"; do [ -e "/proc/$m" ] && c=1; done
-    [ "$c" = 0 ] && break
-    sleep 0.1
-  done
   # Mounts: container root filesystems, network namespaces, kubelet's volumes
   # (deepest first).
   for ((i = 0; i < 5; i++)); do

@@ -32,7 +32,9 @@ use crate::bootstrap;
 use crate::cluster::{Cluster, ClusterDir, MARKER, Ports};
 use crate::kubeconfig::{self, Credentials};
 use crate::pki::{self, Pki};
-use crate::supervise::{Component, Launch, StateDir, Unhealthy, Waiting, write_private};
+use crate::supervise::{
+    Component, Launch, StateDir, Unhealthy, Waiting, await_reaped, processes, signal_pid, write_private,
+};
 use crate::{ports, repo_root, run};
 
 // The cluster's shape. The Service range is Kubernetes' convention; its first address
@@ -53,6 +55,8 @@ pub const NODE_LABEL: &str = "bosun.dev/real-node";
 pub const NODE_IP: &str = "10.245.0.1";
 const NODE_CIDR: &str = "10.245.0.0/24";
 const NODE_BRIDGE: &str = "bosun0";
+/// Which cluster's state directory the machine's real node belongs to.
+const NODE_OWNER: &str = "/run/bosun-node.owner";
 
 pub const ETCD: Component = Component::named("etcd");
 pub const APISERVER: Component = Component::named("kube-apiserver");
@@ -543,11 +547,68 @@ fn add_node(dir: &StateDir, mut s: Cluster) -> Result<Cluster> {
 // --- stop ------------------------------------------------------------------------------
 
 /// Every process of the cluster at once (nothing needs an orderly shutdown: the data
-/// is thrown away), SIGKILL after 5 s; then what the node left on the machine.
+/// is thrown away), SIGKILL after 5 s; then the node's containers, and what the node
+/// left on the machine (node.sh's teardown).
 fn stop_all(dir: &StateDir) -> Result<()> {
     dir.stop(&all(), |_| Signal::SIGTERM, Duration::from_secs(5))?;
+    stop_containers(dir);
     node_step(dir, None, "teardown")?;
     Ok(())
+}
+
+/// Whether the machine's real node is this cluster's (one per machine).
+fn node_owned(dir: &StateDir) -> bool {
+    dir.join("node").exists()
+        || std::fs::read_to_string(NODE_OWNER).is_ok_and(|owner| Path::new(owner.trim()) == dir.path())
+}
+
+/// The processes of the real node's containers: every process in a `kubepods`
+/// cgroup, in whichever hierarchies this machine mounts (v1 controllers, a hybrid's
+/// `unified/`, or a pure v2 tree).
+fn container_pids() -> Vec<u32> {
+    let roots = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("kubepods")))
+        .chain([PathBuf::from("/sys/fs/cgroup/kubepods")]);
+    let mut pids = Vec::new();
+    let mut todo: Vec<PathBuf> = roots.filter(|r| r.is_dir()).collect();
+    while let Some(d) = todo.pop() {
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        let children = std::fs::read_dir(&d).into_iter().flatten().filter_map(|e| e.ok());
+        todo.extend(children.map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// The node's containers and their shims, which outlive containerd: killed once
+/// kubelet and containerd are gone (nothing restarts them then), containers first so
+/// that none outlives its shim. Then node.sh's teardown finds only files, mounts and
+/// rules to remove.
+fn stop_containers(dir: &StateDir) {
+    if !node_owned(dir) {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids = container_pids();
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for pid in pids {
+            signal_pid(pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let address = format!("-address {}", record(dir).containerd_socket().display());
+    let shims = processes(|exe, cmdline| exe == "containerd-shim-runc-v2" && cmdline.contains(&address));
+    for pid in &shims {
+        signal_pid(*pid, Signal::SIGKILL);
+    }
+    await_reaped(&shims, Duration::from_secs(5));
 }
 
 /// SIGTERM to one component and wait until it has exited (SIGKILL after 10 s: the

@@ -193,13 +193,9 @@ impl StateDir {
     /// `tail -f` of a log by their executable.
     pub fn strays(&self, components: &[Component]) -> Vec<u32> {
         let needle = format!("{}/", self.path.display());
-        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-        entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                let cmdline = cmdline(*pid);
-                cmdline.contains(&needle) && components.iter().any(|c| is(*pid, c))
-            })
+        processes(|_, cmdline| cmdline.contains(&needle))
+            .into_iter()
+            .filter(|pid| components.iter().any(|c| is(*pid, c)))
             .collect()
     }
 
@@ -384,6 +380,16 @@ pub fn http_status(url: &str) -> Option<u16> {
     agent.get(url).call().ok().map(|r| r.status().as_u16())
 }
 
+/// The live processes whose executable's file name and command line (its words
+/// joined by spaces) `matching` accepts.
+pub fn processes(matching: impl Fn(&str, &str) -> bool) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| matching(&exe_name(*pid), &cmdline(*pid)) && running(*pid))
+        .collect()
+}
+
 /// Sends `signal` to `pid`; one already gone is not an error.
 pub fn signal_pid(pid: u32, signal: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
@@ -433,7 +439,7 @@ fn await_exit(pids: &[u32], limit: Duration) -> bool {
 
 /// Waits (at most `limit`) until the exited `pids` are reaped, so that right after
 /// a `down` no process of the set shows in `ps` at all.
-fn await_reaped(pids: &[u32], limit: Duration) {
+pub fn await_reaped(pids: &[u32], limit: Duration) {
     let deadline = Instant::now() + limit;
     while pids.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
