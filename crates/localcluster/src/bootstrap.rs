@@ -164,10 +164,7 @@ async fn bootstrap(dir: &StateDir, client: &Client, with_node: bool) {
     match objects(with_node) {
         Ok(objects) => {
             for o in objects {
-                let api: Api<DynamicObject> = match &o.namespace {
-                    Some(ns) => Api::namespaced_with(client.clone(), ns, &o.resource),
-                    None => Api::all_with(client.clone(), &o.resource),
-                };
+                let api = api(client, o.namespace.as_deref(), &o.resource);
                 match api.create(&PostParams::default(), &o.object).await {
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
                     Err(e) => errors.push_str(&format!(
@@ -184,18 +181,21 @@ async fn bootstrap(dir: &StateDir, client: &Client, with_node: bool) {
     let _ = std::fs::write(dir.log("bootstrap"), errors);
 }
 
+/// The API of `resource`, in `namespace` or cluster-wide.
+fn api(client: &Client, namespace: Option<&str>, resource: &ApiResource) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
 // --- checks ---------------------------------------------------------------------
 
 async fn exists<K>(client: &Client, namespace: Option<&str>, name: &str) -> bool
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()>,
 {
-    let resource = ApiResource::erase::<K>(&());
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
-    matches!(api.get_opt(name).await, Ok(Some(_)))
+    matches!(api(client, namespace, &ApiResource::erase::<K>(&())).get_opt(name).await, Ok(Some(_)))
 }
 
 /// The node's Ready condition and its taints' keys; None when it cannot be read.

@@ -781,13 +781,11 @@ pub fn status(dir: &StateDir) -> Result<(String, bool)> {
         }
     }
     if let (true, Some(s)) = (all, &s) {
-        let probe = Probe::new()?;
-        let readyz = probe.rt.block_on(async {
-            match bootstrap::client(&record(dir).kubeconfig()).await {
-                Ok(admin) => bootstrap::readyz(&admin).await,
-                Err(e) => format!("{e:#}"),
-            }
-        });
+        let mut probe = Probe::new()?;
+        let readyz = match probe.admin(dir) {
+            Ok(admin) => probe.rt.block_on(bootstrap::readyz(&admin)),
+            Err(w) => w.what,
+        };
         writeln!(out, "apiserver: https://127.0.0.1:{} (/readyz: {readyz})", s.ports.apiserver)?;
         writeln!(out, "kubeconfig: {}", record(dir).kubeconfig().display())?;
     }
@@ -834,9 +832,9 @@ pub fn restart_apiserver(dir: &StateDir, outage: Duration) -> Result<()> {
 /// A kubeconfig for ServiceAccount `namespace/name` with a token valid `duration`.
 pub fn sa_kubeconfig(dir: &StateDir, namespace: &str, name: &str, duration: Duration) -> Result<String> {
     let s = running(dir)?;
-    let probe = Probe::new()?;
+    let mut probe = Probe::new()?;
+    let admin = probe.admin(dir).map_err(|w| anyhow!("{}", w.what))?;
     let token = probe.rt.block_on(async {
-        let admin = bootstrap::client(&record(dir).kubeconfig()).await?;
         let request = TokenRequest {
             spec: TokenRequestSpec {
                 expiration_seconds: Some(i64::try_from(duration.as_secs())?),
