@@ -570,6 +570,10 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
 
         // One byte of the dump changed in the bucket (same size).
         let mut changed = raw_object(&s3, &good.key).await;
+        let recorded = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(&changed))
+        };
         let middle = changed.len() / 2;
         changed[middle] ^= 0xff;
         put_object(&s3, &good.key, changed.clone()).await;
@@ -585,7 +589,10 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         );
         assert_eq!(status.last_successful_verification.as_ref(), Some(&verified.time), "the last good one is kept");
         let message = message_of(&b, "LastVerificationSucceeded");
-        assert!(message.contains(&good.key) && message.contains("nothing was deleted"), "{message}");
+        // Told as a changed dump: its key, and the checksum its manifest vouches for.
+        let told = [good.key.as_str(), "does not match its manifest", recorded.as_str(), "nothing was deleted"];
+        assert!(told.iter().all(|part| message.contains(part)), "{message}");
+        assert!(failed.duration_seconds.is_some(), "a failed verification says how long it took: {failed:?}");
         env.wait_warning("nightly", "VerificationFailed", &good.key).await;
         let failing =
             format!("bosun_backup_verification_failing{{backup_namespace=\"{}\",backup=\"nightly\"}} 1", env.ns);

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 
+use crate::integrity::{Recorded, Sums};
 use crate::manifest::{Manifest, manifest_key_of};
 use crate::retention::Stored;
 use crate::store::Store;
@@ -18,8 +19,47 @@ pub struct Catalogue {
     /// Dumps without a manifest, with their modification times.
     pub partial: Vec<(String, Timestamp)>,
     /// Dumps (among `partial`) whose manifest vouches for other bytes: changed or cut
-    /// in the bucket after their run, with what differs.
-    pub tampered: Vec<(String, String)>,
+    /// in the bucket after their run (a size the listing shows).
+    pub tampered: Vec<Tampered>,
+}
+
+/// A dump whose manifest is of other bytes, or of another key.
+#[derive(Debug, Clone)]
+pub struct Tampered {
+    pub key: String,
+    /// The manifest's key beside it, and what it says.
+    pub record: String,
+    pub manifest: Manifest,
+}
+
+impl Tampered {
+    /// What is wrong with it, told as [`Error::Mismatch`] (the object read whole for
+    /// its checksum) when the manifest is its own.
+    pub async fn error(&self, store: &Store, consequence: &str) -> Error {
+        if self.manifest.key != self.key {
+            return Error::OfDump {
+                key: store.full_key(&self.key),
+                source: Box::new(Error::Verify(format!(
+                    "it does not match its manifest: the manifest is of {}",
+                    self.manifest.key
+                ))),
+            };
+        }
+        let recorded = Recorded {
+            key: &self.key,
+            record: &self.record,
+            sums: Sums { size: self.manifest.size, sha256: self.manifest.sha256.clone() },
+        };
+        match crate::integrity::stored(store, &self.key).await {
+            Ok(found) => {
+                crate::integrity::compare(store, &recorded, found, consequence).err().unwrap_or_else(|| Error::OfDump {
+                    key: store.full_key(&self.key),
+                    source: Box::new(Error::Verify("it changed while it was read".into())),
+                })
+            }
+            Err(e) => Error::OfDump { key: store.full_key(&self.key), source: Box::new(e) },
+        }
+    }
 }
 
 impl Catalogue {
@@ -53,13 +93,8 @@ impl Catalogue {
             match manifest {
                 // Good only if what is stored is what the manifest vouches for.
                 Some(m) if m.key == *key && m.size == meta.size => catalogue.good.push(m),
-                Some(m) => {
-                    let why = if m.key == *key {
-                        format!("its manifest says {} bytes, the bucket holds {}", m.size, meta.size)
-                    } else {
-                        format!("its manifest is of {}", m.key)
-                    };
-                    catalogue.tampered.push((key.clone(), why));
+                Some(manifest) => {
+                    catalogue.tampered.push(Tampered { key: key.clone(), record: manifest_key.clone(), manifest });
                     catalogue.partial.push((key.clone(), modified()));
                 }
                 None => catalogue.partial.push((key.clone(), modified())),

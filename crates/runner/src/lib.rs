@@ -13,12 +13,14 @@
 //! recover ─── a new data directory from a base backup, to recover to a target
 //! seal ────── client-side encryption (age) of what a run stores, and opening it again
 //! verify ──── the newest good dump restored into a throwaway server and checked
+//! integrity ─ a stored object that is not what its manifest says, named as that
 //! ```
 
 pub mod backup;
 pub mod base;
 pub mod catalogue;
 pub mod cli;
+pub mod integrity;
 pub mod location;
 pub mod manifest;
 pub mod recover;
@@ -59,6 +61,11 @@ pub enum Error {
     /// A WAL file asked for is not in the archive (the server asks past its end).
     #[error("not archived: {0}")]
     NotArchived(String),
+    /// A stored object is not what its manifest vouches for: changed or cut in the
+    /// bucket after it was stored. Told before (instead of) what reading it then broke
+    /// on: a decryption, decompression or restore error.
+    #[error("{0}")]
+    Mismatch(Box<integrity::Mismatch>),
     /// A step about one stored dump failed; the message and the result name the dump.
     #[error("{key}: {source}")]
     OfDump {
@@ -73,6 +80,7 @@ impl Error {
     pub fn dump(&self) -> Option<&str> {
         match self {
             Error::OfDump { key, .. } => Some(key),
+            Error::Mismatch(m) => Some(&m.key),
             _ => None,
         }
     }

@@ -28,6 +28,7 @@ use tokio_util::io::StreamReader;
 
 use crate::base::{SEGMENT_SIZE, parse_lsn};
 use crate::catalogue::Catalogue;
+use crate::integrity::{self, Recorded, Sums};
 use crate::manifest::Manifest;
 use crate::store::Store;
 use crate::{Error, storage, wal};
@@ -200,6 +201,14 @@ impl Recovery {
     /// The base backups and the WAL's end.
     pub async fn archived(&self) -> Result<Archived, Error> {
         let bases = Catalogue::read(&self.store, &format!("{}/base", self.folder)).await?;
+        // Not a base to recover from, but a person must hear of it.
+        for changed in &bases.tampered {
+            tracing::warn!(
+                base = %self.store.full_key(&changed.key),
+                manifest_size = changed.manifest.size,
+                "a base backup does not match its manifest (changed or cut in the bucket): not used"
+            );
+        }
         let bases = bases.good.into_iter().filter(|m| m.wal.is_some()).collect();
         let prefix = self.store.path(&wal::folder(&self.folder));
         let mut last_wal: Option<(String, Timestamp)> = None;
@@ -221,46 +230,65 @@ impl Recovery {
 
     /// Stream the base backup into `dir`, checking it against its manifest.
     async fn extract(&self, base: &Manifest, dir: &Path) -> Result<(), Error> {
+        let record = crate::manifest::manifest_key_of(&base.key).unwrap_or_default();
+        let recorded =
+            Recorded { key: &base.key, record: &record, sums: Sums { size: base.size, sha256: base.sha256.clone() } };
         let got = self
             .store
             .objects
             .get(&self.store.path(&base.key))
             .await
             .map_err(storage("downloading the base backup"))?;
+        if got.meta.size != base.size {
+            let found = integrity::stored(&self.store, &base.key).await?;
+            integrity::compare(&self.store, &recorded, found, NOT_RECOVERED)?;
+        }
+        let size = got.meta.size;
         let mut hasher = Sha256::new();
         let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
         let reader = StreamReader::new(bytes);
         let what = self.store.full_key(&base.key);
         let sealed_to = base.encryption.as_ref().map(|e| e.recipient.as_str());
         let sealed = sealed_to.is_some() || base.key.ends_with(crate::seal::SUFFIX);
-        let compressed = crate::seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await?;
-        let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
-        let tar = crate::tool::untar(dir);
-        let mut running = tar.spawn(true, false)?;
-        let mut stdin = running.child.stdin.take().ok_or(Error::Tool { tool: "tar", detail: "no stdin".into() })?;
-        let copied = tokio::io::copy(&mut unzstd, &mut stdin).await;
-        let closed = stdin.shutdown().await;
-        drop(stdin);
-        if copied.is_err() {
-            let _ = running.child.start_kill();
-        }
-        let exited = running.finish().await;
-        let copied = copied.map_err(|e| Error::Tool { tool: "downloading the base backup", detail: e.to_string() })?;
-        closed.map_err(|e| Error::Tool { tool: "tar", detail: e.to_string() })?;
-        exited?;
-        drop(unzstd);
-        let sha256 = hex::encode(hasher.finalize());
-        if sha256 != base.sha256 || copied != base.uncompressed_size {
+        let unpacked = async {
+            let compressed = crate::seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await?;
+            let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
+            let tar = crate::tool::untar(dir);
+            let mut running = tar.spawn(true, false)?;
+            let mut stdin = running.child.stdin.take().ok_or(Error::Tool { tool: "tar", detail: "no stdin".into() })?;
+            let copied = tokio::io::copy(&mut unzstd, &mut stdin).await;
+            let closed = stdin.shutdown().await;
+            drop(stdin);
+            if copied.is_err() {
+                let _ = running.child.start_kill();
+            }
+            let exited = running.finish().await;
+            let copied =
+                copied.map_err(|e| Error::Tool { tool: "downloading the base backup", detail: e.to_string() })?;
+            closed.map_err(|e| Error::Tool { tool: "tar", detail: e.to_string() })?;
+            exited?;
+            Ok::<u64, Error>(copied)
+        };
+        let copied = match unpacked.await {
+            Ok(copied) => copied,
+            Err(e) => return Err(integrity::explain(&self.store, &recorded, e, NOT_RECOVERED).await),
+        };
+        let found = Sums { size, sha256: hex::encode(hasher.finalize()) };
+        integrity::compare(&self.store, &recorded, found, NOT_RECOVERED)?;
+        if copied != base.uncompressed_size {
             return Err(Error::Verify(format!(
-                "{} has sha256 {sha256} ({copied} bytes unpacked), its manifest says {} ({} bytes)",
+                "{} unpacked to {copied} bytes, its manifest says {}",
                 self.store.full_key(&base.key),
-                base.sha256,
                 base.uncompressed_size
             )));
         }
         Ok(())
     }
 }
+
+/// What a base backup found changed left behind: nothing but the partial copy, which
+/// the next try replaces.
+const NOT_RECOVERED: &str = "; no data directory was made from it";
 
 /// The server's arguments for the start that recovers: one `name=value` per line
 /// (each a `-c` of the command line).

@@ -1,8 +1,9 @@
 //! One restore, streamed: object ──► sha256 ──► [age -d] ──► zstd -d ──► pg_restore/mysql/mongorestore.
 //!
-//! It refuses a target that already holds tables unless told to overwrite, and it
-//! fails (after the tool has seen the data) if the stored bytes do not match the
-//! manifest; zstd's frame checksum stops a corrupted object earlier.
+//! It refuses a target that already holds tables unless told to overwrite. A dump that
+//! is not what its manifest vouches for is told as exactly that ([`crate::integrity`]):
+//! at once when its size differs, else when reading it breaks (age's authentication
+//! and zstd's frame checksum stop a changed object early) or at its end.
 
 use futures::TryStreamExt;
 use jiff::Timestamp;
@@ -13,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::io::StreamReader;
 
 use crate::catalogue::{Catalogue, read_manifest};
+use crate::integrity::{self, Recorded, Sums};
 use crate::location::{Database, Engine};
 use crate::manifest::manifest_key_of;
 use crate::seal::{self, Keys};
@@ -21,6 +23,11 @@ use crate::tool::{self, Password};
 use crate::{Error, storage};
 
 const CHUNK: usize = 256 * 1024;
+
+/// What a dump found changed left behind, before the restore tool started.
+const UNTOUCHED: &str = "; the target was not touched";
+/// After it started.
+const PARTIAL: &str = "; the target may hold a partial restore";
 
 /// Which dump to load.
 #[derive(Debug, Clone)]
@@ -90,13 +97,35 @@ impl Restore {
             }
         }
 
+        // What the manifest vouches for: a dump that is not that is told as changed,
+        // before (instead of) whatever reading it then breaks on.
+        let record = manifest_key_of(&key).unwrap_or_default();
+        let recorded = manifest.as_ref().map(|m| Recorded {
+            key: &key,
+            record: &record,
+            sums: Sums { size: m.size, sha256: m.sha256.clone() },
+        });
+        let recorded = recorded.as_ref();
+        let explained = |failed: Error, consequence: &'static str| async move {
+            match recorded {
+                Some(r) => integrity::explain(&self.store, r, failed, consequence).await,
+                None => failed,
+            }
+        };
         let got = self.store.objects.get(&self.store.path(&key)).await.map_err(storage("downloading the dump"))?;
         let size = got.meta.size;
+        if let Some(r) = recorded.filter(|r| r.sums.size != size) {
+            let found = integrity::stored(&self.store, &key).await?;
+            integrity::compare(&self.store, r, found, UNTOUCHED)?;
+        }
         let mut hasher = Sha256::new();
         let bytes = got.into_stream().map_err(std::io::Error::other).inspect_ok(|chunk| hasher.update(chunk));
         let reader = StreamReader::new(bytes);
         // Opened before the target is touched: a wrong key changes nothing.
-        let compressed = seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await?;
+        let compressed = match seal::unsealed(self.keys.as_ref(), reader, sealed, &what, sealed_to).await {
+            Ok(compressed) => compressed,
+            Err(e) => return Err(explained(e, UNTOUCHED).await),
+        };
         let mut unzstd = async_compression::tokio::bufread::ZstdDecoder::new(compressed);
 
         let older_server = match self.target.engine {
@@ -121,21 +150,18 @@ impl Restore {
         drop(stdin);
         let exited = running.finish().await;
         drop(unzstd);
-        match fed {
-            Err(Broken::Reading(e)) => return Err(e),
+        let failed = match fed {
+            Err(Broken::Reading(e)) => Some(e),
             // The tool stopped reading: its own message says why.
-            Err(Broken::Writing(e)) => return Err(exited.err().unwrap_or(e)),
-            Ok(()) => exited?,
+            Err(Broken::Writing(e)) => Some(exited.err().unwrap_or(e)),
+            Ok(()) => exited.err(),
+        };
+        if let Some(e) = failed {
+            return Err(explained(e, PARTIAL).await);
         }
-        let sha256 = hex::encode(hasher.finalize());
-        if let Some(m) = &manifest
-            && m.sha256 != sha256
-        {
-            return Err(Error::Verify(format!(
-                "{} has sha256 {sha256}, its manifest says {}; the target may hold a partial restore",
-                self.store.full_key(&key),
-                m.sha256
-            )));
+        if let Some(r) = recorded {
+            let found = Sums { size, sha256: hex::encode(hasher.finalize()) };
+            integrity::compare(&self.store, r, found, PARTIAL)?;
         }
         let finished = Timestamp::now();
         Ok(Report {

@@ -58,13 +58,18 @@ impl Verification {
         let key = self.store.full_key(&latest.key);
         // A dump changed in the bucket after its run is no longer good, so the newest
         // good one would be an older one: that is a failed verification, not a pass.
-        if let Some((tampered, why)) = catalogue.tampered.last() {
-            return Err(Error::OfDump {
-                key: self.store.full_key(tampered),
-                source: Box::new(Error::Verify(format!("it does not match its manifest: {why}"))),
-            });
+        if let Some(tampered) = catalogue.tampered.last() {
+            return Err(tampered.error(&self.store, "").await);
         }
-        let of_dump = |source: Error| Error::OfDump { key: key.clone(), source: Box::new(source) };
+        // A dump found changed names itself (and both checksums) already; what it left
+        // in the throwaway server does not matter.
+        let of_dump = |source: Error| match source {
+            Error::Mismatch(mut m) => {
+                m.consequence.clear();
+                Error::Mismatch(m)
+            }
+            source => Error::OfDump { key: key.clone(), source: Box::new(source) },
+        };
         self.await_server().await?;
         let restore = Restore {
             store: self.store.clone(),

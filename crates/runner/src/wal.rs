@@ -12,6 +12,11 @@
 //! identity; a fetch opens either form, so an archive that was plain before encryption
 //! was turned on stays readable.
 //!
+//! Beside each archived file, `<key>.manifest.json` records the size and sha256 of
+//! what was stored; a fetch of an object that is no longer that is told as changed
+//! ([`crate::integrity`]), before any decryption or decompression error. Files archived
+//! before there were records are fetched as before.
+//!
 //! A WAL file is written once and never overwritten: a second push of identical bytes
 //! (the server retrying after a crash between upload and its bookkeeping) succeeds,
 //! and a push of different bytes under an archived name fails and keeps failing, so
@@ -24,6 +29,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
 
+use crate::integrity::{self, Recorded, Sums};
 use crate::seal::{self, Keys};
 use crate::store::Store;
 use crate::{Error, storage};
@@ -112,13 +118,17 @@ impl Archive {
         }
         let key = self.key(name, self.keys.is_some());
         let location = self.store.path(&key);
-        let stored = compressed.len() as u64;
         let create = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        let already_archived = match self.store.objects.put_opts(&location, PutPayload::from(compressed), create).await
+        let sums = sums_of(&compressed);
+        let (already_archived, sums) = match self
+            .store
+            .objects
+            .put_opts(&location, PutPayload::from(compressed), create)
+            .await
         {
-            Ok(_) => false,
+            Ok(_) => (false, sums),
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let (archived, _) = self.read(&key).await?;
+                let (archived, stored) = self.read(&key).await?;
                 if archived != bytes {
                     return Err(Error::Refused(format!(
                         "{} is already archived with different contents ({} bytes there, {} here); WAL is never overwritten: archiving stops until an operator looks (is another database archiving to the same place?)",
@@ -127,11 +137,21 @@ impl Archive {
                         bytes.len()
                     )));
                 }
-                true
+                // A retry after a crash between the upload and its record: the
+                // record is of what is stored.
+                (true, stored)
             }
             Err(e) => return Err(storage("archiving WAL")(e)),
         };
-        Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived })
+        // Written after the object, so an object never has a record of other bytes; a
+        // push that dies between the two is retried by the server and lands here again.
+        let record = serde_json::to_vec(&sums).map_err(|e| Error::Upload(format!("a WAL record: {e}")))?;
+        self.store
+            .objects
+            .put(&self.store.path(&record_key(&key)), PutPayload::from(record))
+            .await
+            .map_err(storage("recording archived WAL"))?;
+        Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored: sums.size, already_archived })
     }
 
     /// Restore the archived WAL file `name` to `dest` (`restore_command = 'bosun wal
@@ -158,7 +178,12 @@ impl Archive {
             let _ = tokio::fs::remove_file(&partial).await;
             return Err(Error::Usage(format!("writing {}: {e}", dest.display())));
         }
-        Ok(Report { key: self.store.full_key(&key), size: bytes.len() as u64, stored, already_archived: false })
+        Ok(Report {
+            key: self.store.full_key(&key),
+            size: bytes.len() as u64,
+            stored: stored.size,
+            already_archived: false,
+        })
     }
 
     /// Delete the archived WAL from before the segment `start_wal` (the start of the
@@ -177,7 +202,9 @@ impl Archive {
             .map_err(storage("listing the archived WAL"))?;
         let mut deleted = Vec::new();
         for meta in objects {
-            let Some(name) = meta.location.filename().and_then(archived_name) else { continue };
+            // An archived object, or the record beside one.
+            let file = meta.location.filename().map(|f| f.strip_suffix(RECORD_SUFFIX).unwrap_or(f));
+            let Some(name) = file.and_then(archived_name) else { continue };
             let earlier = position(name).is_some_and(|p| p < start);
             if !earlier {
                 continue;
@@ -191,9 +218,13 @@ impl Archive {
     }
 
     /// The archived bytes of `key`, decrypted when it is encrypted, decompressed (the
-    /// frame checksum checked), and the size stored.
-    async fn read(&self, key: &str) -> Result<(Vec<u8>, u64), Error> {
-        let got = match self.store.objects.get(&self.store.path(key)).await {
+    /// frame checksum checked), and the size and checksum stored. An object that is
+    /// not what its record says is [`Error::Mismatch`], before it is opened.
+    async fn read(&self, key: &str) -> Result<(Vec<u8>, Sums), Error> {
+        let record_key = record_key(key);
+        let (object, record) = (self.store.path(key), self.store.path(&record_key));
+        let (got, record) = tokio::join!(self.store.objects.get(&object), self.store.objects.get(&record));
+        let got = match got {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(Error::NotArchived(self.store.full_key(key)));
@@ -201,6 +232,20 @@ impl Archive {
             Err(e) => return Err(storage("reading archived WAL")(e)),
         };
         let stored = got.bytes().await.map_err(storage("reading archived WAL"))?;
+        let sums = sums_of(&stored);
+        let recorded = match record {
+            Ok(record) => {
+                let bytes = record.bytes().await.map_err(storage("reading archived WAL's record"))?;
+                serde_json::from_slice::<Sums>(&bytes).ok()
+            }
+            // Archived before there were records.
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(storage("reading archived WAL's record")(e)),
+        };
+        if let Some(recorded) = recorded {
+            let recorded = Recorded { key, record: &record_key, sums: recorded };
+            integrity::compare(&self.store, &recorded, sums.clone(), "")?;
+        }
         let what = self.store.full_key(key);
         let compressed = match (key.ends_with(seal::SUFFIX), &self.keys) {
             (false, _) => stored.to_vec(),
@@ -218,8 +263,22 @@ impl Archive {
         let bytes = decompress(&compressed)
             .await
             .map_err(|e| Error::Verify(format!("{} does not decompress: {e}", self.store.full_key(key))))?;
-        Ok((bytes, stored.len() as u64))
+        Ok((bytes, sums))
     }
+}
+
+/// The key of the record beside the archived object `key`.
+fn record_key(key: &str) -> String {
+    format!("{key}{RECORD_SUFFIX}")
+}
+
+/// What an archived object's record's key ends with.
+const RECORD_SUFFIX: &str = ".manifest.json";
+
+/// The size and sha256 of `bytes`.
+fn sums_of(bytes: &[u8]) -> Sums {
+    use sha2::{Digest, Sha256};
+    Sums { size: bytes.len() as u64, sha256: hex::encode(Sha256::digest(bytes)) }
 }
 
 /// `plain` encrypted to the first of `keys`.
@@ -370,9 +429,25 @@ mod tests {
         // Rotated: the new key first, the old one kept; both forms and both keys open.
         let rotated = Archive { keys: keys(&[&age::x25519::Identity::generate(), &key]), ..plain.clone() };
         rotated.fetch("000000010000000000000005", &dest).await.unwrap();
-        // Retention finds encrypted WAL by its name too.
+        // Changed in the bucket (same size): told as changed, with both checksums, not
+        // as a key that does not open it.
+        let stored = dir.join("bucket/ns/db/wal/000000010000000000000005.zst.age");
+        let original = std::fs::read(&stored).unwrap();
+        std::fs::write(&stored, vec![7u8; original.len()]).unwrap();
+        std::fs::remove_file(&dest).unwrap();
+        let changed = sealed.fetch("000000010000000000000005", &dest).await.unwrap_err().to_string();
+        for part in
+            ["ns/db/wal/000000010000000000000005.zst.age does not match its manifest", "sha256", "the bucket holds"]
+        {
+            assert!(changed.contains(part), "{part:?} not in {changed}");
+        }
+        assert!(!changed.contains("decrypt") && !dest.exists(), "{changed}");
+        std::fs::write(&stored, &original).unwrap();
+        // Retention finds encrypted WAL by its name too, and their records with them.
         let deleted = sealed.prune_before("000000010000000000000006").await.unwrap();
-        assert_eq!(deleted.len(), 2, "{deleted:?}");
+        assert_eq!(deleted.len(), 4, "two objects and their records: {deleted:?}");
+        let left = std::fs::read_dir(dir.join("bucket/ns/db/wal")).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0, "nothing left");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -394,8 +469,13 @@ mod tests {
         raw[last] ^= 0xff;
         std::fs::write(&stored, raw).unwrap();
         let corrupt = a.fetch("00000002.history", &dest).await.unwrap_err().to_string();
-        assert!(corrupt.contains("does not decompress"), "{corrupt}");
+        assert!(corrupt.contains("does not match its manifest"), "told as changed first: {corrupt}");
         assert!(!dest.exists(), "nothing half-written is left for the server");
+        // Archived before records were written: zstd's frame checksum still stops it.
+        std::fs::remove_file(dir.join("bucket/ns/db/wal/00000002.history.zst.manifest.json")).unwrap();
+        let corrupt = a.fetch("00000002.history", &dest).await.unwrap_err().to_string();
+        assert!(corrupt.contains("does not decompress"), "{corrupt}");
+        assert!(!dest.exists());
 
         let bad = a.push(&dir.join("pg_wal/archive_status")).await.unwrap_err().to_string();
         assert!(bad.contains("not a WAL file name"), "{bad}");
