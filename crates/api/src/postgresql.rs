@@ -408,7 +408,16 @@ pub struct WalArchiving {
     pub last_failed_wal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failed_time: Option<String>,
-    /// Why, as `bosun wal push` said it (kept until a push succeeds).
+    /// How many WAL files failed to archive since the primary's statistics began
+    /// (`pg_stat_archiver.failed_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_count: Option<i64>,
+    /// How many failed between bosun's last two looks at the archiver, when any did:
+    /// `WALArchiving` is False on that look even when a later push succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recent_failures: Option<i64>,
+    /// Why, as `bosun wal push` said it (while the archiver fails, or failed since
+    /// the last look).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

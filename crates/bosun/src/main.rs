@@ -75,6 +75,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
+    let started = std::time::Instant::now();
     use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand, VerifyCommand, WalCommand};
     let cli = Cli::parse();
     match cli.command {
@@ -105,32 +106,32 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Command::Backup(BackupCommand::Run(args)) => {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::backup_run(&args));
-            return Ok(runner::report(outcome, args.result_file.as_ref()));
+            return Ok(runner::report(outcome, args.result_file.as_ref(), started));
         }
         Command::Backup(BackupCommand::List(args)) => {
             let outcome = runner_runtime()?.block_on(runner::backup_list(&args));
-            return Ok(runner::report(outcome, None));
+            return Ok(runner::report(outcome, None, started));
         }
         Command::Restore(RestoreCommand::Run(args)) => {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::restore_run(&args));
-            return Ok(runner::report(outcome, args.result_file.as_ref()));
+            return Ok(runner::report(outcome, args.result_file.as_ref(), started));
         }
         Command::Verify(VerifyCommand::Run(args)) => {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::verify_run(&args));
-            return Ok(runner::report(outcome, args.result_file.as_ref()));
+            return Ok(runner::report(outcome, args.result_file.as_ref(), started));
         }
         Command::Wal(WalCommand::Push(args)) => {
-            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_push(&args)), None));
+            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_push(&args)), None, started));
         }
         Command::Wal(WalCommand::Fetch(args)) => {
-            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_fetch(&args)), None));
+            return Ok(runner::report(runner_runtime()?.block_on(runner::wal_fetch(&args)), None, started));
         }
         Command::Recover(args) => {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::recover(&args));
-            return Ok(runner::report(outcome, args.result_file.as_ref()));
+            return Ok(runner::report(outcome, args.result_file.as_ref(), started));
         }
         Command::Install { path } => install(&path)?,
     }

@@ -158,6 +158,7 @@ fn assert_failed(out: &Outcome, result_file: &std::path::Path, expect: &[&str]) 
         serde_json::from_slice(&std::fs::read(result_file).expect("the result file is written"))
             .expect("the result file is JSON");
     assert_eq!(written["error"].as_str(), message.strip_prefix("error: "), "the result file holds the same error");
+    assert!(written["durationSeconds"].as_f64().is_some_and(|s| s >= 0.0), "a failure says how long: {written}");
     let _ = std::fs::remove_file(result_file);
 }
 
@@ -662,12 +663,14 @@ async fn verification(engine: Engine) {
     let (out, file, _) = verify(&b, engine, &place, &name, &[]).await;
     let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(written["key"], key.as_str(), "the result names the dump: {written}");
-    assert_failed(&out, &file, &[&key]);
+    let found = place.sha256(&relative).await.1;
+    let recorded = place.manifest(&manifest_key_of(&relative).unwrap()).await.unwrap().sha256;
+    assert_failed(&out, &file, &[&format!("{key} does not match its manifest"), &found, &recorded]);
 
     // Cut short: no longer what its manifest vouches for; not skipped for the older one.
     place.put(&relative, original[..original.len() - 100].to_vec()).await;
     let (out, file, _) = verify(&b, engine, &place, &name, &[]).await;
-    assert_failed(&out, &file, &[&key, "does not match its manifest", "bytes"]);
+    assert_failed(&out, &file, &[&format!("{key} does not match its manifest"), "the bucket holds", &recorded]);
     assert_eq!(place.keys("verify").await, stored, "verification deletes nothing");
     place.clear().await;
 }
@@ -786,6 +789,26 @@ async fn encrypted_dumps_hold_only_ciphertext_and_restore_with_their_key_across_
         assert_eq!(restored["key"], run["key"]);
         assert_eq!(&target.checksum().await, sum, "{} restored with the rotated keys", run["key"]);
     }
+
+    // The newest dump changed in the bucket (one byte, same size), the right key in
+    // place: told as changed, naming it and both checksums, not as a key problem.
+    let changed_key = place.relative(with_new["key"].as_str().unwrap());
+    let recorded = place.manifest(&manifest_key_of(&changed_key).unwrap()).await.unwrap().sha256;
+    let mut changed = place.get(&changed_key).await;
+    let middle = changed.len() / 2;
+    changed[middle] ^= 0xff;
+    place.put(&changed_key, changed).await;
+    let found = place.sha256(&changed_key).await.1;
+    assert_ne!(found, recorded);
+    let file = result_file(&format!("{name}-changed"));
+    let mut args = restore(with_new["key"].as_str().unwrap(), &keys(&rotated, "backup-key"));
+    args.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&args)).await;
+    let written: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(written["key"], with_new["key"], "the result names the dump: {written}");
+    let dump = with_new["key"].as_str().unwrap();
+    assert_failed(&out, &file, &[&format!("{dump} does not match its manifest"), &recorded, &found]);
+    assert!(!out.stderr.contains("decrypt"), "not told as a key problem:\n{out}");
     for f in [before_rotation, rotated, wrong] {
         let _ = std::fs::remove_file(f);
     }
@@ -852,11 +875,12 @@ async fn wal_round_trip(dest: Dest) {
     let history = dir.join("00000002.history");
     std::fs::write(&history, "1\t0/A0000000\tbefore a failover\n").unwrap();
     bosun_ok(&b, &wal("push", &[&history])).await;
-    // A good push clears the error the refused one left.
+    // A good push keeps the error the refused one left: the status tells it beside
+    // that failure even when the next push succeeded before bosun looked.
     let mut args = wal("push", &[&history]);
     args.extend(["--error-file".to_owned(), error_file.display().to_string()]);
     bosun_ok(&b, &args).await;
-    assert!(!error_file.exists());
+    assert!(std::fs::read_to_string(&error_file).unwrap().contains("different contents"));
     bosun_ok(&b, &wal("fetch", &[std::path::Path::new("00000002.history"), &restored])).await;
     assert_eq!(std::fs::read_to_string(&restored).unwrap(), "1\t0/A0000000\tbefore a failover\n");
 

@@ -615,6 +615,11 @@ async fn a_moment(env: &Env, pod: &str) -> String {
     at
 }
 
+/// The value of the series `series` (its name and labels, and a space) in a scrape.
+fn counter(metrics: &str, series: &str) -> Option<u64> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse().ok())
+}
+
 /// Switch `primary` to a new WAL file and wait until the one it left is archived.
 async fn switch_and_wait_archived(env: &Env, s3: &bosun_testing::backends::Minio, db: &str, primary: &str) {
     let segment = sql_on(env, primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
@@ -640,7 +645,7 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
         env.use_real_node().await;
         bosun_testing::node::import_runner_image();
         let mut s3 = store_for(&env).await;
-        let _bosun = env.start_bosun(REAL_NODE).await;
+        let bosun = env.start_bosun(REAL_NODE).await;
         let manifest = archiving_database("test-db", &s3, 2, "");
         let (ok, out) = env.kubectl_apply(&manifest);
         assert!(ok, "{out}");
@@ -712,6 +717,44 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
         assert!(first.len() >= 2, "{names:?}");
         assert!(first.windows(2).all(|w| w[1] == w[0] + 1), "a gap in timeline 1: {names:?}");
         assert!(names.contains(&during), "{during} missing: {names:?}");
+
+        // A short outage, perhaps over before bosun's next look at the archiver: it is
+        // still told (a Warning naming the file) and counted.
+        let failures = format!(
+            "bosun_postgresql_wal_archive_failures_total{{database_namespace=\"{}\",database=\"test-db\"}} ",
+            env.ns
+        );
+        let counted = || async { counter(&bosun.http_get("/metrics").await.1, &failures) };
+        let counted_before = counted().await.expect("the failures counter exists from the first look");
+        assert!(counted_before >= 1, "the first outage was counted: {counted_before}");
+        let archiver = |column: &str| sql_on(&env, &primary, &format!("SELECT {column} FROM pg_stat_archiver"));
+        let failed_before: u64 = archiver("failed_count").parse().unwrap();
+        s3.stop();
+        sql_on(&env, &primary, "INSERT INTO t SELECT generate_series(2001, 3000)");
+        let short = sql_on(&env, &primary, "SELECT pg_walfile_name(pg_current_wal_lsn())");
+        sql_on(&env, &primary, "SELECT pg_switch_wal()");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while archiver("failed_count").parse::<u64>().unwrap() == failed_before {
+            assert!(Instant::now() < deadline, "no push of {short} failed");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        s3.restart();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while archiver("coalesce(last_archived_wal, '')") < short {
+            assert!(Instant::now() < deadline, "{short} not archived after the short outage");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let warned =
+                env.warnings_about("test-db").await.iter().any(|(r, n)| r == "ArchivingFailed" && n.contains(&short));
+            let grown = counted().await.is_some_and(|n| n > counted_before);
+            if warned && grown {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the short outage of {short}: warned {warned}, counted {grown}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
 
         // A switchover: the new primary archives its timeline's history and its WAL.
         let to = if primary == "test-db-0" { "test-db-1" } else { "test-db-0" };

@@ -34,7 +34,7 @@ use crate::children::{Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::kinds::{Served, Type};
-use crate::metrics::BackupLabels;
+use crate::metrics::{BackupLabels, Gauges};
 use crate::permissions::{self, Permission};
 use crate::read;
 use crate::status::update_status;
@@ -95,14 +95,7 @@ pub async fn run(
     let (jobs, mut job_changes) = wiring::watch_children::<Job>(&ctx, ns, &[("CronJob", "batch/v1")]);
     let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
     let ctrl = wiring::controller_for::<Backup>(CONTROLLER, &ctx, ns);
-    let families = vec![
-        ctx.metrics.backup_last_success.clone(),
-        ctx.metrics.backup_failing.clone(),
-        ctx.metrics.backup_last_verified.clone(),
-        ctx.metrics.backup_verification_failing.clone(),
-        ctx.metrics.backup_verify_interval.clone(),
-    ];
-    tokio::spawn(crate::metrics::export_gauges(ctrl.store(), families, gauges));
+    tokio::spawn(gauges(&ctx).export(ctrl.store()));
     let ctrl = wiring::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
     let ctrl = wiring::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
         backup_of(job).into_iter().collect()
@@ -113,10 +106,25 @@ pub async fn run(
     .await;
 }
 
+/// The per-Backup gauges ([`read_gauges`]).
+fn gauges(ctx: &Context) -> Gauges<Backup, BackupLabels> {
+    let m = &ctx.metrics;
+    Gauges {
+        families: vec![
+            m.backup_last_success.clone(),
+            m.backup_failing.clone(),
+            m.backup_last_verified.clone(),
+            m.backup_verification_failing.clone(),
+            m.backup_verify_interval.clone(),
+        ],
+        read: read_gauges,
+    }
+}
+
 /// The per-Backup gauges from a Backup's status: last success, failing, and with
 /// `spec.verify`, when it was last verified (since its creation, before the first),
 /// whether the last verification failed, and the schedule's longest interval.
-fn gauges(backup: &Backup) -> Option<(BackupLabels, Vec<Option<f64>>)> {
+fn read_gauges(backup: &Backup) -> Option<(BackupLabels, Vec<Option<f64>>)> {
     let labels = BackupLabels { backup_namespace: backup.namespace().unwrap_or_default(), backup: backup.name_any() };
     let status = backup.status.as_ref();
     let good = status.and_then(|s| s.last_successful_backup.as_ref()).map(|good| good.time.0.as_second() as f64);
@@ -206,6 +214,7 @@ async fn reconcile(
     };
     let status = build::backup_status(backup, observed, ctx.now());
     let announce = update_status(&ctx, CONTROLLER, backup, &status).await?;
+    gauges(&ctx).set(&Backup { status: Some(status.clone()), ..backup.clone() });
     if announce {
         let previous = backup.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let run = last_run.as_ref().map(|r| ObjectRef::<Job>::new(&r.job).within(&ns).into());

@@ -5,7 +5,7 @@
 //! [`crate::Error::category`]. The one exception is a few gauges per Backup and per
 //! continuously archived PostgreSQL (as kube-state-metrics has per object), which the
 //! alerts need to say which one fails or lags; there are as many as those objects,
-//! and they go with them ([`export_gauges`]).
+//! and they go with them ([`Gauges`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -84,6 +84,10 @@ pub struct Metrics {
     pub wal_archiving_failing: Family<DatabaseLabels, FloatGauge>,
     /// A PostgreSQL's `archive_timeout`, so an alert can tell lagging from idle.
     pub wal_archive_timeout: Family<DatabaseLabels, FloatGauge>,
+    /// WAL files a PostgreSQL's primary failed to archive, counted between bosun's
+    /// looks at its archiver (`pg_stat_archiver.failed_count`'s growth), so
+    /// `increase(...) > 0` sees a failure that a later push made good.
+    pub wal_archive_failures: Family<DatabaseLabels, Counter>,
     /// Changes of a database's primary, and how long each took.
     pub primary_changes: Family<PrimaryChangeLabels, Counter>,
     pub primary_change_duration: Family<PrimaryChangeLabels, Histogram>,
@@ -109,6 +113,7 @@ impl Default for Metrics {
             wal_last_archived: Family::default(),
             wal_archiving_failing: Family::default(),
             wal_archive_timeout: Family::default(),
+            wal_archive_failures: Family::default(),
             primary_changes: Family::default(),
             // 0.1 s … ~100 s
             primary_change_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.1, 2.0, 11))),
@@ -176,6 +181,11 @@ impl Metrics {
             self.wal_archive_timeout.clone(),
         );
         r.register(
+            "postgresql_wal_archive_failures",
+            "WAL files the primary of each continuously archived PostgreSQL failed to archive, as bosun counted them",
+            self.wal_archive_failures.clone(),
+        );
+        r.register(
             "postgresql_primary_changes",
             "Changes of a PostgreSQL's primary, by kind (Failover, Switchover)",
             self.primary_changes.clone(),
@@ -223,41 +233,59 @@ impl Metrics {
     }
 }
 
-/// Keep per-object gauges at what the cached objects say, every 10 s: `read` gives an
-/// object's labels and one value per family in `families` (`None`: no series for it
-/// now). The series of an object that is gone, or reads as `None`, go with it.
-pub async fn export_gauges<K, L>(
-    store: kube::runtime::reflector::Store<crate::guard::Guarded<K>>,
-    families: Vec<Family<L, FloatGauge>>,
-    read: impl Fn(&K) -> Option<(L, Vec<Option<f64>>)>,
-) where
+#[derive(Debug)]
+/// The per-object gauges of one kind: `read` gives an object's labels and one value
+/// per family (`None`: no series for it now).
+pub struct Gauges<K, L: Clone + std::hash::Hash + Eq> {
+    pub families: Vec<Family<L, FloatGauge>>,
+    pub read: ReadGauges<K, L>,
+}
+
+/// An object's labels and its value in each gauge family, or `None`.
+pub type ReadGauges<K, L> = fn(&K) -> Option<(L, Vec<Option<f64>>)>;
+
+impl<K, L> Gauges<K, L>
+where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
     L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug,
 {
-    let mut exported: std::collections::HashSet<L> = std::collections::HashSet::new();
-    loop {
-        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-        let mut now = std::collections::HashSet::new();
-        for object in store.state() {
-            let crate::guard::Guarded(Ok(object)) = object.as_ref() else { continue };
-            let Some((labels, values)) = read(object) else { continue };
-            for (family, value) in families.iter().zip(values) {
-                match value {
-                    Some(v) => {
-                        family.get_or_create(&labels).set(v);
-                    }
-                    None => {
-                        family.remove(&labels);
-                    }
+    /// Set the gauges to what `object` says now: a reconcile calls it with the status
+    /// it wrote, so a scrape right after a run already tells of it.
+    pub fn set(&self, object: &K) -> Option<L> {
+        let (labels, values) = (self.read)(object)?;
+        for (family, value) in self.families.iter().zip(values) {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&labels).set(v);
+                }
+                None => {
+                    family.remove(&labels);
                 }
             }
-            now.insert(labels);
         }
-        for gone in exported.difference(&now) {
-            for family in &families {
-                family.remove(gone);
+        Some(labels)
+    }
+
+    /// Keep the gauges at what the cached objects say, every 10 s (what a reconcile
+    /// did not set: a time-based value, an object changed by someone else). The series
+    /// of an object that is gone, or reads as `None`, go with it.
+    pub async fn export(self, store: kube::runtime::reflector::Store<crate::guard::Guarded<K>>) {
+        let mut exported: std::collections::HashSet<L> = std::collections::HashSet::new();
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            let mut now = std::collections::HashSet::new();
+            for object in store.state() {
+                let crate::guard::Guarded(Ok(object)) = object.as_ref() else { continue };
+                if let Some(labels) = self.set(object) {
+                    now.insert(labels);
+                }
             }
+            for gone in exported.difference(&now) {
+                for family in &self.families {
+                    family.remove(gone);
+                }
+            }
+            exported = now;
         }
-        exported = now;
     }
 }

@@ -40,6 +40,7 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::failover;
 use crate::kinds::{Served, Type};
+use crate::metrics::Gauges;
 use crate::permissions::{self, Permission};
 use crate::status::update_status;
 use crate::upgrade::{self, Running};
@@ -111,9 +112,7 @@ pub async fn run(
 ) {
     let ns = namespace.as_deref();
     let ctrl = wiring::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
-    let m = &ctx.metrics;
-    let families = vec![m.wal_last_archived.clone(), m.wal_archiving_failing.clone(), m.wal_archive_timeout.clone()];
-    tokio::spawn(crate::metrics::export_gauges(ctrl.store(), families, gauges));
+    tokio::spawn(gauges(&ctx).export(ctrl.store()));
     let (statefulsets, ctrl) = watched(&ctx, ns, ctrl);
     let (services, ctrl) = watched(&ctx, ns, ctrl);
     let (secrets, ctrl) = watched(&ctx, ns, ctrl);
@@ -202,6 +201,14 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
+    gauges(&ctx).set(&PostgreSQL { status: Some(status.clone()), ..db.clone() });
+    if let Some(labels) = build::continuous_destination(db).map(|_| database_labels(db)) {
+        // The series exists from the first look (at 0), so an alert's increase() sees
+        // the first failure too; failures are counted on the look that asked.
+        let failures = ctx.metrics.wal_archive_failures.get_or_create(&labels);
+        let recent = status.wal_archiving.as_ref().and_then(|a| a.recent_failures).filter(|_| archiving.is_some());
+        failures.inc_by(recent.unwrap_or(0).max(0) as u64);
+    }
     if announce {
         let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
         let pod = stuck.map(|(pod, _)| ObjectRef::<Pod>::new(&pod).within(&ns).into());
@@ -232,21 +239,33 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     })
 }
 
+/// The continuous-archiving gauges of PostgreSQLs ([`read_gauges`]).
+fn gauges(ctx: &Context) -> Gauges<PostgreSQL, crate::metrics::DatabaseLabels> {
+    let m = &ctx.metrics;
+    Gauges {
+        families: vec![m.wal_last_archived.clone(), m.wal_archiving_failing.clone(), m.wal_archive_timeout.clone()],
+        read: read_gauges,
+    }
+}
+
 /// The continuous-archiving gauges of a PostgreSQL (last archived, failing, archive
 /// timeout) from its status; none without continuous archiving.
-fn gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<Option<f64>>)> {
+fn read_gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<Option<f64>>)> {
     let timeout = build::archive_timeout(db)?;
-    let labels = crate::metrics::DatabaseLabels {
-        database_namespace: db.namespace().unwrap_or_default(),
-        database: db.name_any(),
-    };
+    let labels = database_labels(db);
     let archiving = db.status.as_ref().and_then(|s| s.wal_archiving.as_ref());
     let last = archiving
         .and_then(|a| a.last_archived_time.as_deref())
         .and_then(|t| t.parse::<Timestamp>().ok())
         .map(|t| t.as_second() as f64);
-    let failing = archiving.is_some_and(build::archiving_fails);
+    // Failing as the condition is: the last file failed, or some since the last look.
+    let failing = archiving.is_some_and(|a| build::archiving_fails(a) || a.recent_failures.is_some());
     Some((labels, vec![last, Some(f64::from(u8::from(failing))), Some(timeout as f64)]))
+}
+
+/// A database's labels on its own series.
+fn database_labels(db: &PostgreSQL) -> crate::metrics::DatabaseLabels {
+    crate::metrics::DatabaseLabels { database_namespace: db.namespace().unwrap_or_default(), database: db.name_any() }
 }
 
 /// How often the primary's archiver is asked, with continuous archiving.
@@ -254,12 +273,7 @@ pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
 
 /// The primary's archiver, asked over exec when its pod is Ready; `None` when it
 /// cannot be asked now (the last answer in the status stands).
-async fn archiver(
-    db: &PostgreSQL,
-    ctx: &Context,
-    pods: &Owned<Pod>,
-    primary: &str,
-) -> Option<bosun_api::postgresql::WalArchiving> {
+async fn archiver(db: &PostgreSQL, ctx: &Context, pods: &Owned<Pod>, primary: &str) -> Option<build::ArchiverSeen> {
     let ns = db.namespace().unwrap_or_default();
     let pod = pods.get(&ns, primary)?;
     if !bosun_resources::failover::pod_ready(&pod) {

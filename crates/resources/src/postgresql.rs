@@ -121,7 +121,8 @@ pub const DEFAULT_ARCHIVE_TIMEOUT: &str = "60s";
 pub const RUNNER_MOUNT: &str = "/opt/bosun/bin";
 pub const RUNNER_CONTAINER: &str = "bosun-runner";
 const RUNNER_VOLUME: &str = "bosun-runner";
-/// Where `bosun wal push` leaves its last error for bosun to read (gone after a good push).
+/// Where `bosun wal push` leaves its last failure's error for bosun to read (kept after
+/// a good push, shown only beside a failure).
 pub const WAL_ERROR_FILE: &str = "/tmp/bosun-wal-error";
 /// The most PostgreSQL takes as `archive_timeout`, in seconds (INT_MAX / 2).
 const MAX_ARCHIVE_TIMEOUT: u64 = 1_073_741_823;
@@ -329,39 +330,72 @@ pub fn server_args(db: &PostgreSQL) -> Vec<String> {
 }
 
 /// The command (`bash -c <this>`, in the primary's container) that reads the
-/// archiver's health: one line `wal|time|failed wal|time` of `pg_stat_archiver`
-/// (times in Unix seconds), then `bosun wal push`'s last error ([`WAL_ERROR_FILE`]),
-/// if it left one.
+/// archiver's health: one line `wal|time|failed wal|time|failed count` of
+/// `pg_stat_archiver` (times in Unix seconds), then `bosun wal push`'s last error
+/// ([`WAL_ERROR_FILE`]), if it left one.
 pub fn archiver_query() -> String {
     format!(
-        r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, '') FROM pg_stat_archiver" && {{ cat {WAL_ERROR_FILE} 2>/dev/null || true; }}"#
+        r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, ''), failed_count FROM pg_stat_archiver" && {{ cat {WAL_ERROR_FILE} 2>/dev/null || true; }}"#
     )
 }
 
-/// `status.walArchiving` from the output of [`archiver_query`]; `None` when it is not
-/// that. The runner's error is kept only while the last failure is newer than the
-/// last success.
-pub fn wal_archiving(output: &str) -> Option<WalArchiving> {
+/// What the primary's archiver said: `pg_stat_archiver` and the runner's last error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArchiverSeen {
+    /// As `status.walArchiving` holds it, `lastError` not yet decided ([`observe_archiver`]).
+    pub archiving: WalArchiving,
+    /// `bosun wal push`'s last failure's message, if it left one.
+    pub error: Option<String>,
+}
+
+/// What [`archiver_query`] printed; `None` when it is not that.
+pub fn wal_archiving(output: &str) -> Option<ArchiverSeen> {
     let (row, error) = output.split_once('\n').unwrap_or((output, ""));
     let fields: Vec<&str> = row.trim().split('|').collect();
-    let [archived, archived_at, failed, failed_at] = fields.as_slice() else { return None };
+    let [archived, archived_at, failed, failed_at, failed_count] = fields.as_slice() else { return None };
     let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let time = |s: &str| -> Result<Option<i64>, ()> {
         if s.is_empty() { Ok(None) } else { s.parse().map(Some).map_err(|_| ()) }
     };
     let (archived_at, failed_at) = (time(archived_at).ok()?, time(failed_at).ok()?);
     let rfc3339 = |t: Option<i64>| t.and_then(|t| Timestamp::from_second(t).ok()).map(|t| t.to_string());
-    let mut archiving = WalArchiving {
+    let archiving = WalArchiving {
         last_archived_wal: text(archived),
         last_archived_time: rfc3339(archived_at),
         last_failed_wal: text(failed),
         last_failed_time: rfc3339(failed_at),
+        failed_count: Some(failed_count.parse().ok()?),
+        recent_failures: None,
         last_error: None,
     };
-    if archiving_fails(&archiving) {
-        archiving.last_error = text(error.trim());
+    Some(ArchiverSeen { archiving, error: text(error.trim()) })
+}
+
+/// How many WAL files failed to archive between the `previous` look (the status) and
+/// `now`: the counter's growth; after a reset of it (a restart, another primary) what
+/// it counts now, at least one when the last failure's time moved. A first look counts
+/// nothing: what failed before bosun watched was told by no one it could count.
+pub fn failures_between(previous: Option<&WalArchiving>, now: &WalArchiving) -> u64 {
+    let Some(previous) = previous else { return 0 };
+    let moved = now.last_failed_time.is_some() && now.last_failed_time != previous.last_failed_time;
+    match (previous.failed_count, now.failed_count) {
+        (Some(before), Some(after)) if after > before => (after - before) as u64,
+        (Some(before), Some(after)) if after < before && moved => after.max(1) as u64,
+        _ => u64::from(moved),
     }
-    Some(archiving)
+}
+
+/// `status.walArchiving` from what the archiver said on this look (`seen`), the
+/// status's before it (`previous`): the failures between the two looks are counted, and
+/// the runner's error kept while the archiver fails or failed since the last look.
+pub fn observe_archiver(previous: Option<&WalArchiving>, seen: &ArchiverSeen) -> WalArchiving {
+    let mut archiving = seen.archiving.clone();
+    let between = failures_between(previous, &archiving);
+    archiving.recent_failures = (between > 0).then_some(between as i64);
+    if archiving_fails(&archiving) || between > 0 {
+        archiving.last_error = seen.error.clone();
+    }
+    archiving
 }
 
 /// Whether the last WAL file the primary tried to archive failed.
@@ -373,11 +407,15 @@ pub fn archiving_fails(a: &WalArchiving) -> bool {
     }
 }
 
-/// The `WALArchiving` condition, with continuous archiving only.
+/// The `WALArchiving` condition, with continuous archiving only. False while the last
+/// file failed, and on the look after failures that a later push made good (so a short
+/// outage between two looks is told, with a Warning, and not missed).
 fn wal_archiving_condition(db: &PostgreSQL, archiving: Option<&WalArchiving>) -> Option<Desired> {
     const TYPE: &str = postgresql_types::WAL_ARCHIVING;
     let destination = crate::backup::destination_url(continuous_destination(db)?);
     let timeout = archive_timeout(db).unwrap_or_default();
+    let error =
+        |a: &WalArchiving| a.last_error.clone().unwrap_or_else(|| "see the primary's log (bosun wal push)".into());
     Some(match archiving {
         None => Desired::unknown(
             TYPE,
@@ -391,7 +429,21 @@ fn wal_archiving_condition(db: &PostgreSQL, archiving: Option<&WalArchiving>) ->
             format!(
                 "archiving {} to {destination} failed: {}; the primary keeps every WAL file until it is archived, so pg_wal grows meanwhile",
                 a.last_failed_wal.as_deref().unwrap_or("a WAL file"),
-                a.last_error.as_deref().unwrap_or("see the primary's log (bosun wal push)"),
+                error(a),
+            ),
+        ),
+        Some(a @ WalArchiving { recent_failures: Some(n), .. }) => Desired::new(
+            TYPE,
+            false,
+            reasons::ARCHIVING_FAILED,
+            format!(
+                "{n} WAL file(s) failed to archive to {destination} since the last look, the last {} at {}: {}; \
+                 archiving goes on ({} archived at {})",
+                a.last_failed_wal.as_deref().unwrap_or("a WAL file"),
+                a.last_failed_time.as_deref().unwrap_or_default(),
+                error(a),
+                a.last_archived_wal.as_deref().unwrap_or_default(),
+                a.last_archived_time.as_deref().unwrap_or_default(),
             ),
         ),
         Some(WalArchiving { last_archived_wal: Some(wal), last_archived_time, .. }) => Desired::new(
@@ -1033,7 +1085,7 @@ pub struct Observed<'a> {
     pub primary: Option<&'a str>,
     pub last_change: Option<&'a PrimaryChange>,
     /// The primary's archiver, when it was asked (continuous archiving only).
-    pub archiving: Option<&'a WalArchiving>,
+    pub archiving: Option<&'a ArchiverSeen>,
     /// The major upgrade ([`crate::upgrade`]) as it stands after this look, if one is
     /// in progress or failed for the current spec.
     pub upgrade: Option<&'a MajorUpgrade>,
@@ -1084,8 +1136,9 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     // Asked on most looks; between them (the primary not Ready, bosun restarted) the
     // last answer stands.
+    let before = previous_status(db).and_then(|s| s.wal_archiving.as_ref());
     let wal_archiving = continuous_destination(db)
-        .and_then(|_| observed.archiving.cloned().or_else(|| previous_status(db)?.wal_archiving.clone()));
+        .and_then(|_| observed.archiving.map(|seen| observe_archiver(before, seen)).or_else(|| before.cloned()));
     let archiving_condition = wal_archiving_condition(db, wal_archiving.as_ref());
     let (first_recoverable_point, last_recoverable_point) = recoverable(db, observed.backup, wal_archiving.as_ref());
     PostgreSQLStatus {
@@ -1544,19 +1597,25 @@ mod tests {
     fn the_archivers_answer_becomes_the_status_and_the_condition() {
         let db = db(r#"{version: "15", storage: 1Gi, backup: {enabled: true,
             destination: {type: s3, bucket: wal}, continuous: {}}}"#);
-        let healthy = wal_archiving("000000010000000000000007|1764158400||\n").unwrap();
+        // What one look saw, as the status keeps it after a look before it (`previous`).
+        let look =
+            |output: &str, previous: Option<&WalArchiving>| observe_archiver(previous, &wal_archiving(output).unwrap());
+        let healthy_seen = wal_archiving("000000010000000000000007|1764158400|||0\n").unwrap();
+        let healthy = look("000000010000000000000007|1764158400|||0\n", None);
         assert_eq!(healthy.last_archived_wal.as_deref(), Some("000000010000000000000007"));
         assert_eq!(healthy.last_archived_time.as_deref(), Some("2025-11-26T12:00:00Z"));
+        assert_eq!((healthy.failed_count, healthy.recent_failures), (Some(0), None));
         assert!(!archiving_fails(&healthy) && healthy.last_error.is_none());
         let c = wal_archiving_condition(&db, Some(&healthy)).unwrap();
         assert_eq!((c.status, c.reason), ("True", reasons::ARCHIVING));
 
         // A failure newer than the last success is the state, with the runner's words.
-        let failing = wal_archiving(
-            "000000010000000000000007|1764158400|000000010000000000000008|1764158460\nupload failed: connection refused\n",
-        )
-        .unwrap();
+        let failing = look(
+            "000000010000000000000007|1764158400|000000010000000000000008|1764158460|3\nupload failed: connection refused\n",
+            Some(&healthy),
+        );
         assert!(archiving_fails(&failing));
+        assert_eq!(failing.recent_failures, Some(3), "three failed pushes since the last look");
         let c = wal_archiving_condition(&db, Some(&failing)).unwrap();
         assert_eq!((c.status, c.reason), ("False", reasons::ARCHIVING_FAILED));
         assert!(
@@ -1564,18 +1623,43 @@ mod tests {
             "{}",
             c.message
         );
-        // An older failure, since overtaken, is history: no error, True.
+        // Failures a later push made good between two looks: False on this look, with
+        // the runner's words and how many; True on the next, which saw none.
+        let between =
+            "000000010000000000000009|1764158520|000000010000000000000008|1764158460|2\nupload failed: timeout\n";
+        let outage = look(between, Some(&healthy));
+        assert!(!archiving_fails(&outage));
+        assert_eq!((outage.recent_failures, outage.last_error.as_deref()), (Some(2), Some("upload failed: timeout")));
+        let c = wal_archiving_condition(&db, Some(&outage)).unwrap();
+        assert_eq!((c.status, c.reason), ("False", reasons::ARCHIVING_FAILED));
+        for part in ["2 WAL file(s) failed", "000000010000000000000008", "upload failed: timeout", "archiving goes on"]
+        {
+            assert!(c.message.contains(part), "{part:?} not in {}", c.message);
+        }
+        let next = look(between, Some(&outage));
+        assert_eq!((next.recent_failures, next.last_error.as_deref()), (None, None), "{next:?}");
+        assert_eq!(wal_archiving_condition(&db, Some(&next)).unwrap().status, "True");
+        // Counted across a reset of the counter (a restart, another primary) when the
+        // last failure moved; a first look counts nothing it did not see happen.
+        let mut reset = wal_archiving(between).unwrap().archiving;
+        reset.last_failed_time = Some("2025-11-26T12:30:00Z".into());
+        reset.failed_count = Some(0);
+        assert_eq!(failures_between(Some(&outage), &reset), 1);
+        reset.failed_count = Some(4);
+        assert_eq!(failures_between(Some(&outage), &reset), 2, "the counter's growth");
+        assert_eq!(failures_between(None, &reset), 0);
+        // An older failure, since overtaken and already seen, is history: no error, True.
         let recovered =
-            wal_archiving("000000010000000000000009|1764158520|000000010000000000000008|1764158460\nold\n").unwrap();
+            look("000000010000000000000009|1764158520|000000010000000000000008|1764158460|2\nold\n", Some(&outage));
         assert!(!archiving_fails(&recovered) && recovered.last_error.is_none());
         // Nothing archived yet, or not asked: Unknown. Without continuous archiving: none.
-        let fresh = wal_archiving("|||\n").unwrap();
+        let fresh = look("||||0\n", None);
         assert_eq!(wal_archiving_condition(&db, Some(&fresh)).unwrap().status, "Unknown");
         assert_eq!(wal_archiving_condition(&db, None).unwrap().status, "Unknown");
 
         // The recoverable range: from the oldest base backup kept to the newest WAL.
         let now: Timestamp = "2025-11-26T13:00:00Z".parse().unwrap();
-        let seen = Observed { archiving: Some(&healthy), ..Default::default() };
+        let seen = Observed { archiving: Some(&healthy_seen), ..Default::default() };
         let s = status(&db, seen, now);
         assert_eq!((s.first_recoverable_point, s.last_recoverable_point), (None, None), "no base backup yet");
         let mut backup = desired_backup(&db).unwrap();
@@ -1589,28 +1673,33 @@ mod tests {
             }),
             ..Default::default()
         });
-        let seen = Observed { archiving: Some(&healthy), backup: Some(&backup), ..Default::default() };
+        let seen = Observed { archiving: Some(&healthy_seen), backup: Some(&backup), ..Default::default() };
         let s = status(&db, seen, now);
         assert_eq!(s.first_recoverable_point.as_deref(), Some("2025-11-20T02:00:07Z"));
         assert_eq!(s.last_recoverable_point.as_deref(), Some("2025-11-26T12:00:00Z"));
         // WAL archived before the oldest base backup ended does not end the range before it.
-        let old = wal_archiving("000000010000000000000007|1763604000||\n").unwrap();
+        let old = wal_archiving("000000010000000000000007|1763604000|||0\n").unwrap();
         let seen = Observed { archiving: Some(&old), backup: Some(&backup), ..Default::default() };
         assert_eq!(status(&db, seen, now).last_recoverable_point.as_deref(), Some("2025-11-20T02:00:07Z"));
         assert_eq!(wal_archiving_condition(&example(), Some(&healthy)), None);
         // Not the query's output: nothing.
         assert_eq!(wal_archiving("psql: error: connection refused"), None);
-        assert_eq!(wal_archiving("a|notatime||"), None);
+        assert_eq!(wal_archiving("a|notatime|||0"), None);
+        assert_eq!(wal_archiving("a|1763604000||"), None, "the query's older four columns");
 
         // The status keeps the last answer while the archiver cannot be asked.
         let mut asked = db.clone();
         asked.status =
-            Some(status(&db, Observed { archiving: Some(&healthy), ..Default::default() }, Timestamp::UNIX_EPOCH));
+            Some(status(&db, Observed { archiving: Some(&healthy_seen), ..Default::default() }, Timestamp::UNIX_EPOCH));
         let later = status(&asked, Observed::default(), Timestamp::UNIX_EPOCH);
         assert_eq!(later.wal_archiving.as_ref(), Some(&healthy));
         assert_eq!(
-            status(&example(), Observed { archiving: Some(&healthy), ..Default::default() }, Timestamp::UNIX_EPOCH)
-                .wal_archiving,
+            status(
+                &example(),
+                Observed { archiving: Some(&healthy_seen), ..Default::default() },
+                Timestamp::UNIX_EPOCH
+            )
+            .wal_archiving,
             None
         );
     }

@@ -367,12 +367,12 @@ pub async fn wal_push(args: &WalPushArgs) -> Result<wal::Report, Error> {
         Ok(archive) => archive.push(&args.path).await,
         Err(e) => Err(e),
     };
-    if let Some(file) = &args.error_file {
-        // Best effort: the push's own outcome is what the server acts on.
-        let _ = match &pushed {
-            Ok(_) => tokio::fs::remove_file(file).await,
-            Err(e) => tokio::fs::write(file, e.to_string()).await,
-        };
+    // The last failure's message, kept after a success: a failure between two of
+    // bosun's looks at the archiver is still told in its own words (the status shows
+    // it only beside a failure pg_stat_archiver reports). Best effort: the push's own
+    // outcome is what the server acts on.
+    if let (Some(file), Err(e)) = (&args.error_file, &pushed) {
+        let _ = tokio::fs::write(file, e.to_string()).await;
     }
     pushed
 }
@@ -478,7 +478,12 @@ fn compact(mut json: serde_json::Value) -> serde_json::Value {
 
 /// Print a run's outcome as one JSON line on stdout (success) or a message on stderr
 /// (failure), and write it to `result_file` for whoever started the run; the exit code.
-pub fn report<T: Serialize>(outcome: Result<T, Error>, result_file: Option<&PathBuf>) -> std::process::ExitCode {
+/// A failure's result says how long the run took (since `started`) too.
+pub fn report<T: Serialize>(
+    outcome: Result<T, Error>,
+    result_file: Option<&PathBuf>,
+    started: std::time::Instant,
+) -> std::process::ExitCode {
     let (json, code) = match &outcome {
         Ok(value) => (serde_json::to_value(value).unwrap_or_default(), std::process::ExitCode::SUCCESS),
         Err(e) => {
@@ -490,7 +495,8 @@ pub fn report<T: Serialize>(outcome: Result<T, Error>, result_file: Option<&Path
                 }
                 error.truncate(end);
             }
-            let mut json = serde_json::json!({"error": error});
+            let seconds = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+            let mut json = serde_json::json!({"error": error, "durationSeconds": seconds});
             if let Some(key) = e.dump() {
                 json["key"] = serde_json::json!(key);
             }
