@@ -574,7 +574,8 @@ async fn mongodb_restore_by_key_into_another_database() {
 }
 
 /// A stored dump corrupted after the fact (same size, so it still looks good): the
-/// restore fails naming the download, not the tool it was feeding.
+/// restore fails naming the dump as changed (both checksums), not the tool it was
+/// feeding; without its manifest, naming the download that broke.
 #[tokio::test]
 async fn corrupted_dump_fails_the_restore() {
     let _timed = Timed::start("corrupted_dump_fails_the_restore");
@@ -597,6 +598,18 @@ async fn corrupted_dump_fails_the_restore() {
             .to_vec();
     args.extend(place.args());
     let file = result_file(&name);
+    args.extend(["--result-file".to_owned(), file.display().to_string()]);
+    let out = b.bosun(&as_strs(&args)).await;
+    let recorded = place.manifest(&manifest_key_of(&key).unwrap()).await.unwrap().sha256;
+    let found = place.sha256(&key).await.1;
+    let told = ["does not match its manifest", &recorded, &found, "the target may hold a partial restore"];
+    assert_failed(&out, &file, &told);
+
+    // With no manifest to say what it was, the step that broke is what is told.
+    place.delete(&manifest_key_of(&key).unwrap()).await;
+    let mut args: Vec<String> =
+        ["restore", "run", "--key", &key, "--target", &target.url(), "--overwrite"].map(str::to_owned).to_vec();
+    args.extend(place.args());
     args.extend(["--result-file".to_owned(), file.display().to_string()]);
     let out = b.bosun(&as_strs(&args)).await;
     assert_failed(&out, &file, &["downloading the dump failed"]);

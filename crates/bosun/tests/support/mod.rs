@@ -209,6 +209,10 @@ impl Place {
             .unwrap_or_else(|e| panic!("writing {key}: {e}"));
     }
 
+    pub async fn delete(&self, key: &str) {
+        self.store.objects.delete(&self.store.path(key)).await.unwrap_or_else(|e| panic!("deleting {key}: {e}"));
+    }
+
     /// The manifest at `key`, parsed; `None` when there is none.
     pub async fn manifest(&self, key: &str) -> Option<Manifest> {
         match self.store.objects.get(&self.store.path(key)).await {
