@@ -92,16 +92,15 @@ RUN_PREREQ := cluster
 # No Service routes to a process on the host: the apiserver (on this host too) calls the
 # webhooks at a URL, and bosun creates the configurations pointing there.
 RUN_ENV := BOSUN_POSTGRES_IMAGE=localhost/postgres:{version} BOSUN_POSTGRES_VOLUME_PERMISSIONS=true \
-	BOSUN_REDIS_IMAGE=localhost/redis:7 BOSUN_WEBHOOK_URL=https://127.0.0.1:9443
+	BOSUN_REDIS_IMAGE=localhost/redis:7 BOSUN_WEBHOOK_URL=https://127.0.0.1:9443 BOSUN_WEBHOOK_REMOVE_ON_EXIT=true
 endif
 
 .PHONY: install
 install: $(RUN_PREREQ) ## Install the CRDs into the cluster (local control plane unless USE_EXISTING_CLUSTER=true).
-	# make run points VoteConfig's conversion webhook at its URL; the CRD names the webhook
-	# Service, and the apiserver refuses a CRD with both: the Service goes back first.
-	KUBECONFIG=$(RUN_KUBECONFIG) kubectl patch crd voteconfigs.voting.schoolofdevops.com --type=merge \
-	  -p '{"spec":{"conversion":{"webhook":{"clientConfig":{"url":null,"service":{"namespace":"bosun-system","name":"bosun-webhook-service","path":"/convert","port":443}}}}}}' \
-	  >/dev/null 2>&1 || true
+	# make run points VoteConfig's conversion webhook at its URL (and puts it back when it
+	# stops); the CRD names the webhook Service, and the apiserver refuses a CRD with both:
+	# what a killed make run left goes back first.
+	KUBECONFIG=$(RUN_KUBECONFIG) hack/deploy.sh forget-local-run
 	KUBECONFIG=$(RUN_KUBECONFIG) kubectl apply --server-side --force-conflicts -k config/crd
 	KUBECONFIG=$(RUN_KUBECONFIG) kubectl wait --for=condition=Established --timeout=60s -f config/crd/bases
 

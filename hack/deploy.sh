@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make deploy` and `make undeploy`: bosun in a cluster, from the kustomize config.
 #
-# Usage: deploy.sh deploy | undeploy | render | resources
+# Usage: deploy.sh deploy | undeploy | render | resources | forget-local-run
 #
 # Environment (make sets it):
 #   KUBECONFIG   the cluster
@@ -19,6 +19,12 @@
 # The overlay it applies is written to target/deploy/ (DEPLOY_DIR moves it) (kustomization.yaml naming
 # the base and the images); `deploy.sh render` prints what it renders, and
 # `deploy.sh resources` the custom resources of bosun's kinds in the cluster.
+#
+# forget-local-run (make install and deploy run it first): what a `make run` that did
+# not stop cleanly (killed) left pointing at its URL — VoteConfig's conversion, and
+# the webhook configurations it made — goes back to naming the webhook Service, as
+# config/ ships it (a clean stop of `make run` does this itself): the apiserver
+# refuses a webhook with both a URL and a Service, which an apply would leave.
 #
 # undeploy removes what deploy applied. Deleting a CRD deletes every resource of
 # its kind, and the garbage collector then deletes what runs for them (their
@@ -90,7 +96,23 @@ EOF
   } >"$overlay/kustomization.yaml"
 }
 
+cmd_forget_local_run() {
+  kubectl patch crd voteconfigs.voting.schoolofdevops.com --type=merge -p \
+    '{"spec":{"conversion":{"webhook":{"clientConfig":{"url":null,"service":{"namespace":"bosun-system","name":"bosun-webhook-service","path":"/convert","port":443}}}}}}' \
+    >/dev/null 2>&1 || true
+  local kind url
+  for kind in validatingwebhookconfiguration/bosun-validating-webhook-configuration \
+    mutatingwebhookconfiguration/bosun-mutating-webhook-configuration; do
+    url=$(kubectl get "$kind" --ignore-not-found -o jsonpath='{.webhooks[0].clientConfig.url}' 2>/dev/null || true)
+    if [ -n "$url" ]; then
+      log "removing $kind, left by a make run (it pointed at $url)"
+      kubectl delete "$kind" --ignore-not-found >/dev/null
+    fi
+  done
+}
+
 cmd_deploy() {
+  cmd_forget_local_run
   write_overlay
   if [ "$local_cluster" = true ]; then
     local sock=${BOSUN_CLUSTER_DIR:?BOSUN_CLUSTER_DIR is not set}/node/containerd.sock
@@ -164,5 +186,6 @@ case ${1:-} in
   undeploy) cmd_undeploy ;;
   render) write_overlay; kubectl kustomize "$overlay" ;;
   resources) custom_resources ;;
+  forget-local-run) cmd_forget_local_run ;;
   *) echo "usage: deploy.sh deploy | undeploy | render | resources" >&2; exit 2 ;;
 esac

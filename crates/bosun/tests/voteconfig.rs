@@ -245,13 +245,15 @@ async fn both_versions_are_served_and_convert_losslessly_through_bosuns_webhook(
         // host), with the certificate it makes; its admission webhooks select only this
         // test's namespace.
         let port = free_port();
-        let _bosun = env
+        let mut bosun = env
             .start_bosun(&[
                 "--controllers=voteconfig",
                 &format!("--namespaces={}", env.ns),
                 &format!("--webhook-port={port}"),
                 &format!("--webhook-url=https://127.0.0.1:{port}"),
                 &format!("--webhook-configuration-prefix={}-", env.ns),
+                // As make run: what points at the URL is withdrawn when bosun stops.
+                "--webhook-remove-on-exit",
             ])
             .await;
         let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(env.client.clone());
@@ -319,6 +321,29 @@ async fn both_versions_are_served_and_convert_losslessly_through_bosuns_webhook(
         let new = env.api::<VoteConfig>().get("described").await.unwrap();
         assert_eq!(new.spec.question.as_deref(), Some("Which?"));
         assert_eq!(new.spec.options[0].description.as_deref(), Some("Steeped, never stirred"));
+
+        // bosun stops (Ctrl-C, as make run is stopped): its webhook configurations go,
+        // and the CRD names the webhook Service again, as config/crd ships it, so a
+        // later make deploy's apply is not refused for naming both.
+        use k8s_openapi::api::admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+        };
+        let validating: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(env.client.clone());
+        let mutating: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(env.client.clone());
+        let prefix = format!("{}-", env.ns);
+        assert!(validating.get_opt(&format!("{prefix}validating-webhook-configuration")).await.unwrap().is_some());
+        bosun.signal("INT");
+        assert!(bosun.wait_exit(Duration::from_secs(30)).await.is_some_and(|s| s.success()), "{}", bosun.log_tail(20));
+        let crd = crds.get("voteconfigs.voting.schoolofdevops.com").await.unwrap();
+        let config = crd.spec.conversion.and_then(|c| c.webhook).and_then(|w| w.client_config).unwrap();
+        let service = config.service.expect("the Service again");
+        assert_eq!((service.namespace.as_str(), service.name.as_str()), ("bosun-system", "bosun-webhook-service"));
+        assert_eq!((config.url, config.ca_bundle), (None, None), "nothing of the run is left");
+        assert!(validating.get_opt(&format!("{prefix}validating-webhook-configuration")).await.unwrap().is_none());
+        assert!(mutating.get_opt(&format!("{prefix}mutating-webhook-configuration")).await.unwrap().is_none());
+        // The served version needs no converter: kubectl keeps working without bosun.
+        env.apply(&vote("after-run", json!({"question": "Still there?", "options": [{"id": "y", "label": "Yes"}]})))
+            .await;
     })
     .await;
 }

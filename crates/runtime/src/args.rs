@@ -118,6 +118,12 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
 
+    /// With --webhook-url: at exit, delete the webhook configurations pointing at it and
+    /// point the converted CRDs at the webhook Service again (`make run` sets it). Off by
+    /// default: of several replicas, one that stops must not remove the others' admission.
+    #[arg(long, env = "BOSUN_WEBHOOK_REMOVE_ON_EXIT", num_args = 0..=1, default_missing_value = "true", default_value_t = false)]
+    pub webhook_remove_on_exit: bool,
+
     /// `self`: bosun makes and rotates its own CA and certificate (Secret --webhook-secret-name);
     /// `files`: tls.crt and tls.key in --webhook-cert-dir (cert-manager), read again when they change.
     #[arg(long, env = "BOSUN_WEBHOOK_CERT_MODE", default_value = "self", value_parser = ["self", "files"])]

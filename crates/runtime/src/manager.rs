@@ -91,18 +91,40 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         .await
         .map_err(|source| Error::Http { addr: args.metrics_bind_address, source })?;
     info!(%addr, "serving /metrics, /healthz and /readyz");
+    let mut withdraw = None;
     if let Some(policy) = policy {
         // Every replica serves admissions; only the leader writes the CA bundle.
         let own = own_namespace(&args, &client);
-        crate::webhook::start(&args, policy, client.clone(), own, ctx.clone(), webhook_metrics, shutdown.clone())
-            .await
-            .map_err(Error::Webhooks)?;
+        (_, withdraw) =
+            crate::webhook::start(&args, policy, client.clone(), own, ctx.clone(), webhook_metrics, shutdown.clone())
+                .await
+                .map_err(Error::Webhooks)?;
     }
     spawn_api_probe(client.clone(), health, shutdown.clone());
+    let ended = reconcile(ctx, &args, &client, lease, leadership, started, shutdown).await;
+    if let Some(withdraw) = withdraw {
+        // Bounded: an unreachable apiserver must not keep a stopped bosun alive.
+        if tokio::time::timeout(std::time::Duration::from_secs(10), withdraw.run()).await.is_err() {
+            warn!("the webhook configurations were not withdrawn within 10 s");
+        }
+    }
+    ended
+}
 
+/// Run the controllers, leading when there is no lease or once it is held, until
+/// shutdown (or, with a lease, until it is lost).
+async fn reconcile(
+    ctx: Arc<Context>,
+    args: &RunArgs,
+    client: &Client,
+    lease: Option<LeaseConfig>,
+    leadership: Arc<Leadership>,
+    started: std::time::Instant,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     // Controllers start on every replica: a standby's watches and caches run (and
     // /readyz reflects them), its reconciles wait at the gate until it leads.
-    let controllers = run_controllers(ctx.clone(), &args, shutdown.clone());
+    let controllers = run_controllers(ctx.clone(), args, shutdown.clone());
     tokio::pin!(controllers);
     let Some(lease) = lease else {
         leadership.set(true);
@@ -113,7 +135,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     };
 
     let mgr = tokio::select! {
-        mgr = leader::acquire(&client, &lease) => mgr,
+        mgr = leader::acquire(client, &lease) => mgr,
         () = &mut controllers => return Ok(()),
     };
     leadership.set(true);

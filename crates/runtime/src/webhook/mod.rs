@@ -12,6 +12,7 @@ pub mod configs;
 pub mod conversion;
 pub mod server;
 pub mod sync;
+pub mod withdraw;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
@@ -60,7 +61,8 @@ pub fn load_policy(args: &RunArgs) -> Result<Policy, String> {
 }
 
 /// Start the webhook server with `policy` (loaded by [`load_policy`]) and its
-/// certificate and policy keepers; returns the bound address.
+/// certificate and policy keepers; returns the bound address, and what to withdraw at
+/// exit with `--webhook-remove-on-exit` and a URL.
 pub async fn start(
     args: &RunArgs,
     policy: Policy,
@@ -69,7 +71,7 @@ pub async fn start(
     ctx: Arc<Context>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
-) -> Result<SocketAddr, String> {
+) -> Result<(SocketAddr, Option<withdraw::Withdraw>), String> {
     if let Some(url) = &args.webhook_url
         && url_host(url).is_none()
     {
@@ -100,7 +102,7 @@ pub async fn start(
         .into_iter()
         .filter(|c| c.controllers.iter().any(|n| enabled.contains(n)))
         .collect();
-    let converted_names = converted.iter().map(bosun_controller::kinds::Converted::name).collect();
+    let converted_names: Vec<String> = converted.iter().map(bosun_controller::kinds::Converted::name).collect();
     let admission = Arc::new(Admission { policy, namespaces, metrics: metrics.clone(), converted });
     let bound =
         server::serve(SocketAddr::new(host, args.webhook_port), certificate.clone(), admission, shutdown.clone())
@@ -116,6 +118,16 @@ pub async fn start(
         },
         own_namespace: own_namespace.clone(),
         namespaces: args.namespaces.clone(),
+    };
+    let withdraw = match &args.webhook_url {
+        Some(url) if args.webhook_remove_on_exit => Some(withdraw::Withdraw {
+            client: client.clone(),
+            url: url.trim_end_matches('/').to_owned(),
+            validating: shape.validating_name(),
+            mutating: shape.mutating_name(),
+            converted: converted_names.clone(),
+        }),
+        _ => None,
     };
     if args.webhook_cert_mode == "files" {
         let dir = &args.webhook_cert_dir;
@@ -143,7 +155,7 @@ pub async fn start(
         tokio::spawn(sync::self_managed(cfg, certificate, metrics, ctx, shutdown));
     }
     info!(addr = %bound, "serving admission webhooks");
-    Ok(bound)
+    Ok((bound, withdraw))
 }
 
 /// The files of `config/webhook/` (kubebuilder's layout): the two configurations,
