@@ -468,9 +468,12 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
                 assert!(std::time::Instant::now() < deadline, "no {name}\n{}", bosun.log_tail(30));
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            let patch = json!({"spec": {"template": {"spec": {"containers": [
-                {"name": container, "command": ["sh", "-c", command]}
-            ]}}}});
+            // A shell as the container's first process ignores SIGTERM: the pod stops
+            // only at its grace period's end, seconds after its Deployment was deleted.
+            let patch = json!({"spec": {"template": {"spec": {
+                "terminationGracePeriodSeconds": GRACE_SECONDS,
+                "containers": [{"name": container, "command": ["sh", "-c", command]}]
+            }}}});
             // The frontend appears once the patched backend is Ready.
             deployments.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await.unwrap();
         }
@@ -510,9 +513,48 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
             ready_of(&s.status).is_some_and(|c| c.status == "True")
         })
         .await;
+
+        // Issue 50: deleted, the stack waits for each component's pods, which take
+        // seconds to stop here, before it deletes the next component.
+        let timeline = Timeline::default();
+        let recorders = vec![
+            record::<Deployment>(&env, &env.ns, timeline.clone()),
+            record::<Service>(&env, &env.ns, timeline.clone()),
+            record::<PostgreSQL>(&env, &env.ns, timeline.clone()),
+            record::<StatefulSet>(&env, &env.ns, timeline.clone()),
+            record::<Pod>(&env, &env.ns, timeline.clone()),
+        ];
+        tokio::time::sleep(Duration::from_secs(2)).await; // the watches have listed
+        let started = std::time::Instant::now();
+        env.api::<AppStack>().delete("shop", &DeleteParams::default()).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        while env.api::<AppStack>().get_opt("shop").await.unwrap().is_some() {
+            assert!(std::time::Instant::now() < deadline, "the stack is not deleted\n{}", bosun.log_tail(30));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("stack-real: deleted in {:.1} s", started.elapsed().as_secs_f64());
+        tokio::time::sleep(Duration::from_secs(1)).await; // the last watch events arrive
+        for recorder in recorders {
+            recorder.abort();
+        }
+        assert_deleted_in_order("shop", &timeline, started);
+        // The pods really took their time: the order was kept with slow pods, not by luck.
+        let slow = timeline
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((kind, name), _)| kind == "Pod" && name.starts_with("shop-frontend"))
+            .filter_map(|(_, seen)| Some(seen.gone?.1.duration_since(seen.deleting?.1)))
+            .max()
+            .expect("a frontend pod seen stopping");
+        assert!(slow >= Duration::from_secs(GRACE_SECONDS - 1), "the frontend's pod stopped in {slow:?}");
     })
     .await;
 }
+
+/// The grace period of the real-node stack's pods: they ignore SIGTERM, so they stop
+/// this long after their deletion.
+const GRACE_SECONDS: u64 = 4;
 
 // === Ordered deletion (issue 28 item 4) ===
 

@@ -54,6 +54,17 @@ async fn labelled_pods(client: &Client, namespace: &str, selector: &str, what: &
         .items)
 }
 
+/// The pods in `namespace` with every label of `labels`: one list.
+pub async fn pods_labelled(
+    client: &Client,
+    namespace: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    what: &str,
+) -> Result<Vec<Pod>, Error> {
+    let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    labelled_pods(client, namespace, &selector, what).await
+}
+
 /// Why a pod of `workload` (a Deployment or StatefulSet, by its pod labels) cannot
 /// start, if one cannot (the first, by name): one list of its pods, for a workload that
 /// is not ready.
@@ -64,8 +75,7 @@ pub async fn workload_stuck(
     workload: &str,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<String>, Error> {
-    let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-    let mut pods = labelled_pods(client, namespace, &selector, &format!("the pods of {namespace}/{workload}")).await?;
+    let mut pods = pods_labelled(client, namespace, labels, &format!("the pods of {namespace}/{workload}")).await?;
     pods.sort_by_key(|p| p.name_any());
     for pod in &pods {
         if let Some(cause) = pod_stuck(client, now, namespace, Some(pod)).await? {

@@ -16,7 +16,8 @@
 //! ([`crate::finalizers`]): the components go in reverse dependency order
 //! ([`build::DELETION_ORDER`]: frontend with its Ingress and ServiceMonitor, backend,
 //! cache, database), each deleted in the foreground and gone from the API — with its
-//! pods — before the next is deleted. The decision is [`bosun_resources::teardown`]'s:
+//! pods, which the garbage collector lets outlive their Deployment while they stop
+//! (one list of the stack's pods per look while it deletes) — before the next is deleted. The decision is [`bosun_resources::teardown`]'s:
 //!
 //! ```text
 //!  stack deleted ─▶ namespace terminating, or --cascade=orphan/foreground ─▶ finalizer removed at once
@@ -751,6 +752,10 @@ async fn delete_in_order<K: StackKind>(stack: &K, ctx: &Context, children: &Chil
     }
     let ns = stack.namespace().unwrap_or_default();
     let mut left = what_is_left(stack, ctx, children);
+    let pods = stopping_pods(stack, ctx).await?;
+    for (component, held) in &mut left {
+        held.extend(pods.iter().filter(|(c, _)| c == component).map(|(_, pod)| (pod.clone(), waited())));
+    }
     let steps: Vec<Step> =
         left.iter().map(|(name, held)| Step { name, left: held.iter().map(|(l, _)| l.clone()).collect() }).collect();
     let owner = Owner {
@@ -793,7 +798,39 @@ async fn delete_in_order<K: StackKind>(stack: &K, ctx: &Context, children: &Chil
         let stuck = [reasons::DELETION_STUCK];
         ctx.events.condition_failed(&owner, None, types::READY, &stuck, &previous.conditions, &status.conditions);
     }
-    Ok(Cleanup::Pending(progress.look_again))
+    // No watch tells of pods: while the step waits for some, look again each second.
+    let waits_for_pods = steps.get(progress.step).is_some_and(|s| s.left.iter().any(|l| l.kind == "Pod"));
+    Ok(Cleanup::Pending(if waits_for_pods { progress.look_again.min(POD_LOOK) } else { progress.look_again }))
+}
+
+/// How often a step that waits for pods to stop is looked at.
+const POD_LOOK: Duration = Duration::from_secs(1);
+
+/// The pods of `stack`'s components that are still there, with their component: a
+/// Deployment deleted in the foreground is gone once its ReplicaSets are, while their
+/// pods may still be stopping (a grace period of seconds on a real node).
+async fn stopping_pods<K: StackKind>(stack: &K, ctx: &Context) -> Result<Vec<(&'static str, Left)>, Error> {
+    let ns = stack.namespace().unwrap_or_default();
+    let plan = stack.plan();
+    let mut labels = plan.selector(build::FRONTEND_COMPONENT);
+    labels.remove(build::COMPONENT_LABEL);
+    let pods =
+        crate::read::pods_labelled(&ctx.client, &ns, &labels, &format!("the pods of stack {ns}/{}", plan.name)).await?;
+    Ok(pods
+        .iter()
+        .filter_map(|pod| {
+            let component = pod.labels().get(build::COMPONENT_LABEL)?;
+            let step = build::DELETION_ORDER.iter().find(|c| *c == component)?;
+            let meta = &pod.metadata;
+            let since = meta.deletion_timestamp.as_ref().map(|t| t.0);
+            Some((*step, Left::new("Pod", pod.name_any(), since, meta.finalizers.as_deref().unwrap_or_default())))
+        })
+        .collect())
+}
+
+/// A pod is not bosun's to delete: its workload's deletion takes it; the step waits.
+fn waited<'a>() -> Delete<'a> {
+    Box::pin(async { Ok(()) })
 }
 
 /// The ordered deletion of `stack` ends (`why`): said in the log, and in a Warning
