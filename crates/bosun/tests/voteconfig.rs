@@ -339,11 +339,12 @@ async fn both_versions_are_served_and_convert_losslessly_through_bosuns_webhook(
         let service = config.service.expect("the Service again");
         assert_eq!((service.namespace.as_str(), service.name.as_str()), ("bosun-system", "bosun-webhook-service"));
         assert_eq!((config.url, config.ca_bundle), (None, None), "nothing of the run is left");
-        assert!(validating.get_opt(&format!("{prefix}validating-webhook-configuration")).await.unwrap().is_none());
+        let left = validating.get_opt(&format!("{prefix}validating-webhook-configuration")).await.unwrap();
+        assert!(left.is_none(), "{left:?}\n{}", bosun.log_tail(20));
         assert!(mutating.get_opt(&format!("{prefix}mutating-webhook-configuration")).await.unwrap().is_none());
         // The served version needs no converter: kubectl keeps working without bosun.
-        env.apply(&vote("after-run", json!({"question": "Still there?", "options": [{"id": "y", "label": "Yes"}]})))
-            .await;
+        let options = json!([{"id": "y", "label": "Yes"}, {"id": "n", "label": "No"}]);
+        env.apply(&vote("after-run", json!({"question": "Still there?", "options": options}))).await;
     })
     .await;
 }

@@ -79,18 +79,20 @@ pub const LEADER_ELECTION: &[Permission] =
     &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
 
 /// What the admission webhooks need cluster-wide: the two configurations (created with
-/// `--webhook-url`, their CA bundle kept right either way, watched to put it back) and
-/// namespaces' labels (`productionNamespaceSelector`).
+/// `--webhook-url` and deleted at exit with `--webhook-remove-on-exit`, their CA bundle
+/// kept right either way, watched to put it back) and namespaces' labels
+/// (`productionNamespaceSelector`). `delete` adds nothing to what `patch` of them
+/// already allows.
 pub const WEBHOOKS: &[Permission] = &[
     Permission::new(
         "admissionregistration.k8s.io",
         "validatingwebhookconfigurations",
-        &["create", "get", "list", "patch", "watch"],
+        &["create", "delete", "get", "list", "patch", "watch"],
     ),
     Permission::new(
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
-        &["create", "get", "list", "patch", "watch"],
+        &["create", "delete", "get", "list", "patch", "watch"],
     ),
     Permission::new("", "namespaces", &["list", "watch"]),
 ];

@@ -119,8 +119,9 @@ pub async fn start(
         own_namespace: own_namespace.clone(),
         namespaces: args.namespaces.clone(),
     };
-    let withdraw = match &args.webhook_url {
+    let mut withdraw = match &args.webhook_url {
         Some(url) if args.webhook_remove_on_exit => Some(withdraw::Withdraw {
+            keeper: None,
             client: client.clone(),
             url: url.trim_end_matches('/').to_owned(),
             validating: shape.validating_name(),
@@ -152,7 +153,10 @@ pub async fn start(
             create_configurations: args.webhook_url.is_some(),
             converted: converted_names,
         };
-        tokio::spawn(sync::self_managed(cfg, certificate, metrics, ctx, shutdown));
+        let keeper = tokio::spawn(sync::self_managed(cfg, certificate, metrics, ctx, shutdown));
+        // Withdrawn only once the keeper has stopped: it would put them back.
+        withdraw =
+            withdraw.map(|w| withdraw::Withdraw { keeper: Some(std::sync::Arc::new(keeper.abort_handle())), ..w });
     }
     info!(addr = %bound, "serving admission webhooks");
     Ok((bound, withdraw))

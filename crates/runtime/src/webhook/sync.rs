@@ -149,6 +149,9 @@ pub async fn self_managed(
             _ = events.next() => {
                 // Events come in bursts (a write wakes all three watches): take them all.
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                if shutdown.is_cancelled() {
+                    return;
+                }
             }
             () = tokio::time::sleep(TICK) => {}
             () = shutdown.cancelled() => return,

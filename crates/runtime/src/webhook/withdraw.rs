@@ -22,6 +22,8 @@ use bosun_api::conversion::{NAMESPACE, SERVICE, Target, client_config};
 /// the run serving at `url`.
 #[derive(Clone)]
 pub struct Withdraw {
+    /// The task that keeps the configurations (and would put them back): stopped first.
+    pub keeper: Option<std::sync::Arc<tokio::task::AbortHandle>>,
     pub client: Client,
     pub url: String,
     pub validating: String,
@@ -39,6 +41,13 @@ impl Withdraw {
     /// Withdraw everything that points at this run's URL; what fails is logged (the
     /// next `make run` or `make install` puts it right), never an error at exit.
     pub async fn run(&self) {
+        if let Some(keeper) = &self.keeper {
+            keeper.abort();
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !keeper.is_finished() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         let urls = validating
             .get_opt(&self.validating)
