@@ -50,9 +50,14 @@ lint: ## Check formatting, run clippy with warnings as errors, shellcheck every 
 	"$$(hack/backends/build.sh actionlint)/actionlint" .github/workflows/*.yaml
 
 .PHONY: test
-test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed).
+# Each end-to-end test's time, for the ten slowest at the end of make test.
+TEST_TIMES ?= $(CURDIR)/target/test-times.txt
+
+test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed); ends with the ten slowest end-to-end tests.
 	$(CARGO) build -p bosun
-	BOSUN_CLUSTER_DIR=$(CLUSTER_DIR) $(CARGO) test --workspace --no-fail-fast
+	rm -f $(TEST_TIMES)
+	status=0; BOSUN_TEST_TIMES=$(TEST_TIMES) BOSUN_CLUSTER_DIR=$(CLUSTER_DIR) $(CARGO) test --workspace --no-fail-fast || status=$$?; \
+	  echo "the ten slowest end-to-end tests:"; sort -rn $(TEST_TIMES) 2>/dev/null | head -n 10 || true; exit $$status
 
 .PHONY: test-unit
 test-unit: ## Only the unit tests (no cluster).
@@ -112,8 +117,17 @@ uninstall: ## Remove the CRDs (and so every custom resource) and the webhook con
 	  mutatingwebhookconfiguration/bosun-mutating-webhook-configuration
 
 .PHONY: run
+# When make started (for make run's "ready after" line).
+MAKE_STARTED := $(shell date +%s)
+
 run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
-	@echo "bosun: using $(RUN_KUBECONFIG); in another shell: export KUBECONFIG=$(RUN_KUBECONFIG)"
+	@echo
+	@echo "bosun: cluster, CRDs and build ready after $$(( $$(date +%s) - $(MAKE_STARTED) ))s; bosun's log follows (Ctrl-C stops it)."
+	@echo "  In another shell:"
+	@echo "    export KUBECONFIG=$(RUN_KUBECONFIG)"
+	@echo "    kubectl apply -f config/samples/apps.example.com_v1_webapp.yaml    # the README's tour"
+	$(if $(filter true,$(USE_EXISTING_CLUSTER)),,@echo "  The local cluster's own logs: $(CLUSTER_DIR)/logs/ (make cluster-down stops it)")
+	@echo
 	KUBECONFIG=$(RUN_KUBECONFIG) $(RUN_ENV) $(BOSUN) run $(ARGS)
 
 # The images: IMG is bosun, RUNNER_IMG the Backup/Restore runner (its default is what

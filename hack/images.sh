@@ -529,7 +529,8 @@ cmd_build() {
       rc=$?
       set -e
       if [ "$rc" = 0 ]; then
-        log "built ${ref[$name]} in $(<"$work/$name.seconds")s ($(( $(stat -c %s "$(archive "$name")") / 1000000 )) MB)"
+        finished=$(compgen -G "$work/*.seconds" | wc -l)
+        log "built ${ref[$name]} ($finished/${#todo[@]}) in $(<"$work/$name.seconds")s ($(( $(stat -c %s "$(archive "$name")") / 1000000 )) MB)"
       else
         touch "$work/$name.failed"
         cp "$work/$name.log" "$cache/$name.failed.log"

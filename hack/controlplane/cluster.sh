@@ -11,7 +11,19 @@
 #
 # State and logs live in ${BOSUN_CLUSTER_DIR:-<repo>/.cluster}. The supervisor is
 # crates/localcluster (`localcluster cluster VERB`; the tests call it as a library):
-# this builds its CLI (incrementally, quietly) and runs it.
+# this builds its CLI (incrementally, with cargo's progress, and a line every 10 s
+# while one crate takes long: a cold build takes minutes) and runs it.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cargo build --locked --manifest-path "$repo/Cargo.toml" -p bosun-localcluster --bin localcluster &
+build=$!
+waited=0
+while kill -0 "$build" 2>/dev/null; do
+  sleep 1
+  waited=$((waited + 1))
+  if ((waited % 10 == 0)); then
+    echo "cluster.sh: still compiling the local cluster's supervisor (${waited}s)" >&2
+  fi
+done
+wait "$build"
 exec cargo run -q --locked --manifest-path "$repo/Cargo.toml" -p bosun-localcluster --bin localcluster -- cluster "$@"

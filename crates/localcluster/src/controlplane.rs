@@ -109,12 +109,14 @@ fn script(name: &str) -> PathBuf {
 /// `build.sh [node]`: the build's `bin` directory (cached per pinned version; a cold
 /// build takes minutes, with its progress on stderr).
 fn build(part: Option<&str>) -> Result<PathBuf> {
-    let out = Command::new(script("build.sh"))
-        .args(part)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running hack/controlplane/build.sh")?;
+    let what = match part {
+        Some("node") => "building the real node's kubelet, kube-proxy and CoreDNS (first time only)",
+        _ => "building the control plane (first time only)",
+    };
+    let out = crate::supervise::speaking(what, None, log, || {
+        Command::new(script("build.sh")).args(part).stdin(Stdio::null()).stderr(Stdio::inherit()).output()
+    })
+    .context("running hack/controlplane/build.sh")?;
     if !out.status.success() {
         bail!("hack/controlplane/build.sh {} failed ({})", part.unwrap_or_default(), out.status);
     }
@@ -465,14 +467,17 @@ fn start_node(dir: &StateDir, s: &Cluster) -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let images_log = std::fs::File::create(dir.log("images"))?;
-    let imported = Command::new(repo_root().join("hack/images.sh"))
-        .arg("import")
-        .arg("--address")
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .stdout(images_log.try_clone()?)
-        .stderr(images_log)
-        .status()?;
+    let what = format!("building and importing the real node's images (log: {})", dir.log("images").display());
+    let imported = crate::supervise::speaking(&what, Some(&dir.log("images")), log, || {
+        Command::new(repo_root().join("hack/images.sh"))
+            .arg("import")
+            .arg("--address")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(images_log.try_clone()?)
+            .stderr(images_log)
+            .status()
+    })?;
     if !imported.success() {
         bail!(
             "importing the images into the real node failed; see {}:\n{}",

@@ -300,6 +300,31 @@ pub fn waiting(what: impl Into<String>, culprit: &'static str) -> Waiting {
     Waiting { what: what.into(), culprit }
 }
 
+/// How long a step may run without saying anything.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Run `work`, saying every [`HEARTBEAT`] that `what` is still under way, with the
+/// newest line of `log` when it has one (a build's or an import's own progress): no
+/// step of a cold start is silent for long. Quick work says nothing.
+pub fn speaking<T>(what: &str, log: Option<&Path>, say: impl Fn(&str) + Sync, work: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let say = &say;
+        scope.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(HEARTBEAT) {
+                let newest = log.and_then(|l| std::fs::read_to_string(l).ok()).and_then(|text| {
+                    text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!(": {}", l.trim()))
+                });
+                say(&format!("still {what} ({}s){}", started.elapsed().as_secs(), newest.unwrap_or_default()));
+            }
+        });
+        let out = work();
+        drop(done);
+        out
+    })
+}
+
 /// Why waiting for health ended without it.
 #[derive(Debug)]
 pub enum Unhealthy {
@@ -346,14 +371,17 @@ impl StateDir {
     ) -> std::result::Result<(), Unhealthy> {
         let deadline = Instant::now() + timeout;
         let mut last = String::new();
+        let mut said = Instant::now();
         loop {
             if let Some(c) = components().into_iter().find(|c| self.pid(c).is_none()) {
                 return Err(Unhealthy::Exited { name: c.name, log: self.log_tail(c.name, 30) });
             }
             let Err(w) = check() else { return Ok(()) };
-            if w.what != last {
+            // Said when it changes, and again every HEARTBEAT while it does not.
+            if w.what != last || said.elapsed() >= HEARTBEAT {
                 say(&format!("{:.1}s: waiting for {}", started.elapsed().as_secs_f64(), w.what));
                 last.clone_from(&w.what);
+                said = Instant::now();
             }
             if Instant::now() > deadline {
                 return Err(Unhealthy::TimedOut(format!(

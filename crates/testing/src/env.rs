@@ -55,11 +55,25 @@ where
         .unwrap_or_else(|e| panic!("creating namespace {ns}: {e}"));
 
     let env = Env { cluster, client: client.clone(), ns: ns.clone() };
+    let started = std::time::Instant::now();
     let result = AssertUnwindSafe(test(env)).catch_unwind().await;
+    record_time(name, started.elapsed(), result.is_ok());
     release_finalizers(&client, &ns).await;
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// Append `seconds name outcome` to the file `BOSUN_TEST_TIMES` names, if it does: `make
+/// test` prints the ten slowest end-to-end tests from it. One short write (`O_APPEND`),
+/// so the lines of tests that end together do not mix.
+fn record_time(name: &str, took: std::time::Duration, passed: bool) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("BOSUN_TEST_TIMES") else { return };
+    let line = format!("{:8.1}s  {name}{}\n", took.as_secs_f64(), if passed { "" } else { "  (FAILED)" });
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = file.write_all(line.as_bytes());
     }
 }
 
