@@ -752,17 +752,28 @@ async fn delete_in_order<K: StackKind>(stack: &K, ctx: &Context, children: &Chil
     }
     let ns = stack.namespace().unwrap_or_default();
     let mut left = what_is_left(stack, ctx, children);
-    let pods = stopping_pods(stack, ctx).await?;
-    for (component, held) in &mut left {
-        held.extend(pods.iter().filter(|(c, _)| c == component).map(|(_, pod)| (pod.clone(), waited())));
-    }
-    let steps: Vec<Step> =
-        left.iter().map(|(name, held)| Step { name, left: held.iter().map(|(l, _)| l.clone()).collect() }).collect();
+    let steps_of = |left: &[(&'static str, Vec<(Left, Delete<'_>)>)]| -> Vec<Step> {
+        left.iter().map(|(name, held)| Step { name, left: held.iter().map(|(l, _)| l.clone()).collect() }).collect()
+    };
     let owner = Owner {
         namespace_terminating: finalizers::namespace_terminating(ctx, &ns).await,
         finalizers: stack.meta().finalizers.as_deref().unwrap_or_default(),
     };
-    let progress = match teardown::next(&steps, owner, ctx.now(), ctx.settings.stack_deletion) {
+    // Released whatever is left (a terminating namespace, the user's propagation): no
+    // pods to look at. Else the pods still stopping belong to their component's step.
+    let now = ctx.now();
+    if let Next::Release(why @ (Release::NamespaceTerminating | Release::Propagation(_))) =
+        teardown::next(&steps_of(&left), owner, now, ctx.settings.stack_deletion)
+    {
+        released(stack, ctx, &steps_of(&left), why);
+        return Ok(Cleanup::Done);
+    }
+    let pods = stopping_pods(stack, ctx).await?;
+    for (component, held) in &mut left {
+        held.extend(pods.iter().filter(|(c, _)| c == component).map(|(_, pod)| (pod.clone(), waited())));
+    }
+    let steps = steps_of(&left);
+    let progress = match teardown::next(&steps, owner, now, ctx.settings.stack_deletion) {
         Next::Wait(progress) => progress,
         Next::Release(why) => {
             released(stack, ctx, &steps, why);
@@ -1015,6 +1026,10 @@ mod tests {
             if call.method == "DELETE" {
                 return (200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200}));
             }
+            // No pod of the stack is left, unless a test says so.
+            if call.method == "GET" && call.path.starts_with("/api/v1/namespaces/shop/pods") {
+                return (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}));
+            }
             // The finalizer's apply or JSON patch of the stack itself answers with the stack.
             if call.method == "PATCH" && call.path.split('?').next().is_some_and(|p| p.ends_with("/store")) {
                 return (200, stored.clone());
@@ -1060,11 +1075,12 @@ mod tests {
         assert!(matches!(outcome, Outcome::Requeue(_)), "{outcome:?}");
         let mut writes = calls.writes();
         // The deletes of one step go together, in any order.
-        writes[1..3].sort();
+        writes[2..4].sort();
         assert_eq!(
             writes,
             [
                 "GET /api/v1/namespaces/shop",
+                "GET /api/v1/namespaces/shop/pods",
                 "DELETE /api/v1/namespaces/shop/services/store-frontend",
                 "DELETE /apis/apps/v1/namespaces/shop/deployments/store-frontend",
                 "PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store/status",
@@ -1112,6 +1128,7 @@ mod tests {
             calls.writes(),
             [
                 "GET /api/v1/namespaces/shop",
+                "GET /api/v1/namespaces/shop/pods",
                 "PATCH /apis/platform.example.com/v1/namespaces/shop/ecommerceplatforms/store"
             ]
         );
@@ -1123,6 +1140,37 @@ mod tests {
                 {"op": "test", "path": "/metadata/finalizers/0", "value": PLATFORM_FINALIZER},
                 {"op": "remove", "path": "/metadata/finalizers/0"},
             ])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_frontend_whose_pods_still_stop_holds_the_backend_back_and_is_looked_at_each_second() {
+        let p = deleted(&platform("postgresql"), &[PLATFORM_FINALIZER]);
+        let mut children = children(vec![], false);
+        running_platform(&mut children);
+        // The frontend's Deployment and Service are gone; one of its pods still stops.
+        children.deployments = mock::cache([deployment("store-backend", None, &[])]);
+        children.services = mock::cache([service("store-backend")]);
+        let answer = apiserver(p.as_ref());
+        let api = move |call: &mock::Call| {
+            if call.method == "GET" && call.path.starts_with("/api/v1/namespaces/shop/pods") {
+                assert!(call.path.contains("labelSelector="), "the stack's pods only: {}", call.path);
+                let pod = json!({"metadata": {"name": "store-frontend-7d9f-abcde", "namespace": "shop",
+                    "deletionTimestamp": "2027-01-15T08:00:02Z",
+                    "labels": {"app.kubernetes.io/component": "frontend"}}});
+                return (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [pod]}));
+            }
+            answer(call)
+        };
+        let (ctx, calls) = mock::context(api);
+        let outcome = reconcile(p, with_clock(ctx, at("08:00:05")), children).await.unwrap();
+        assert_eq!(outcome, Outcome::Requeue(Duration::from_secs(1)), "no watch tells of pods");
+        assert!(!calls.writes().iter().any(|w| w.starts_with("DELETE")), "{:?}", calls.writes());
+        let status = calls.body("/status").unwrap()["status"].clone();
+        let frontend = status["components"].as_array().unwrap().iter().find(|c| c["name"] == "frontend").cloned();
+        assert_eq!(
+            frontend.unwrap()["message"],
+            "being deleted since 2027-01-15T08:00:02Z: Pod store-frontend-7d9f-abcde (stopping)"
         );
     }
 

@@ -67,6 +67,8 @@ impl Left {
         let what = format!("{} {}", self.kind, self.name);
         match (self.deleting_since, self.held_by.as_slice()) {
             (None, _) => what,
+            // A pod owns nothing: it is stopping (its grace period).
+            (Some(_), []) if self.kind == "Pod" => format!("{what} (stopping)"),
             (Some(_), []) => format!("{what} (being deleted: waits for what it owns to go)"),
             (Some(_), held) => format!("{what} (held by finalizer {})", held.join(", ")),
         }
