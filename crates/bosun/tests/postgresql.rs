@@ -457,7 +457,10 @@ async fn archived(s3: &bosun_testing::backends::Minio, ns: &str) -> Vec<String> 
 
 /// The WAL objects in `s3` of the PostgreSQL `db` (`<ns>/<db>-backup/wal/`): their file names.
 async fn archived_of(s3: &bosun_testing::backends::Minio, ns: &str, db: &str) -> Vec<String> {
-    stored_under(s3, &format!("{ns}/{db}-backup/wal")).await
+    // Not the record beside each file (its size and sha256).
+    let mut names = stored_under(s3, &format!("{ns}/{db}-backup/wal")).await;
+    names.retain(|n| !n.ends_with(".manifest.json"));
+    names
 }
 
 /// The names of the objects in `s3` under `prefix`, sorted.
@@ -876,8 +879,11 @@ async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
         // Every archived WAL file is stored encrypted (the .age object is there).
         let archived = archived_of(&s3, &env.ns, "src").await;
         assert!(archived.iter().any(|n| n.len() == 24), "{archived:?}");
+        let records = stored_under(&s3, &format!("{}/src-backup/wal", env.ns)).await;
         for name in archived {
             assert_ciphertext(&s3, &format!("{}/src-backup/wal/{name}.zst.age", env.ns), &identity).await;
+            let record = format!("{name}.zst.age.manifest.json");
+            assert!(records.contains(&record), "{name} has no record beside it: {records:?}");
         }
 
         // The spec's own mistakes: refused by the apiserver, naming the field.
