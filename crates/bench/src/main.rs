@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bosun_api::webapp::{WebAppKind, apps_v1};
+use bosun_testing::node::NODES_LABEL;
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -95,7 +96,10 @@ async fn main() -> anyhow::Result<()> {
     let ns = format!("bench-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": ns, "labels": {NODES_LABEL: "fake"}}}))?,
+        )
         .await?;
     let result = run(&args, &cluster, &ns).await;
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;

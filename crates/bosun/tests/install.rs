@@ -18,7 +18,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bosun_api::webapp::{WebAppKind, apps_v1};
-use bosun_testing::node::{REAL_NODE, REAL_NODE_LABEL, pod_ready, real_node_annotations, require_real_node};
+use bosun_testing::node::{
+    NODES_LABEL, REAL_NODE, REAL_NODE_LABEL, pod_ready, real_node_annotations, require_real_node,
+};
 use bosun_testing::{Env, built_tool, cluster_dir, e2e, repo_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -152,7 +154,8 @@ async fn production(env: &Env) -> bool {
         assert!(ns.metadata.deletion_timestamp.is_none(), "namespace production is being deleted");
         return false;
     }
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "production"}})).unwrap();
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "production", "labels": {NODES_LABEL: "fake"}}})).unwrap();
     api.create(&PostParams::default(), &ns).await.unwrap();
     true
 }

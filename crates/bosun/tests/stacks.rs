@@ -9,7 +9,7 @@ use std::time::Duration;
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
 use bosun_api::stack::{AppStack, EcommercePlatform, Phase, StackStatus};
-use bosun_testing::node::images;
+use bosun_testing::node::{NODES_LABEL, images};
 use bosun_testing::{Env, e2e};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -101,7 +101,7 @@ async fn fixed_namespace(env: &Env, name: &str) {
     }
     let owner = namespaces.get(&env.ns).await.unwrap().controller_owner_ref(&()).unwrap();
     let ns: Namespace = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"bosun.dev/e2e": "true"}, "ownerReferences": [owner]}
+        "metadata": {"name": name, "labels": {"bosun.dev/e2e": "true", NODES_LABEL: "fake"}, "ownerReferences": [owner]}
     }))
     .unwrap();
     namespaces.create(&PostParams::default(), &ns).await.unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));

@@ -8,11 +8,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use k8s_openapi::api::core::v1::{Node, Service, ServiceAccount};
+use k8s_openapi::api::admissionregistration::v1beta1::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, Resource};
 use serde::Serialize;
@@ -21,8 +22,13 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::controlplane::{
-    DNS_SERVICE_IP, FAKE_NODES, NODE_IP, NODE_LABEL, NODE_NAME, STORAGE_CLASS, STORAGE_PROVISIONER,
+    DNS_SERVICE_IP, FAKE_NODES, NODE_IP, NODE_LABEL, NODE_NAME, NODES_LABEL, STORAGE_CLASS, STORAGE_PROVISIONER,
 };
+
+/// The namespace placement policy's name (and its binding's).
+pub const PLACEMENT_POLICY: &str = "bosun-local-node-placement";
+/// The label the peer benchmark (`../shared/peer`) gives its namespaces.
+const PEER_BENCH_LABEL: &str = "bosun-peer-bench";
 use crate::supervise::{StateDir, Waiting, http_status, waiting};
 
 /// A client of the apiserver from a kubeconfig, with short timeouts (a check that
@@ -143,6 +149,7 @@ fn objects(with_node: bool) -> Result<Vec<Object>> {
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
         ],
     }))?);
+    all.extend(placement_policy()?);
     for (name, role, user) in [
         ("bosun:coredns", "bosun:coredns", "bosun:coredns"),
         ("bosun:apiserver-kubelet-client", "system:kubelet-api-admin", "kube-apiserver-kubelet-client"),
@@ -155,6 +162,76 @@ fn objects(with_node: bool) -> Result<Vec<Object>> {
         }))?);
     }
     Ok(all)
+}
+
+/// The annotations that send a namespace's pods to the real node (PodNodeSelector and
+/// PodTolerationRestriction read them when a pod is made) or, for `fake`, leave them
+/// where the scheduler puts them: the fake nodes, as the real node is tainted.
+pub fn placement_annotations(real: bool) -> serde_json::Value {
+    let tolerations = json!([{"key": NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+    let (selector, tolerations) =
+        if real { (format!("{NODE_LABEL}=true"), tolerations.to_string()) } else { (String::new(), "[]".into()) };
+    json!({
+        "scheduler.alpha.kubernetes.io/node-selector": selector,
+        "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations,
+    })
+}
+
+/// With the real node, what the tutorials show runs for real: a namespace made without
+/// a placement of its own (the node-selector annotation) sends its pods to the real
+/// node, unless labelled `bosun.dev/nodes=fake` — or `bosun-peer-bench` (the peer
+/// benchmark's namespaces, which hold thousands of pods). The label decides on every
+/// change (`kubectl label ns X bosun.dev/nodes=fake --overwrite` moves the pods made
+/// after it); a namespace without it keeps what it was given. The placement is plain
+/// annotations on the namespace, so `kubectl get ns X -o yaml` shows why a pod went
+/// where it did.
+fn placement_policy() -> Result<Vec<Object>> {
+    let labelled = format!(
+        "has(object.metadata.labels) && ('{NODES_LABEL}' in object.metadata.labels || '{PEER_BENCH_LABEL}' in object.metadata.labels)"
+    );
+    let unplaced = "!has(object.metadata.annotations) || !('scheduler.alpha.kubernetes.io/node-selector' in object.metadata.annotations)";
+    let cel = |v: serde_json::Value| -> String {
+        let pairs: Vec<String> = v
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("'{k}': '{}'", v.as_str().unwrap_or_default()))
+            .collect();
+        format!("{{{}}}", pairs.join(", "))
+    };
+    let fake = format!(
+        "has(object.metadata.labels) && ('{NODES_LABEL}' in object.metadata.labels ? object.metadata.labels['{NODES_LABEL}'] == 'fake' : '{PEER_BENCH_LABEL}' in object.metadata.labels)"
+    );
+    let policy = object::<MutatingAdmissionPolicy>(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": PLACEMENT_POLICY},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"],
+            }]},
+            "matchConditions": [{
+                "name": "labelled-or-new-without-placement",
+                "expression": format!("({labelled}) || (request.operation == 'CREATE' && ({unplaced}))"),
+            }],
+            "variables": [{"name": "fake", "expression": fake}],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": format!(
+                    "Object{{metadata: Object.metadata{{annotations: variables.fake ? {} : {}}}}}",
+                    cel(placement_annotations(false)),
+                    cel(placement_annotations(true)),
+                )},
+            }],
+        },
+    }))?;
+    let binding = object::<MutatingAdmissionPolicyBinding>(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": PLACEMENT_POLICY},
+        "spec": {"policyName": PLACEMENT_POLICY},
+    }))?;
+    Ok(vec![policy, binding])
 }
 
 /// Creates every bootstrap object that does not exist (nothing existing is
@@ -279,6 +356,37 @@ async fn node(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting
         bootstrap(dir, admin, true).await;
         return Err(waiting("kube-dns Service to be created", "bootstrap"));
     }
+    if !exists::<MutatingAdmissionPolicyBinding>(admin, None, PLACEMENT_POLICY).await {
+        bootstrap(dir, admin, true).await;
+        return Err(waiting("the namespace placement policy to be created", "bootstrap"));
+    }
+    placement(admin).await
+}
+
+/// The placement policy in force (a namespace made now, in a dry run, comes back
+/// placed on the real node), and the `default` namespace — older than the policy —
+/// placed as a new one would be, unless someone placed it already.
+async fn placement(admin: &Client) -> Result<(), Waiting> {
+    let namespaces = Api::<Namespace>::all(admin.clone());
+    let probe: Namespace = serde_json::from_value(json!({"metadata": {"name": "bosun-placement-check"}}))
+        .map_err(|_| waiting("a namespace to try the placement policy with", "bootstrap"))?;
+    let tried = namespaces.create(&PostParams { dry_run: true, ..PostParams::default() }, &probe).await;
+    let selector = |ns: &Namespace| {
+        ns.metadata.annotations.as_ref().and_then(|a| a.get("scheduler.alpha.kubernetes.io/node-selector")).cloned()
+    };
+    let wanted = format!("{NODE_LABEL}=true");
+    if !tried.as_ref().is_ok_and(|ns| selector(ns).as_deref() == Some(wanted.as_str())) {
+        return Err(waiting("the namespace placement policy to take effect", "kube-apiserver"));
+    }
+    let default = namespaces.get("default").await.map_err(|_| waiting("namespace default", "kube-apiserver"))?;
+    let chosen = default.metadata.labels.as_ref().is_some_and(|l| l.contains_key(NODES_LABEL));
+    if !chosen && selector(&default).is_none() {
+        let patch = json!({"metadata": {"labels": {NODES_LABEL: "real"}, "annotations": placement_annotations(true)}});
+        namespaces
+            .patch("default", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|_| waiting("namespace default to be placed on the real node", "kube-apiserver"))?;
+    }
     Ok(())
 }
 
@@ -315,7 +423,7 @@ mod tests {
         let kinds: Vec<&str> = without.iter().map(|o| o.resource.kind.as_str()).collect();
         assert_eq!(kinds, ["Node", "Node", "StorageClass"]);
         let with = objects(true).unwrap();
-        assert_eq!(with.len(), 8);
+        assert_eq!(with.len(), 10);
         let dns = with.iter().find(|o| o.resource.kind == "Service").unwrap();
         assert_eq!(dns.namespace.as_deref(), Some("kube-system"));
         assert_eq!(dns.object.data["spec"]["clusterIP"], DNS_SERVICE_IP);

@@ -53,6 +53,10 @@ const KWOK_VOLUME_ROOT: &str = "/tmp/kwok-local-path-provisioner";
 pub const NODE_NAME: &str = "bosun-node";
 pub const NODE_LABEL: &str = "bosun.dev/real-node";
 pub const NODE_IP: &str = "10.245.0.1";
+/// A namespace's label choosing where its pods run: `fake` (the kwok nodes) or `real`
+/// (the real node). Without it, a namespace made while the real node runs gets the real
+/// node (see `bootstrap::placement_policy`).
+pub const NODES_LABEL: &str = "bosun.dev/nodes";
 const NODE_CIDR: &str = "10.245.0.0/24";
 const NODE_BRIDGE: &str = "bosun0";
 /// Which cluster's state directory the machine's real node belongs to.
@@ -398,8 +402,8 @@ fn start_apiserver(dir: &StateDir, s: &Cluster) -> Result<()> {
         vec!["--advertise-address=127.0.0.1".into(), "--endpoint-reconciler-type=none".into()]
     };
     // --cert-dir only keeps the apiserver from writing to /var/run/kubernetes.
-    // PodNodeSelector and PodTolerationRestriction let a test send every pod of a
-    // namespace to the real node with two namespace annotations.
+    // PodNodeSelector and PodTolerationRestriction send every pod of a namespace to
+    // the real node with two namespace annotations (which the placement policy sets).
     let mut args = vec![
         format!("--etcd-servers=http://127.0.0.1:{}", s.ports.etcd),
         "--bind-address=127.0.0.1".into(),
@@ -416,7 +420,11 @@ fn start_apiserver(dir: &StateDir, s: &Cluster) -> Result<()> {
         format!("--service-account-key-file={}", certs("sa.pub")),
         format!("--service-account-signing-key-file={}", certs("sa.key")),
         "--authorization-mode=Node,RBAC".into(),
-        "--enable-admission-plugins=NodeRestriction,DefaultStorageClass,PodNodeSelector,PodTolerationRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".into(),
+        "--enable-admission-plugins=NodeRestriction,DefaultStorageClass,PodNodeSelector,PodTolerationRestriction,MutatingAdmissionPolicy,MutatingAdmissionWebhook,ValidatingAdmissionWebhook".into(),
+        // The namespace placement policy (bootstrap.rs) is a MutatingAdmissionPolicy:
+        // beta in 1.34, off unless asked for.
+        "--feature-gates=MutatingAdmissionPolicy=true".into(),
+        "--runtime-config=admissionregistration.k8s.io/v1beta1=true".into(),
         "--allow-privileged=true".into(),
         "--profiling=false".into(),
     ]);

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::DEFAULT_TIMEOUT;
 use crate::cluster::{Cluster, cluster, repo_root};
+use crate::node::NODES_LABEL;
 use crate::operator::Bosun;
 
 /// Everything a test needs: a client and a namespace of its own.
@@ -46,7 +47,7 @@ where
     let ns = format!("e2e-{}-{suffix:05}", name.replace('_', "-")).chars().take(63).collect::<String>();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace: Namespace = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": ns, "labels": {"bosun.dev/e2e": "true"}}
+        "metadata": {"name": ns, "labels": {"bosun.dev/e2e": "true", NODES_LABEL: "fake"}}
     }))
     .expect("namespace");
     namespaces
@@ -148,13 +149,21 @@ impl Env {
     }
 
     /// Another namespace `<ns>-<suffix>`, owned by the test's namespace so that it is
-    /// garbage-collected with it.
+    /// garbage-collected with it; its pods go to the fake nodes, as the test's own do.
     pub async fn extra_namespace(&self, suffix: &str) -> String {
+        self.namespace_labelled(suffix, &[(NODES_LABEL, "fake")]).await
+    }
+
+    /// Another namespace `<ns>-<suffix>` as [`Env::extra_namespace`], with `labels`
+    /// only: without [`NODES_LABEL`], the local cluster places it as a user's.
+    pub async fn namespace_labelled(&self, suffix: &str, labels: &[(&str, &str)]) -> String {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let owner = namespaces.get(&self.ns).await.expect("test namespace").controller_owner_ref(&()).expect("uid");
         let name = format!("{}-{suffix}", self.ns);
+        let mut all: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+        all.insert("bosun.dev/e2e", "true");
         let namespace: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "labels": {"bosun.dev/e2e": "true"}, "ownerReferences": [owner]}
+            "metadata": {"name": name, "labels": all, "ownerReferences": [owner]}
         }))
         .expect("namespace");
         namespaces

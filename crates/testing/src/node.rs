@@ -24,6 +24,9 @@ use bosun_localcluster::cluster::ClusterDir;
 pub const REAL_NODE: &str = "bosun-node";
 /// The label and the taint (value `true`, effect `NoSchedule`) that keep ordinary pods off it.
 pub const REAL_NODE_LABEL: &str = "bosun.dev/real-node";
+/// The namespace label that chooses the real node (`real`) or the fake ones (`fake`) on
+/// the local cluster; a namespace without it is placed on the real node when made.
+pub const NODES_LABEL: &str = "bosun.dev/nodes";
 
 /// The images `hack/images.sh` builds from Debian packages and imports into the real
 /// node. Nothing can pull on this machine: use them with `imagePullPolicy: Never`
@@ -123,7 +126,9 @@ impl Env {
     /// reason, if the cluster has none).
     pub async fn use_real_node(&self) {
         require_real_node(&self.client).await;
-        let patch = json!({"metadata": {"annotations": real_node_annotations()}});
+        // The label keeps the local cluster's placement policy from putting the
+        // namespace back on the fake nodes at this change.
+        let patch = json!({"metadata": {"labels": {NODES_LABEL: "real"}, "annotations": real_node_annotations()}});
         Api::<Namespace>::all(self.client.clone())
             .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -11,11 +11,14 @@
 use std::time::{Duration, Instant};
 
 use bosun_testing::e2e;
-use bosun_testing::node::{REAL_NODE, container_status, images, pod_ready};
+use bosun_testing::node::{
+    NODES_LABEL, REAL_NODE, REAL_NODE_LABEL, container_status, images, pod_ready, require_real_node,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -82,7 +85,7 @@ async fn a_pod_on_the_real_node_runs_a_real_command() {
         let (ok, out) = env.exec("hello", &["bash", "-c", "exit 7"]);
         assert!(!ok, "a failing exec is reported as failed: {out}");
 
-        // Without the namespace's annotations, the taint keeps pods off the real node.
+        // In a namespace labelled bosun.dev/nodes=fake, the taint keeps pods off the real node.
         let other = env.extra_namespace("fake").await;
         let (ok, out) = env.kubectl(&[
             "run",
@@ -108,7 +111,59 @@ async fn a_pod_on_the_real_node_runs_a_real_command() {
             assert!(start.elapsed() < START, "pod elsewhere was not scheduled and Ready: {:?}", p.status);
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
-        assert!(node.starts_with("kwok-node-"), "an ordinary pod goes to a fake node, not {node}");
+        assert!(node.starts_with("kwok-node-"), "a pod of a namespace labelled fake goes to a fake node, not {node}");
+    })
+    .await;
+}
+
+/// The local cluster places namespaces (its MutatingAdmissionPolicy): one made without
+/// a choice sends its pods to the real node, as `default` does; one labelled
+/// `bosun.dev/nodes=fake`, or the peer benchmark's, keeps them on the fake nodes; and
+/// the label moves a namespace whenever it changes.
+#[tokio::test]
+async fn namespaces_go_to_the_real_node_unless_they_ask_for_fake_nodes() {
+    e2e("node-placement", |env| async move {
+        require_real_node(&env.client).await;
+        let api = kube::Api::<Namespace>::all(env.client.clone());
+        let placed = |name: String| {
+            let api = api.clone();
+            async move {
+                let ns = api.get(&name).await.unwrap_or_else(|e| panic!("namespace {name}: {e}"));
+                ns.metadata.annotations.unwrap_or_default().get("scheduler.alpha.kubernetes.io/node-selector").cloned()
+            }
+        };
+        let real = Some(format!("{REAL_NODE_LABEL}=true"));
+        let user = env.namespace_labelled("user", &[]).await;
+        assert_eq!(placed(user.clone()).await, real, "a namespace as a user makes it");
+        let bench = env.namespace_labelled("bench", &[("bosun-peer-bench", "true")]).await;
+        assert_eq!(placed(bench.clone()).await.as_deref(), Some(""), "the peer benchmark's");
+        let fake = env.extra_namespace("fake").await;
+        assert_eq!(placed(fake).await.as_deref(), Some(""), "labelled {NODES_LABEL}=fake");
+        let default = api.get("default").await.unwrap();
+        let chosen = default.labels().get(NODES_LABEL).cloned();
+        let selector = default.annotations().get("scheduler.alpha.kubernetes.io/node-selector").cloned();
+        assert!(chosen.is_some() || selector.is_some(), "default is placed: {:?}", default.metadata);
+
+        for (value, expected) in [("fake", Some(String::new())), ("real", real.clone())] {
+            let label = format!("{NODES_LABEL}={value}");
+            let (ok, out) = env.kubectl(&["label", "namespace", &user, &label, "--overwrite"]);
+            assert!(ok, "{out}");
+            assert_eq!(placed(user.clone()).await, expected, "after {label}");
+        }
+
+        // And the pods follow: the benchmark's to a fake node.
+        let pods = kube::Api::<Pod>::namespaced(env.client.clone(), &bench);
+        pods.create(&Default::default(), &pod("bench", images::BASE, "sleep infinity", "Always")).await.unwrap();
+        let start = Instant::now();
+        let node = loop {
+            let p = pods.get("bench").await.unwrap();
+            if !node_of(&p).is_empty() {
+                break node_of(&p).to_owned();
+            }
+            assert!(start.elapsed() < START, "pod bench was not scheduled: {:?}", p.status);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        assert!(node.starts_with("kwok-node-"), "the benchmark's pod goes to a fake node, not {node}");
     })
     .await;
 }

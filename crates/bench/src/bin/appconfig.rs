@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use bosun_api::appconfig::AppConfig;
+use bosun_testing::node::NODES_LABEL;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
@@ -63,7 +64,8 @@ async fn main() -> anyhow::Result<()> {
     let cluster = bosun_testing::cluster().await;
     let ns = format!("bench-appconfig-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
-    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?).await?;
+    let namespace = json!({"metadata": {"name": ns, "labels": {NODES_LABEL: "fake"}}});
+    namespaces.create(&PostParams::default(), &serde_json::from_value(namespace)?).await?;
     let result = run(&args, &cluster, &ns).await;
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
     result
