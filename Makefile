@@ -121,6 +121,10 @@ uninstall: ## Remove the CRDs (and so every custom resource) and the webhook con
 MAKE_STARTED := $(shell date +%s)
 
 run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
+	# The Backup and Restore runs of the samples use the runner image: this build's bosun
+	# in it, on the real node (a few seconds; nothing when the binary is unchanged).
+	$(if $(filter true,$(USE_EXISTING_CLUSTER)),,@if [ -S $(CLUSTER_DIR)/node/containerd.sock ]; then \
+	  hack/images.sh runner --address $(CLUSTER_DIR)/node/containerd.sock $(BOSUN); fi)
 	@echo
 	@echo "bosun: cluster, CRDs and build ready after $$(( $$(date +%s) - $(MAKE_STARTED) ))s; bosun's log follows (Ctrl-C stops it)."
 	@echo "  In another shell:"

@@ -28,6 +28,12 @@
 #                                          image's interface (hack/images/mariadb)
 #   localhost/redis:7                      redis-server, as the official redis
 #                                          image (hack/images/redis)
+#   localhost/nginx:bookworm               Debian's nginx serving its welcome page on
+#                                          ports 80 and 8080, as any uid (hack/images/
+#                                          nginx); also tagged with every image name
+#                                          config/samples uses (nginx:1.25, the stacks'
+#                                          web and api images...: `aliases` below), so
+#                                          the tutorials' pods really run and answer
 #   localhost/bosun-runner-base:trixie     pg_dump 17, mariadb-dump, zstd, from trixie:
 #                                          the newest clients dump and base-back-up
 #                                          every older server (pg_dump 15 refuses 17)
@@ -93,7 +99,7 @@ elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((u
 # --- the images ------------------------------------------------------------------
 
 # In build order: an image after the one it is layered on.
-images=(bosun-base bosun-perl pause postgres postgres-13 postgres-17 mariadb redis bosun-runner-base bosun-toolbox bosun-distroless)
+images=(bosun-base bosun-perl pause postgres postgres-13 postgres-17 mariadb redis nginx bosun-runner-base bosun-toolbox bosun-distroless)
 declare -A ref=(
   [pause]=localhost/pause:k8s-$KUBE_VERSION
   [bosun-base]=localhost/bosun-base:bookworm
@@ -103,6 +109,7 @@ declare -A ref=(
   [postgres-17]=localhost/postgres:17
   [mariadb]=localhost/mariadb:10.11
   [redis]=localhost/redis:7
+  [nginx]=localhost/nginx:bookworm
   [bosun-runner-base]=localhost/bosun-runner-base:trixie
   [bosun-toolbox]=localhost/bosun-toolbox:bookworm
   [bosun-distroless]=localhost/bosun-distroless:bookworm
@@ -115,7 +122,16 @@ declare -A hidden=([bosun-perl]=1)
 declare -A base=(
   [bosun-perl]=bosun-base
   [postgres]=bosun-perl [mariadb]=bosun-perl
-  [redis]=bosun-base [bosun-toolbox]=bosun-base
+  [redis]=bosun-base [nginx]=bosun-base [bosun-toolbox]=bosun-base
+)
+# More names an image is tagged with at import: the images config/samples and the
+# README's tour name (no registry is reached: the real node pulls nothing). One web
+# server stands for them all; it listens on 80 and 8080, the ports the samples give.
+# (crates/testing's samples test checks that every image of config/samples is here.)
+declare -A aliases=(
+  [nginx]="docker.io/library/nginx:1.21 docker.io/library/nginx:1.25 docker.io/library/nginx:1.27
+    docker.io/nginxinc/nginx-unprivileged:1.27 ghcr.io/example/web:1.0 ghcr.io/example/api:1.0
+    registry.company.com/ecommerce-frontend:v2.1.0 registry.company.com/ecommerce-backend:v2.1.0"
 )
 # Debian packages beyond bosun-base's. Each image is bootstrapped in full (with
 # bosun-base's packages too) and then diffed against its base, so an image's
@@ -133,6 +149,7 @@ declare -A packages=(
   [postgres-17]=postgresql-17,locales,libnss-wrapper,xz-utils,zstd
   [mariadb]=mariadb-server,mariadb-client,xz-utils,zstd
   [redis]=redis-server
+  [nginx]=nginx
   [bosun-runner-base]=postgresql-client-17,mariadb-client,zstd
   [bosun-toolbox]=curl,bind9-dnsutils,iproute2,iputils-ping,netcat-openbsd,procps
   # Extracted only (see rootfs_debian): exactly these, no dependencies, no
@@ -162,6 +179,7 @@ declare -A files=(
   [postgres-17]=images/postgres/docker-entrypoint.sh
   [mariadb]="images/mariadb/docker-entrypoint.sh images/mariadb/healthcheck.sh"
   [redis]=images/redis/docker-entrypoint.sh
+  [nginx]=images/nginx/nginx.conf
 )
 path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -195,6 +213,12 @@ EOF
 {"Entrypoint": ["docker-entrypoint.sh"], "Cmd": ["mariadbd"], "WorkingDir": "/",
  "Env": ["PATH=$path", "LANG=C.UTF-8", "MARIADB_VERSION=$v"],
  "ExposedPorts": ["3306/tcp"], "Volumes": ["/var/lib/mysql"]}
+EOF
+      ;;
+    nginx) v=$(<"$2/nginx.version"); cat <<EOF
+{"Cmd": ["nginx", "-g", "daemon off;"], "WorkingDir": "/",
+ "Env": ["PATH=$path", "NGINX_VERSION=${v%%-*}"],
+ "ExposedPorts": ["80/tcp", "8080/tcp"], "StopSignal": "SIGQUIT"}
 EOF
       ;;
     redis) v=$(<"$2/redis.version"); cat <<EOF
@@ -297,6 +321,20 @@ chmod 1777 /run/mysqld
 # DNS lookups of clients.
 find /etc/mysql -name '*.cnf' -exec sed -Ei 's/^(bind-address|log|user\s)/#&/' '{}' +
 printf '[mariadb]\nhost-cache-size=0\nskip-name-resolve\n' >/etc/mysql/mariadb.conf.d/05-skipcache.cnf
+EOF
+      ;;
+    nginx)
+      pkg_version "$r" nginx >"$work/nginx.version"
+      # shellcheck disable=SC2016 # $0 is for the inner shell
+      chroot "$r" /bin/sh -c 'cat >"$0"' /etc/nginx/nginx.conf <"$recipe/images/nginx/nginx.conf"
+      in_root "$r" <<'EOF'
+# Logs to the container's output, as the official image's; the paths nginx opens
+# before it reads its configuration writable by any uid.
+ln -sf /dev/stdout /var/log/nginx/access.log
+ln -sf /dev/stderr /var/log/nginx/error.log
+chmod 1777 /var/log/nginx /var/lib/nginx
+rm -rf /etc/nginx/sites-enabled /etc/nginx/sites-available
+nginx -t
 EOF
       ;;
     redis)
@@ -597,6 +635,16 @@ cmd_import() {
       import_one "$name" "$address"
     fi
   done
+  # The other names an image goes by: tags of the imported image (no copy).
+  local alias digest
+  for name in "${!aliases[@]}"; do
+    digest=$(archive_digest "$(archive "$name")")
+    for alias in ${aliases[$name]}; do
+      awk -v r="$alias" -v d="$digest" '$1 == r && $3 == d { found = 1 } END { exit !found }' <<<"$existing" ||
+        ctr -a "$address" -n k8s.io images tag --force "${ref[$name]}" "$alias" >/dev/null ||
+        die "tagging ${ref[$name]} as $alias in $address failed"
+    done
+  done
   log "images ready in $address after $(elapsed "$start")s"
 }
 
@@ -650,7 +698,10 @@ main() {
     build) shift; [ $# = 0 ] || die "usage: images.sh build"; cmd_build ;;
     import) shift; cmd_import "$@" ;;
     runner) shift; cmd_runner "$@" ;;
-    list) for name in "${images[@]}"; do [ -n "${hidden[$name]:-}" ] || echo "${ref[$name]}"; done ;;
+    list)
+      # shellcheck disable=SC2086 # the aliases are words
+      for name in "${images[@]}"; do [ -n "${hidden[$name]:-}" ] || printf '%s\n' "${ref[$name]}" ${aliases[$name]:-}; done
+      ;;
     _hook) # called back by mmdebstrap: _hook PHASE NAME WORKDIR ROOTFS
       case ${2:-} in
         essential) hook_essential "$3" "$5" ;;

@@ -168,6 +168,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   enable_selinux = false
+  # Any uid may listen on any port inside its pod (the pod's own network namespace:
+  # net.ipv4.ip_unprivileged_port_start=0), as containerd 2 and Docker do: a web
+  # server of a restricted pod (runAsNonRoot) serves on port 80.
+  enable_unprivileged_ports = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

@@ -206,6 +206,61 @@ async fn the_apiserver_accepts_every_sample() {
     .await;
 }
 
+/// Every image a sample names (at any depth: `image:` keys), as the container runtime
+/// resolves it: `nginx:1.25` is `docker.io/library/nginx:1.25`.
+fn sample_images() -> Vec<(String, String)> {
+    fn walk(v: &Value, file: &str, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    match v.as_str() {
+                        Some(image) if k == "image" => out.push((file.to_owned(), image.to_owned())),
+                        _ => walk(v, file, out),
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, file, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(config("samples")).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        for doc in documents(&std::fs::read(&path).unwrap()) {
+            walk(&doc, &file, &mut out);
+        }
+    }
+    let full = |image: &str| match image.split_once('/') {
+        Some((host, _)) if host.contains('.') || host.contains(':') || host == "localhost" => image.to_owned(),
+        Some(_) => format!("docker.io/{image}"),
+        None => format!("docker.io/library/{image}"),
+    };
+    out.into_iter().map(|(file, image)| (file, full(&image))).collect()
+}
+
+/// The tutorials' pods really run on the local cluster's real node (which pulls
+/// nothing): every image a sample names is one `hack/images.sh` builds or tags.
+#[test]
+fn every_image_a_sample_names_is_on_the_local_real_node() {
+    let out = std::process::Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/images.sh"))
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "images.sh list: {}", String::from_utf8_lossy(&out.stderr));
+    let listed = String::from_utf8(out.stdout).unwrap();
+    let listed: Vec<&str> = listed.lines().collect();
+    let images = sample_images();
+    assert!(images.iter().any(|(_, i)| i == "docker.io/library/nginx:1.25"), "the WebApp sample's: {images:?}");
+    for (file, image) in &images {
+        assert!(
+            listed.contains(&image.as_str()),
+            "config/samples/{file} names {image}, which images.sh has not: {listed:?}"
+        );
+    }
+}
+
 /// The metric names a PromQL expression reads (`bosun_…` and `process_…`).
 fn metric_names(expr: &str) -> Vec<String> {
     let mut names = Vec::new();

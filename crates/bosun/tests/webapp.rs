@@ -251,3 +251,65 @@ async fn steady_state_is_silent() {
     })
     .await;
 }
+
+/// The README's tour as a newcomer takes it on the local cluster: the WebApp sample,
+/// applied as it is in a namespace of their own (nothing asked of its placement), runs
+/// its pods on the real node, and its Service answers HTTP 200 to a pod's curl. (The
+/// fake nodes hold only the namespaces that ask for them, as every other test's does.)
+#[tokio::test]
+async fn the_tour_sample_answers_http_from_the_real_node() {
+    e2e("webapp-tour", |env| async move {
+        use bosun_testing::node::{REAL_NODE, images, require_real_node};
+        use k8s_openapi::api::core::v1::{Namespace, Pod};
+        require_real_node(&env.client).await;
+        let ns = env.namespace_labelled("tour", &[]).await;
+        let placed = kube::Api::<Namespace>::all(env.client.clone()).get(&ns).await.unwrap();
+        let selector = placed.annotations().get("scheduler.alpha.kubernetes.io/node-selector").cloned();
+        assert_eq!(selector.as_deref(), Some("bosun.dev/real-node=true"), "a new namespace is placed on the real node");
+
+        let watch = format!("--namespaces={ns}");
+        let _bosun = env.start_bosun(&[&watch]).await;
+        let sample = bosun_testing::repo_root().join("config/samples/apps.example.com_v1_webapp.yaml");
+        let (ok, out) = env.kubectl(&["apply", "--namespace", &ns, "-f", sample.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let (ok, out) = env.kubectl(&[
+            "wait",
+            "--namespace",
+            &ns,
+            "--for=condition=Ready",
+            "webapp.apps.example.com/demo-app",
+            "--timeout=180s",
+        ]);
+        assert!(ok, "the sample's nginx pods are not Ready on the real node: {out}\n{}", env.kubectl(&["get", "pods,events", "-n", &ns, "-o", "wide"]).1);
+        let pods = kube::Api::<Pod>::namespaced(env.client.clone(), &ns).list(&Default::default()).await.unwrap();
+        let nodes: Vec<_> = pods.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+        assert!(nodes.len() == 3 && nodes.iter().all(|n| n == REAL_NODE), "the sample's pods: {nodes:?}");
+
+        // What the README shows: curl from a pod, through the Service's name (a pod
+        // that runs to its end, then its log: no attach to race with its start).
+        let curl = json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "curl"},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "curl", "image": images::TOOLBOX, "imagePullPolicy": "Never",
+                "command": ["curl", "-sS", "-i", "--retry", "10", "--retry-all-errors", "--retry-delay", "1", "http://demo-app/"],
+            }]},
+        });
+        let pods = kube::Api::<Pod>::namespaced(env.client.clone(), &ns);
+        pods.create(&Default::default(), &serde_json::from_value(curl).unwrap()).await.unwrap();
+        let (ok, out) = env.kubectl(&[
+            "wait",
+            "--namespace",
+            &ns,
+            "--for=jsonpath={.status.phase}=Succeeded",
+            "pod/curl",
+            "--timeout=120s",
+        ]);
+        let (_, log) = env.kubectl(&["logs", "--namespace", &ns, "curl"]);
+        let out = format!("{out}{log}");
+        assert!(ok, "curl http://demo-app/: {out}");
+        assert!(log.starts_with("HTTP/1.1 200 OK"), "{out}");
+        assert!(out.contains("Welcome to nginx!"), "nginx's page: {out}");
+        assert!(out.to_lowercase().contains("x-served-by: demo-app-"), "answered by one of the sample's pods: {out}");
+    })
+    .await;
+}
