@@ -113,6 +113,11 @@ pub mod reasons {
     pub const SERVICE_MONITOR_CREATED: &str = "ServiceMonitorCreated";
     /// A PostgreSQL's instances are all ready.
     pub const RUNNING_READY: &str = "AllReplicasReady";
+    /// A PostgreSQL's instances are all "ready" on simulated nodes (kwok's fake nodes):
+    /// no container runs there and no database answers. `Ready` stays `True` (what
+    /// waits on it, a stack's gate, goes on, as the fake nodes are there for scale
+    /// tests), the reason and message say that nothing really runs.
+    pub const SIMULATED: &str = "SimulatedOnFakeNodes";
     /// A PostgreSQL's instances are starting.
     pub const PROVISIONING: &str = "Provisioning";
     /// An instance of a PostgreSQL cannot start: an image that cannot be pulled, a

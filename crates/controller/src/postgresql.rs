@@ -188,12 +188,14 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         _ => None,
     };
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
+    let simulated = instances.iter().find(|p| bosun_resources::pods::simulated(p)).map(|p| p.name_any());
     let observed = Observed {
         statefulset: sts.as_ref(),
         refusal: refusal.as_ref(),
         backup: backup.as_ref(),
         backup_conflict: backup_conflict.as_deref(),
         stuck: stuck.as_ref().map(|(_, cause)| cause.as_str()),
+        simulated: simulated.as_deref(),
         primary: primary.as_ref().map(|p| p.name.as_str()),
         last_change: primary.as_ref().and_then(|p| p.change.as_ref()),
         archiving: archiving.as_ref(),

@@ -90,6 +90,17 @@ pub fn progress(pod: &Pod) -> Progress {
     since.map_or(Progress::Fine, |t| Progress::Waiting { since: t.0, said: None })
 }
 
+/// Whether `pod` runs on a simulated node (kwok's fake nodes): it is Running, but no
+/// container of it has an ID — a kubelet names every container it starts, a simulator
+/// starts none.
+pub fn simulated(pod: &Pod) -> bool {
+    let Some(status) = pod.status.as_ref() else { return false };
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    status.phase.as_deref() == Some("Running")
+        && !containers.is_empty()
+        && containers.iter().all(|c| c.container_id.as_deref().is_none_or(str::is_empty))
+}
+
 /// Drop from `pod`'s status all that [`progress`] and a database's failover do not
 /// read (addresses, times of containers, resources, ...), for caches of many pods.
 pub fn slim_status(pod: &mut Pod) {
@@ -97,6 +108,8 @@ pub fn slim_status(pod: &mut Pod) {
     let slim_container = |c: ContainerStatus| ContainerStatus {
         name: c.name,
         image: c.image,
+        // Whether there is one ([`simulated`]), not which.
+        container_id: c.container_id.map(|_| "-".to_owned()),
         restart_count: c.restart_count,
         state: c.state.map(|s| ContainerState { waiting: s.waiting, ..ContainerState::default() }),
         last_state: c.last_state.map(|s| ContainerState { terminated: s.terminated, ..ContainerState::default() }),
@@ -216,6 +229,23 @@ mod tests {
                 "state": {"waiting": {"reason": reason, "message": message}},
             }],
         }))
+    }
+
+    #[test]
+    fn a_running_pod_without_container_ids_is_simulated_also_in_a_slim_cache() {
+        let running = |id: Option<&str>| {
+            pod(json!({"phase": "Running", "containerStatuses": [{
+                "name": "postgres", "image": "postgres:15", "imageID": "", "ready": true, "restartCount": 0,
+                "containerID": id, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}},
+            }]}))
+        };
+        let (fake, real) = (running(None), running(Some("containerd://4f2a")));
+        assert!(simulated(&fake) && !simulated(&real));
+        assert!(!simulated(&waiting("ContainerCreating", "")), "not running: nothing to say yet");
+        for (mut p, expected) in [(fake, true), (real, false)] {
+            slim_status(&mut p);
+            assert_eq!(simulated(&p), expected, "after slim_status");
+        }
     }
 
     fn at(secs: i64) -> Timestamp {

@@ -1081,6 +1081,9 @@ pub struct Observed<'a> {
     pub backup_conflict: Option<&'a str>,
     /// Why an instance cannot start ([`crate::pods`]), when one cannot.
     pub stuck: Option<&'a str>,
+    /// An instance pod that runs on a simulated node ([`crate::pods::simulated`]),
+    /// when one does: nothing really runs.
+    pub simulated: Option<&'a str>,
     /// The primary ([`crate::failover`]) and the last change of primary.
     pub primary: Option<&'a str>,
     pub last_change: Option<&'a PrimaryChange>,
@@ -1111,12 +1114,24 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
             let reason = if u.step == UpgradeStep::Failed { reasons::UPGRADE_FAILED } else { reasons::UPGRADING };
             Desired::new(types::READY, false, reason, crate::upgrade::describe(u))
         }
-        _ if running => Desired::new(
-            types::READY,
-            true,
-            reasons::RUNNING_READY,
-            format!("{wanted} of {wanted} instances ready; clients connect to {}", endpoint(db)),
-        ),
+        _ if running => match observed.simulated {
+            Some(pod) => Desired::new(
+                types::READY,
+                true,
+                reasons::SIMULATED,
+                format!(
+                    "{wanted} of {wanted} instances report ready, but on simulated nodes: no container runs (pod {pod} \
+                     has none), so no database answers at {}; put the namespace's pods on a real node",
+                    endpoint(db)
+                ),
+            ),
+            None => Desired::new(
+                types::READY,
+                true,
+                reasons::RUNNING_READY,
+                format!("{wanted} of {wanted} instances ready; clients connect to {}", endpoint(db)),
+            ),
+        },
         _ if sts.is_none() => Desired::new(types::READY, false, reasons::PENDING, "the StatefulSet is not created yet"),
         _ => match observed.stuck {
             Some(cause) => Desired::new(
@@ -1819,10 +1834,23 @@ mod tests {
         let s = status(&db, Observed { statefulset: Some(&running), ..Default::default() }, now);
         assert_eq!((s.phase, s.ready_replicas), (Some(Phase::Running), Some(1)));
         assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "Ready").reason, "AllReplicasReady");
         assert_eq!(
             (cond(&s, "BackupConfigured").status.as_str(), cond(&s, "BackupConfigured").reason.as_str()),
             ("False", "BackupDisabled")
         );
+        // On a fake node: ready as far as waiting goes, but said to run nothing.
+        let s = status(
+            &db,
+            Observed { statefulset: Some(&running), simulated: Some("test-db-0"), ..Default::default() },
+            now,
+        );
+        assert_eq!(
+            (cond(&s, "Ready").status.as_str(), cond(&s, "Ready").reason.as_str()),
+            ("True", "SimulatedOnFakeNodes")
+        );
+        let message = &cond(&s, "Ready").message;
+        assert!(message.contains("no container runs (pod test-db-0 has none)"), "{message}");
     }
 
     #[test]
