@@ -149,7 +149,6 @@ fn objects(with_node: bool) -> Result<Vec<Object>> {
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
         ],
     }))?);
-    all.extend(placement_policy()?);
     for (name, role, user) in [
         ("bosun:coredns", "bosun:coredns", "bosun:coredns"),
         ("bosun:apiserver-kubelet-client", "system:kubelet-api-admin", "kube-apiserver-kubelet-client"),
@@ -180,16 +179,25 @@ pub fn placement_annotations(real: bool) -> serde_json::Value {
 /// With the real node, what the tutorials show runs for real: a namespace made without
 /// a placement of its own (the node-selector annotation) sends its pods to the real
 /// node, unless labelled `bosun.dev/nodes=fake` — or `bosun-peer-bench` (the peer
-/// benchmark's namespaces, which hold thousands of pods). The label decides on every
-/// change (`kubectl label ns X bosun.dev/nodes=fake --overwrite` moves the pods made
-/// after it); a namespace without it keeps what it was given. The placement is plain
-/// annotations on the namespace, so `kubectl get ns X -o yaml` shows why a pod went
-/// where it did.
+/// benchmark's namespaces, which hold thousands of pods). A change of the label places
+/// the namespace again (`kubectl label ns X bosun.dev/nodes=fake --overwrite` moves the
+/// pods made after it); an edit of the annotations themselves is kept. The placement
+/// is plain annotations on the namespace, so `kubectl get ns X -o yaml` shows why a
+/// pod went where it did.
 fn placement_policy() -> Result<Vec<Object>> {
-    let labelled = format!(
-        "has(object.metadata.labels) && ('{NODES_LABEL}' in object.metadata.labels || '{PEER_BENCH_LABEL}' in object.metadata.labels)"
-    );
+    // What a namespace asks for: `real`, `fake`, `bench` (the peer's label) or ''.
+    let choice = |o: &str| {
+        format!(
+            "(has({o}.metadata.labels) && '{NODES_LABEL}' in {o}.metadata.labels ? {o}.metadata.labels['{NODES_LABEL}'] \
+             : has({o}.metadata.labels) && '{PEER_BENCH_LABEL}' in {o}.metadata.labels ? 'bench' : '')"
+        )
+    };
+    let (new, old) = (choice("object"), choice("oldObject"));
     let unplaced = "!has(object.metadata.annotations) || !('scheduler.alpha.kubernetes.io/node-selector' in object.metadata.annotations)";
+    // Made with a choice or without a placement; or its choice changed (an edit of the
+    // annotations themselves is left alone: whoever makes it means it).
+    let applies =
+        format!("request.operation == 'CREATE' ? ({new} != '' || {unplaced}) : ({new} != '' && {new} != {old})");
     let cel = |v: serde_json::Value| -> String {
         let pairs: Vec<String> = v
             .as_object()
@@ -199,9 +207,7 @@ fn placement_policy() -> Result<Vec<Object>> {
             .collect();
         format!("{{{}}}", pairs.join(", "))
     };
-    let fake = format!(
-        "has(object.metadata.labels) && ('{NODES_LABEL}' in object.metadata.labels ? object.metadata.labels['{NODES_LABEL}'] == 'fake' : '{PEER_BENCH_LABEL}' in object.metadata.labels)"
-    );
+    let fake = format!("{new} == 'fake' || {new} == 'bench'");
     let policy = object::<MutatingAdmissionPolicy>(json!({
         "apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": PLACEMENT_POLICY},
@@ -209,10 +215,7 @@ fn placement_policy() -> Result<Vec<Object>> {
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"],
             }]},
-            "matchConditions": [{
-                "name": "labelled-or-new-without-placement",
-                "expression": format!("({labelled}) || (request.operation == 'CREATE' && ({unplaced}))"),
-            }],
+            "matchConditions": [{"name": "new-or-a-changed-choice", "expression": applies}],
             "variables": [{"name": "fake", "expression": fake}],
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
@@ -356,10 +359,6 @@ async fn node(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting
         bootstrap(dir, admin, true).await;
         return Err(waiting("kube-dns Service to be created", "bootstrap"));
     }
-    if !exists::<MutatingAdmissionPolicyBinding>(admin, None, PLACEMENT_POLICY).await {
-        bootstrap(dir, admin, true).await;
-        return Err(waiting("the namespace placement policy to be created", "bootstrap"));
-    }
     placement(admin).await
 }
 
@@ -367,6 +366,20 @@ async fn node(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting
 /// placed on the real node), and the `default` namespace — older than the policy —
 /// placed as a new one would be, unless someone placed it already.
 async fn placement(admin: &Client) -> Result<(), Waiting> {
+    // Applied, not only created when missing: a cluster started by an older checkout
+    // gets this one's policy (an unchanged apply writes nothing).
+    let applied = async {
+        for o in placement_policy()? {
+            let name = o.object.metadata.name.clone().unwrap_or_default();
+            api(admin, None, &o.resource)
+                .patch(&name, &PatchParams::apply("localcluster").force(), &Patch::Apply(&o.object))
+                .await?;
+        }
+        anyhow::Ok(())
+    };
+    if applied.await.is_err() {
+        return Err(waiting("the namespace placement policy to be applied", "kube-apiserver"));
+    }
     let namespaces = Api::<Namespace>::all(admin.clone());
     let probe: Namespace = serde_json::from_value(json!({"metadata": {"name": "bosun-placement-check"}}))
         .map_err(|_| waiting("a namespace to try the placement policy with", "bootstrap"))?;
@@ -423,7 +436,10 @@ mod tests {
         let kinds: Vec<&str> = without.iter().map(|o| o.resource.kind.as_str()).collect();
         assert_eq!(kinds, ["Node", "Node", "StorageClass"]);
         let with = objects(true).unwrap();
-        assert_eq!(with.len(), 10);
+        assert_eq!(with.len(), 8);
+        let placement = placement_policy().unwrap();
+        let kinds: Vec<&str> = placement.iter().map(|o| o.resource.kind.as_str()).collect();
+        assert_eq!(kinds, ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);
         let dns = with.iter().find(|o| o.resource.kind == "Service").unwrap();
         assert_eq!(dns.namespace.as_deref(), Some("kube-system"));
         assert_eq!(dns.object.data["spec"]["clusterIP"], DNS_SERVICE_IP);
