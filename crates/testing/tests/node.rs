@@ -150,6 +150,11 @@ async fn namespaces_go_to_the_real_node_unless_they_ask_for_fake_nodes() {
             assert!(ok, "{out}");
             assert_eq!(placed(user.clone()).await, expected, "after {label}");
         }
+        // An edit of the placement itself is kept (the label did not change).
+        let own = "scheduler.alpha.kubernetes.io/node-selector=type=kwok";
+        let (ok, out) = env.kubectl(&["annotate", "namespace", &user, own, "--overwrite"]);
+        assert!(ok, "{out}");
+        assert_eq!(placed(user.clone()).await.as_deref(), Some("type=kwok"), "the user's own placement");
 
         // And the pods follow: the benchmark's to a fake node.
         let pods = kube::Api::<Pod>::namespaced(env.client.clone(), &bench);
@@ -228,7 +233,8 @@ async fn exit_codes_are_real_jobs_complete_and_failures_restart() {
 }
 
 /// The kernel enforces a container's memory limit: a process that grows past it is
-/// killed, and the kubelet reports OOMKilled.
+/// killed (SIGKILL), and the kubelet reports it (OOMKilled, when containerd saw the
+/// OOM event first).
 #[tokio::test]
 async fn a_memory_limit_is_enforced() {
     e2e("node-oom", |env| async move {
@@ -243,8 +249,16 @@ async fn a_memory_limit_is_enforced() {
             })
             .await;
         let terminated = container_status(&killed, "main").and_then(|c| c.state.as_ref()?.terminated.clone()).unwrap();
-        assert_eq!(terminated.reason.as_deref(), Some("OOMKilled"), "{terminated:?}");
-        assert_eq!(terminated.exit_code, 137, "killed by SIGKILL");
+        // Nothing but the kernel's OOM killer sends `tail /dev/zero` a SIGKILL. The
+        // reason is OOMKilled when containerd (1.6, Debian's) sees the cgroup's OOM event
+        // before the exit; on a loaded machine the exit may come first and the reason
+        // is the generic Error (make test runs test binaries side by side).
+        assert_eq!(terminated.exit_code, 137, "killed by SIGKILL: {terminated:?}");
+        let reason = terminated.reason.as_deref();
+        assert!(matches!(reason, Some("OOMKilled" | "Error")), "{terminated:?}");
+        if reason != Some("OOMKilled") {
+            eprintln!("node-oom: killed by SIGKILL, reported as {reason:?} (the exit came before the OOM event)");
+        }
     })
     .await;
 }
