@@ -53,10 +53,10 @@ lint: ## Check formatting, run clippy with warnings as errors, shellcheck every 
 # Each end-to-end test's time, for the ten slowest at the end of make test.
 TEST_TIMES ?= $(CURDIR)/target/test-times.txt
 
-test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed); ends with the ten slowest end-to-end tests.
+test: cluster ## Unit tests and end-to-end tests on the local control plane (started if needed), test binaries side by side (hack/test.sh); ends with the ten slowest end-to-end tests.
 	$(CARGO) build -p bosun
 	rm -f $(TEST_TIMES)
-	status=0; BOSUN_TEST_TIMES=$(TEST_TIMES) BOSUN_CLUSTER_DIR=$(CLUSTER_DIR) $(CARGO) test --workspace --no-fail-fast || status=$$?; \
+	status=0; BOSUN_TEST_TIMES=$(TEST_TIMES) BOSUN_CLUSTER_DIR=$(CLUSTER_DIR) hack/test.sh || status=$$?; \
 	  echo "the ten slowest end-to-end tests:"; sort -rn $(TEST_TIMES) 2>/dev/null | head -n 10 || true; exit $$status
 
 .PHONY: test-unit

@@ -5,9 +5,9 @@
 //!
 //! Both install cluster-wide objects under the same names (CRDs, ClusterRole, webhook
 //! configurations with failurePolicy Fail, namespace `bosun-system`), so they run one at
-//! a time and in a test binary of their own: cargo runs test binaries one after
-//! another, so no other suite meets these webhooks. Whatever a failed test leaves is
-//! removed when it ends.
+//! a time and in a test binary of their own, which `make test` (hack/test.sh) runs
+//! with no other binary that uses the cluster beside it: no other suite meets these
+//! webhooks. Whatever a failed test leaves is removed when it ends.
 //!
 //! `cargo test -p bosun --test install -- --nocapture` prints the numbers: image sizes,
 //! build time, `make deploy` to the first reconcile, the pods' RSS.
