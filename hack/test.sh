@@ -16,8 +16,9 @@
 #               at most two at a time, and failover (whose race of a restart against
 #               a failover wants the node's CPU) never beside another of them.
 #   the rest    anything, as many at a time as BOSUN_TEST_JOBS.
-# The order: the longest first within each class (the times of the last run, in
-# target/test-logs/durations, else a fixed guess), so the tail is short.
+# The order: the `alone` ones first (the binaries that need no cluster fill the other
+# lanes meanwhile), then the others; the longest first within each (the times of the
+# last run, in target/test-logs/durations, else a fixed guess), so the tail is short.
 #
 # Each binary's output goes to target/test-logs/<name>.log; a line per binary says
 # when it ends (ok / FAILED, its time), and the output of each failed one is printed
@@ -131,9 +132,11 @@ may_start() { # NAME: whether it may start beside what runs now
   return 0
 }
 
-# The longest first; whatever may not start yet waits for the next one that may.
+# The `alone` ones first, with the offline ones beside them; then the rest. The
+# longest first within each; whatever may not start yet waits for the next that may.
 queue=()
-for n in $(by_time "${!exe[@]}"); do queue+=("$n"); done
+for n in $(by_time "${alone[@]}"); do [ -z "${exe[$n]:-}" ] || queue+=("$n"); done
+for n in $(by_time "${!exe[@]}"); do is_in "$n" "${alone[@]}" || queue+=("$n"); done
 while ((${#queue[@]} > 0)); do
   picked=-1
   if (($(count_running) < jobs)); then
