@@ -26,7 +26,7 @@ pub const REAL_NODE: &str = "bosun-node";
 pub const REAL_NODE_LABEL: &str = "bosun.dev/real-node";
 /// The namespace label that chooses the real node (`real`) or the fake ones (`fake`) on
 /// the local cluster; a namespace without it is placed on the real node when made.
-pub const NODES_LABEL: &str = "bosun.dev/nodes";
+pub use bosun_localcluster::controlplane::NODES_LABEL;
 
 /// The images `hack/images.sh` builds from Debian packages and imports into the real
 /// node. Nothing can pull on this machine: use them with `imagePullPolicy: Never`
@@ -110,15 +110,13 @@ pub fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// The namespace annotations that send every pod of a namespace to the real node
-/// (what `config/local` gives `bosun-system`).
+/// (what `config/local` gives `bosun-system`, and the local cluster's placement policy
+/// any namespace made without a choice).
 pub fn real_node_annotations() -> serde_json::Map<String, serde_json::Value> {
-    let tolerations = json!([{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
-    let annotations = json!({
-        "scheduler.alpha.kubernetes.io/node-selector": format!("{REAL_NODE_LABEL}=true"),
-        "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations.to_string(),
-    });
-    let serde_json::Value::Object(map) = annotations else { unreachable!("an object literal") };
-    map
+    match bosun_localcluster::bootstrap::placement_annotations(true) {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("placement_annotations returns an object"),
+    }
 }
 
 impl Env {
