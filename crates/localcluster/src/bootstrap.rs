@@ -27,6 +27,8 @@ use crate::controlplane::{
 
 /// The namespace placement policy's name (and its binding's).
 pub const PLACEMENT_POLICY: &str = "bosun-local-node-placement";
+/// The namespace annotation PodNodeSelector reads (the placement of its pods).
+const NODE_SELECTOR: &str = "scheduler.alpha.kubernetes.io/node-selector";
 /// The label the peer benchmark (`../shared/peer`) gives its namespaces.
 const PEER_BENCH_LABEL: &str = "bosun-peer-bench";
 use crate::supervise::{StateDir, Waiting, http_status, waiting};
@@ -171,7 +173,7 @@ pub fn placement_annotations(real: bool) -> serde_json::Value {
     let (selector, tolerations) =
         if real { (format!("{NODE_LABEL}=true"), tolerations.to_string()) } else { (String::new(), "[]".into()) };
     json!({
-        "scheduler.alpha.kubernetes.io/node-selector": selector,
+        NODE_SELECTOR: selector,
         "scheduler.alpha.kubernetes.io/defaultTolerations": tolerations,
     })
 }
@@ -193,7 +195,7 @@ fn placement_policy() -> Result<Vec<Object>> {
         )
     };
     let (new, old) = (choice("object"), choice("oldObject"));
-    let unplaced = "!has(object.metadata.annotations) || !('scheduler.alpha.kubernetes.io/node-selector' in object.metadata.annotations)";
+    let unplaced = format!("!has(object.metadata.annotations) || !('{NODE_SELECTOR}' in object.metadata.annotations)");
     // Made with a choice or without a placement; or its choice changed (an edit of the
     // annotations themselves is left alone: whoever makes it means it).
     let applies =
@@ -384,9 +386,7 @@ async fn placement(admin: &Client) -> Result<(), Waiting> {
     let probe: Namespace = serde_json::from_value(json!({"metadata": {"name": "bosun-placement-check"}}))
         .map_err(|_| waiting("a namespace to try the placement policy with", "bootstrap"))?;
     let tried = namespaces.create(&PostParams { dry_run: true, ..PostParams::default() }, &probe).await;
-    let selector = |ns: &Namespace| {
-        ns.metadata.annotations.as_ref().and_then(|a| a.get("scheduler.alpha.kubernetes.io/node-selector")).cloned()
-    };
+    let selector = |ns: &Namespace| ns.metadata.annotations.as_ref().and_then(|a| a.get(NODE_SELECTOR)).cloned();
     let wanted = format!("{NODE_LABEL}=true");
     if !tried.as_ref().is_ok_and(|ns| selector(ns).as_deref() == Some(wanted.as_str())) {
         return Err(waiting("the namespace placement policy to take effect", "kube-apiserver"));
