@@ -26,7 +26,7 @@ case $set_ in
     ;;
   node)
     coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" { print $3 }' "$here/coredns/go.mod")
-    key=$(cd "$here" && cat versions.env node/go.mod coredns/go.mod node/go.sum coredns/go.sum | sha256sum | cut -c1-12)
+    key=$(cd "$here" && cat versions.env node/go.mod coredns/go.mod coredns/main.go node/go.sum coredns/go.sum | sha256sum | cut -c1-12)
     dest="$cache_root/node/k8s-${KUBE_VERSION}_coredns-${coredns_version}_${key}"
     bins=(kubelet kube-proxy coredns)
     ;;
@@ -47,11 +47,24 @@ fi
 command -v go >/dev/null || { echo "build.sh: go is not installed (needed to build the control plane)" >&2; exit 1; }
 
 mkdir -p "$(dirname "$dest")"
+# One build of a set at a time: cluster.sh starts them early, beside the Rust
+# build, and the supervisor's own call then waits here for that one to finish.
+exec 9>"$(dirname "$dest")/.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build of the $set_ set is running; waiting for it" >&2
+  flock 9
+fi
+if complete; then
+  echo "$dest/bin"
+  exit 0
+fi
 work=$(mktemp -d "$(dirname "$dest")/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bin" "$work/stages"
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# No DWARF from the compiler: the linker's -w would drop it anyway, and not making
+# it saves about an eighth of the compile (CoreDNS: 81 s of CPU instead of 94).
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -gcflags=all=-dwarf=false" GOTOOLCHAIN=local
 start=$(date +%s)
 log() { echo "build.sh: $*" >&2; }
 
@@ -89,8 +102,8 @@ build_node() {
   (cd "$here/node" && go build -trimpath -ldflags "$kube_ldflags" -o "$work/bin/" \
     k8s.io/kubernetes/cmd/kubelet \
     k8s.io/kubernetes/cmd/kube-proxy)
-  log "building coredns $coredns_version"
-  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$work/bin/coredns" github.com/coredns/coredns)
+  log "building coredns $coredns_version (the plugins the node's Corefile uses: coredns/main.go)"
+  (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$work/bin/coredns" .)
 }
 
 "build_$set_"

@@ -1,8 +1,0 @@
-//go:build tools
-
-// Package tools pins the upstream command this module builds.
-package tools
-
-import (
-	_ "github.com/coredns/coredns"
-)
