@@ -47,8 +47,8 @@ fi
 command -v go >/dev/null || { echo "build.sh: go is not installed (needed to build the control plane)" >&2; exit 1; }
 
 mkdir -p "$(dirname "$dest")"
-# One build of a set at a time: cluster.sh starts them early, beside the Rust
-# build, and the supervisor's own call then waits here for that one to finish.
+# One build of a set at a time (two clones starting their clusters at once share
+# the cache): a second caller waits here for the first, then finds it complete.
 exec 9>"$(dirname "$dest")/.lock"
 if ! flock -n 9; then
   echo "build.sh: another build of the $set_ set is running; waiting for it" >&2
