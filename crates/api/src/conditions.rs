@@ -114,9 +114,10 @@ pub mod reasons {
     /// A PostgreSQL's instances are all ready.
     pub const RUNNING_READY: &str = "AllReplicasReady";
     /// A PostgreSQL's instances are all "ready" on simulated nodes (kwok's fake nodes):
-    /// no container runs there and no database answers. `Ready` stays `True` (what
-    /// waits on it, a stack's gate, goes on, as the fake nodes are there for scale
-    /// tests), the reason and message say that nothing really runs.
+    /// no container runs there and no database answers; or a Backup's, verification's
+    /// or Restore's run "completed" there without running. The condition stays `True`
+    /// (what waits on it, a stack's gate, goes on, as the fake nodes are there for
+    /// scale tests), the reason and message say that nothing really ran.
     pub const SIMULATED: &str = "SimulatedOnFakeNodes";
     /// A PostgreSQL's instances are starting.
     pub const PROVISIONING: &str = "Provisioning";

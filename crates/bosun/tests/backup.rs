@@ -167,6 +167,19 @@ async fn the_nightly_example_schedules_a_cronjob_with_credentials_by_reference_o
         })
         .await;
 
+        // A run on the fake nodes (this namespace's) "completes" without running: the
+        // status says so, and records no dump.
+        run_now(&env, "nightly-cronjob", "simulated-1");
+        let b = wait_backup_condition(&env, "nightly", "LastBackupSucceeded", "SimulatedOnFakeNodes", START, |_| true)
+            .await;
+        let status = b.status.expect("status");
+        let c = condition(&status.conditions, "LastBackupSucceeded").expect("condition");
+        assert_eq!(
+            (c.status.as_str(), c.message.as_str()),
+            ("True", "Job simulated-1 completed on a simulated node: no container ran, so no dump was stored")
+        );
+        assert!(status.last_successful_backup.is_none(), "{:?}", status.last_successful_backup);
+
         let log = std::fs::read_to_string(&bosun.log).unwrap_or_default();
         assert!(!log.contains("reconcile failed"), "reconciles failed:\n{}", bosun.log_tail(30));
     })

@@ -766,6 +766,10 @@ pub struct RunResult {
     pub query_rows: Option<i64>,
     #[serde(default)]
     pub duration_seconds: Option<f64>,
+    /// The run "completed" on a simulated node (kwok's fake nodes): no container ran,
+    /// so it did nothing and wrote nothing ([`crate::pods::simulated_run`]).
+    #[serde(skip)]
+    pub simulated: bool,
 }
 
 /// One kept dump in a run's result.
@@ -802,7 +806,10 @@ pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
         .as_ref()
         .and_then(|s| s.terminated.as_ref())
         .or_else(|| status.last_state.as_ref().and_then(|s| s.terminated.as_ref()))?;
-    let message = terminated.message.as_deref()?.trim();
+    let Some(message) = terminated.message.as_deref().map(str::trim) else {
+        // Nothing written: a run that a simulated node "completed" says so.
+        return crate::pods::simulated_run(status).then(|| RunResult { simulated: true, ..RunResult::default() });
+    };
     serde_json::from_str(message)
         .ok()
         .or_else(|| Some(RunResult { error: Some(message.to_owned()), ..RunResult::default() }))
@@ -1045,6 +1052,15 @@ fn describe_verification(run: &Verification) -> (Desired, VerifiedBackup) {
     let prefix = job_prefix(&run.job);
     let result = run.result.clone().unwrap_or_default();
     let (outcome, condition) = match &run.failed {
+        None if result.simulated => (
+            VerifyOutcome::Succeeded,
+            Desired::new(
+                backup_types::LAST_VERIFICATION_SUCCEEDED,
+                true,
+                reasons::SIMULATED,
+                format!("{prefix}{SIMULATED_RUN}, so no dump was restored or checked"),
+            ),
+        ),
         None => {
             let message = match (&result.key, result.tables, result.rows) {
                 (Some(key), Some(tables), Some(rows)) => {
@@ -1081,6 +1097,10 @@ fn describe_verification(run: &Verification) -> (Desired, VerifiedBackup) {
     (condition, verified)
 }
 
+/// What a run that a simulated node "completed" says after its Job's name (its
+/// condition is `True`, as with the other kinds on the fake nodes, which are there
+/// for scale tests: the reason and message say nothing ran).
+const SIMULATED_RUN: &str = "completed on a simulated node: no container ran";
 /// What a retrying run's condition message says before the error.
 const ATTEMPT_FAILED: &str = "an attempt failed: ";
 /// What it says after it.
@@ -1105,6 +1125,15 @@ fn describe_run(run: &LastRun, previous: Option<&str>) -> (Desired, Option<Succe
         Some(cause.rsplit_once(UNTIL_DEADLINE).map_or(cause, |(c, _)| c).to_owned())
     };
     match &run.finish {
+        Finish::Succeeded(_) if result.simulated => (
+            Desired::new(
+                backup_types::LAST_BACKUP_SUCCEEDED,
+                true,
+                reasons::SIMULATED,
+                format!("{prefix}{SIMULATED_RUN}, so no dump was stored"),
+            ),
+            None,
+        ),
         Finish::Succeeded(at) => match (&result.key, result.size) {
             (Some(key), Some(size)) => (
                 Desired::new(
@@ -1239,6 +1268,15 @@ pub fn restore_status(
             };
             (phase, ready)
         }
+        (None, Some(j), Some(Finish::Succeeded(_))) if result.simulated => (
+            RestorePhase::Succeeded,
+            Desired::new(
+                types::READY,
+                true,
+                reasons::SIMULATED,
+                format!("Job {} {SIMULATED_RUN}, so nothing was loaded", j.name_any()),
+            ),
+        ),
         (None, Some(j), Some(Finish::Succeeded(_))) => (
             RestorePhase::Succeeded,
             Desired::new(
@@ -1864,6 +1902,91 @@ mod tests {
         let plain = run_result(&pod("killed", true), "backup").expect("result");
         assert_eq!(plain.error.as_deref(), Some("killed"));
         assert_eq!(run_result(&pod("{}", true), "restore"), None);
+    }
+
+    #[test]
+    fn runs_a_simulated_node_completed_say_that_nothing_ran() {
+        // What kwok's pod-complete stage reports: terminated, Completed, no container ID,
+        // no termination message; a kubelet's run always has an ID.
+        let completed = |id: Option<&str>, message: Option<&str>| Pod {
+            status: Some(PodStatus {
+                phase: Some("Succeeded".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "backup".into(),
+                    container_id: id.map(Into::into),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            reason: Some("Completed".into()),
+                            message: message.map(Into::into),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let simulated = run_result(&completed(None, None), "backup").expect("a result");
+        assert!(simulated.simulated && simulated.key.is_none() && simulated.error.is_none(), "{simulated:?}");
+        let real = run_result(&completed(Some("containerd://9c1e"), Some(r#"{"key":"k","size":7}"#)), "backup");
+        assert!(real.as_ref().is_some_and(|r| !r.simulated && r.key.as_deref() == Some("k")), "{real:?}");
+        // A kubelet's run whose pod is gone or wrote nothing is not a simulated one, nor
+        // is a container the kubelet lost track of (no ID, exit code 137).
+        assert_eq!(run_result(&completed(Some("containerd://9c1e"), None), "backup"), None);
+        let mut lost = completed(None, None);
+        if let Some(t) = lost
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+            .and_then(|c| c[0].state.as_mut())
+            .and_then(|s| s.terminated.as_mut())
+        {
+            (t.exit_code, t.reason) = (137, Some("ContainerStatusUnknown".into()));
+        }
+        assert_eq!(run_result(&lost, "backup"), None);
+
+        let b = verified("postgresql", json!({"schedule": "0 6 * * 0"}));
+        let cj = desired_cronjob(&b, "img");
+        let now = Timestamp::from_second(1000).unwrap();
+        let run =
+            LastRun { job: "nightly-1".into(), finish: Finish::Succeeded(at(100)), result: Some(simulated.clone()) };
+        let check =
+            Verification { job: "verify-1".into(), time: at(300), failed: None, result: Some(simulated.clone()) };
+        let observed =
+            Observed { cronjob: Some(&cj), last_run: Some(&run), verification: Some(&check), ..Observed::default() };
+        let s = backup_status(&b, observed, now);
+        assert_eq!(s.last_successful_backup, None, "no dump exists");
+        for (t, what) in
+            [("LastBackupSucceeded", "no dump was stored"), ("LastVerificationSucceeded", "no dump was restored")]
+        {
+            let c = condition(&s, t);
+            assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "SimulatedOnFakeNodes"), "{t}");
+            assert!(
+                c.message.contains("completed on a simulated node: no container ran") && c.message.contains(what),
+                "{}",
+                c.message
+            );
+        }
+
+        let r = restore(json!({
+            "source": {"destination": {"type": "s3", "bucket": "b"}, "key": "k1"},
+            "target": {"type": "postgresql", "connection": {"host": "db", "database": "app", "secretRef": {"name": "s"}}},
+        }));
+        let done = job("back-restore", Some((true, 50)));
+        let observed = RestoreObserved {
+            job: Some(&done),
+            requested_key: Some("k1"),
+            result: Some(&simulated),
+            refusal: None,
+            stuck: None,
+        };
+        let s = restore_status(&r, observed, now);
+        assert_eq!(s.phase, Some(RestorePhase::Succeeded));
+        let c = &s.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "SimulatedOnFakeNodes"));
+        assert!(c.message.ends_with("no container ran, so nothing was loaded"), "{}", c.message);
     }
 
     fn restore(spec: serde_json::Value) -> Restore {

@@ -96,9 +96,20 @@ pub fn progress(pod: &Pod) -> Progress {
 pub fn simulated(pod: &Pod) -> bool {
     let Some(status) = pod.status.as_ref() else { return false };
     let containers = status.container_statuses.as_deref().unwrap_or_default();
-    status.phase.as_deref() == Some("Running")
-        && !containers.is_empty()
-        && containers.iter().all(|c| c.container_id.as_deref().is_none_or(str::is_empty))
+    status.phase.as_deref() == Some("Running") && !containers.is_empty() && containers.iter().all(without_id)
+}
+
+/// Whether a container reported terminated was simulated: a kubelet names every
+/// container it starts and the ID stays when it ends; a simulated node (kwok)
+/// completes a Job's containers, exit code 0, without ever naming one. (A kubelet's
+/// `ContainerStatusUnknown`, which may have no ID either, ends with 137.)
+pub fn simulated_run(status: &ContainerStatus) -> bool {
+    let terminated = status.state.as_ref().and_then(|s| s.terminated.as_ref());
+    terminated.is_some_and(|t| t.exit_code == 0) && without_id(status)
+}
+
+fn without_id(status: &ContainerStatus) -> bool {
+    status.container_id.as_deref().is_none_or(str::is_empty)
 }
 
 /// Drop from `pod`'s status all that [`progress`] and a database's failover do not
