@@ -275,6 +275,8 @@ pub struct Minio {
     child: Option<std::process::Child>,
     binary: PathBuf,
     address: String,
+    /// The console's address (MinIO serves one; nothing here uses it).
+    console: String,
     dir: PathBuf,
     /// `http://IP:PORT`.
     pub endpoint: String,
@@ -286,18 +288,26 @@ pub struct Minio {
 impl Minio {
     pub fn start(ip: &str) -> Minio {
         let binary = backends().servers.bins.minio.join("minio");
-        let port = std::net::TcpListener::bind((ip, 0))
-            .and_then(|l| l.local_addr())
-            .unwrap_or_else(|e| panic!("no free port on {ip} (is the real node up?): {e}"))
-            .port();
+        // Its console's port too: left to MinIO, it is another ephemeral port, which the
+        // kernel may hand out as this one again once released ("--console-address port
+        // cannot be same as --address port"). Both held at once, they differ.
+        let listen = || {
+            std::net::TcpListener::bind((ip, 0))
+                .unwrap_or_else(|e| panic!("no free port on {ip} (is the real node up?): {e}"))
+        };
+        let (api, console) = (listen(), listen());
+        let port_of = |l: &std::net::TcpListener| l.local_addr().expect("a bound port").port();
+        let (port, console_port) = (port_of(&api), port_of(&console));
+        drop((api, console));
         let dir = std::env::temp_dir().join(format!("bosun-minio-{ip}-{port}"));
         let bucket = "backups".to_owned();
         // MinIO makes a bucket of each top-level directory of a fresh drive.
         std::fs::create_dir_all(dir.join("data").join(&bucket)).expect("minio data directory");
         let (access_key, secret_key) = ("bosun-test".to_owned(), "bosun-test-secret".to_owned());
         let address = format!("{ip}:{port}");
+        let console = format!("{ip}:{console_port}");
         let endpoint = format!("http://{address}");
-        let mut m = Minio { child: None, binary, address, dir, endpoint, bucket, access_key, secret_key };
+        let mut m = Minio { child: None, binary, address, console, dir, endpoint, bucket, access_key, secret_key };
         m.run();
         m
     }
@@ -307,7 +317,7 @@ impl Minio {
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("minio.log")).expect("minio log");
         let child = std::process::Command::new(&self.binary)
-            .args(["server", "--quiet", "--address", &self.address])
+            .args(["server", "--quiet", "--address", &self.address, "--console-address", &self.console])
             .arg(self.dir.join("data"))
             .env_clear()
             .env("HOME", &self.dir)
