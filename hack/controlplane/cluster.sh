@@ -32,7 +32,7 @@ while kill -0 "$build" 2>/dev/null; do
   sleep 1
   waited=$((waited + 1))
   if ((waited % 10 == 0)); then
-    echo "cluster.sh: still compiling the local cluster's supervisor${bins[1]:+ and bosun} (${waited}s)" >&2
+    echo "cluster.sh: still compiling the local cluster's supervisor${bins[3]:+ and bosun} (${waited}s)" >&2
   fi
 done
 wait "$build"
