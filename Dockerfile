@@ -28,8 +28,10 @@ WORKDIR /src
 # The manifests first: the dependencies' layer is rebuilt only when they change.
 COPY Cargo.toml Cargo.lock ./
 COPY crates crates
-RUN cargo build --release --locked -p bosun \
- && objcopy --strip-debug target/release/bosun /bosun
+# Linked statically (as hack/static-bosun.sh does): the runner copies this binary into
+# database pods (`bosun install`), whose images may have an older C library.
+RUN RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked -p bosun --target x86_64-unknown-linux-gnu \
+ && objcopy --strip-debug target/x86_64-unknown-linux-gnu/release/bosun /bosun
 
 FROM scratch AS prebuilt
 # make docker-build strips it into target/image/ (the only part of target/ that
@@ -43,8 +45,8 @@ FROM ${BINARY} AS binary
 FROM ${RUNNER_BASE_IMAGE} AS runner
 # The dump clients, unless the base has them (hack/images.sh's bosun-runner-base
 # does; debian:trixie-slim does not). Trixie: its pg_dump 17 dumps every major the
-# API accepts (pg_dump refuses a newer server than itself); the binary, built on
-# bookworm, runs on its newer glibc.
+# API accepts (pg_dump refuses a newer server than itself); the binary is linked
+# statically, and runs on any glibc.
 ARG RUNNER_PACKAGES="ca-certificates postgresql-client-17 mariadb-client zstd"
 RUN if ! dpkg-query -W ${RUNNER_PACKAGES} >/dev/null 2>&1; then \
       apt-get update \

@@ -73,10 +73,11 @@ cmd_build() {
         log "loading $(basename "$archive") into $t"
         load_archive "$t" "$archive"
       done
-      log "cargo build --release -p bosun"
-      (cd "$repo" && cargo build --release --locked -p bosun)
+      log "cargo build --release -p bosun, linked statically (hack/static-bosun.sh)"
+      local binary
+      binary=$("$here/static-bosun.sh" --release)
       mkdir -p "$repo/target/image"
-      objcopy --strip-debug "$repo/target/release/bosun" "$repo/target/image/bosun"
+      objcopy --strip-debug "$binary" "$repo/target/image/bosun"
       args=(--build-arg BINARY=prebuilt
         --build-arg BASE_IMAGE=localhost/bosun-distroless:bookworm
         --build-arg RUNNER_BASE_IMAGE=localhost/bosun-runner-base:trixie)

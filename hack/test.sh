@@ -39,6 +39,11 @@ started=$(now)
 # --- the binaries -------------------------------------------------------------------
 log "building every test binary (cargo test --workspace --no-run)"
 cargo test --workspace --no-run --message-format=json-render-diagnostics >"$logs/build.json"
+# The bosun that images carry (the runner image, so every database pod), linked
+# statically: built once here, not by each test binary.
+log "building the static bosun of the images (hack/static-bosun.sh)"
+BOSUN_STATIC_BIN=$(hack/static-bosun.sh)
+export BOSUN_STATIC_BIN
 # name <TAB> executable <TAB> the package's directory (cargo test's working directory)
 python3 - "$logs/build.json" >"$logs/binaries.tsv" <<'EOF'
 import json, os, sys
@@ -67,7 +72,7 @@ alone=(bosun-install bosun-chaos testing-lifecycle bosun-voteconfig bosun-packag
 heavy=(bosun-postgresql bosun-backup bosun-failover)
 # Binaries that never reach the cluster: they may run beside an `alone` one.
 offline=(bosun-backup_runner bosun-backup_runner_faults controller-crd_drift controller-docs_drift
-  controller-rbac_drift controller-render runtime-webhook_drift resources-replication)
+  controller-rbac_drift controller-render runtime-webhook_drift bosun-instance)
 is_in() { local x=$1; shift; local y; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
 offline_name() { [[ $1 == *-unit-* ]] || is_in "$1" "${offline[@]}"; }
 

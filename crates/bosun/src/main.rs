@@ -66,6 +66,9 @@ enum Command {
     /// Make a new PostgreSQL data directory from a base backup and the archived WAL,
     /// set to recover to a target and be promoted there (a new database's first start).
     Recover(bosun_runner::cli::RecoverArgs),
+    /// PostgreSQL's instance manager: the first process of a database pod, which runs
+    /// the server (the command after `--`) in the role bosun gives the instance.
+    Instance(Box<bosun_instance::InstanceArgs>),
     /// Copy this binary to PATH: how a database pod gets `bosun wal` without a change
     /// to its image (an init container of the runner image runs it).
     Install {
@@ -132,6 +135,12 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             init_logging(cli.log_format);
             let outcome = runner_runtime()?.block_on(runner::recover(&args));
             return Ok(runner::report(outcome, args.result_file.as_ref(), started));
+        }
+        Command::Instance(args) => {
+            init_logging(cli.log_format);
+            // One thread: it waits on a server, a few files and a few programs.
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            return Ok(runtime.block_on(bosun_instance::run(&args)));
         }
         Command::Install { path } => install(&path)?,
     }

@@ -625,6 +625,30 @@ fn children(ns: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// The database pods in `ns`: name, whether its first process is `bosun instance`,
+/// whether it is Ready.
+fn database_pods(ns: &str) -> Vec<(String, bool, bool)> {
+    let out = run_ok(
+        "kubectl",
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            "app.kubernetes.io/name=postgresql",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.spec.containers[0].command[1]} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+        ],
+    );
+    out.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            Some((w.first()?.to_string(), w.get(1) == Some(&"instance"), w.get(2) == Some(&"True")))
+        })
+        .collect()
+}
+
 /// Events in `ns` reported by bosun, by name: `type reason object: message (count)`.
 fn bosun_events(ns: &str) -> std::collections::BTreeMap<String, String> {
     let out = run_ok(
@@ -763,6 +787,15 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         let data = |name: &str| run_ok("kubectl", &["get", "configmap", name, "-n", &env.ns, "-o", "jsonpath={.data}"]);
         let data_before: Vec<String> = vote_maps.iter().map(|m| data(m)).collect();
         let events_before = bosun_events(&env.ns);
+        // A row and the Secret's password, to find again after the databases move to
+        // the new instance manager.
+        let psql = |pod: &str, sql: &str| {
+            let tcp = format!(r#"PGPASSWORD="$POSTGRES_PASSWORD" psql -X -h 127.0.0.1 -U postgres -tAc "{sql}""#);
+            env.exec_ok(pod, &["bash", "-c", &tcp]).trim().to_owned()
+        };
+        psql("test-db-0", "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('before the upgrade')");
+        let databases = database_pods(&env.ns);
+        assert_eq!(databases.len(), 3, "test-db, the AppStack's and the platform's: {databases:?}");
         let lease = Api::<Lease>::namespaced(env.client.clone(), NAMESPACE);
         let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
         let old_leader = holder(lease.get("bosun-leader").await.unwrap());
@@ -807,8 +840,31 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         assert!(v1.contains(r#"pets={"options":[{"id":"a","label":"Cats"},{"id":"b","label":"Dogs"}],"question":"Cats or dogs?"}"#), "{v1}");
         assert!(v1.contains(r#"lunch={"options":[{"id":"soup","label":"Soup"},{"id":"salad","label":"Salad"},{"id":"stew","label":"Stew"}]}"#), "{v1}");
 
+        // The databases move to the new instance manager (`bosun instance`) with one
+        // rolling restart each: their StatefulSet and pods are the only children that
+        // change; their data, claims and Secrets (passwords) are kept.
+        let moved = Instant::now();
+        loop {
+            let now = database_pods(&env.ns);
+            if now.len() == 3 && now.iter().all(|(_, managed, ready)| *managed && *ready) {
+                break;
+            }
+            assert!(moved.elapsed() < Duration::from_secs(300), "the databases did not move: {now:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        eprintln!(
+            "install: the 3 databases run bosun instance {:.1} s after the upgrade began ({:.1} s after the new leader)",
+            upgraded.elapsed().as_secs_f64(),
+            moved.elapsed().as_secs_f64()
+        );
+        assert_eq!(psql("test-db-0", "SELECT v FROM kept"), "before the upgrade", "the data is kept");
+        let rolled = |k: &str| {
+            databases.iter().any(|(pod, _, _)| k == format!("Pod/{pod}"))
+                || ["test-db", "shop-db", "store-db"].iter().any(|db| k == format!("StatefulSet/{db}"))
+        };
+
         // The new bosun has looked at everything (its first reconciles follow its start);
-        // nothing it owns was written, no pod restarted.
+        // nothing else it owns was written, no other pod restarted.
         until_all_ready(&env.ns, Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(15)).await;
         let after = children(&env.ns);
@@ -822,19 +878,23 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         }
         let changed: Vec<String> = before
             .iter()
-            .filter(|(k, _)| !vote_maps.iter().any(|m| **k == format!("ConfigMap/{m}")))
+            .filter(|(k, _)| !vote_maps.iter().any(|m| **k == format!("ConfigMap/{m}")) && !rolled(k))
             .filter(|(k, v)| after.get(*k) != Some(v))
             .map(|(k, v)| format!("{k}: {v} → {:?}", after.get(k)))
-            .chain(after.keys().filter(|k| !before.contains_key(*k)).map(|k| format!("{k}: new")))
+            .chain(after.keys().filter(|k| !before.contains_key(*k) && !rolled(k)).map(|k| format!("{k}: new")))
             .collect();
         assert!(changed.is_empty(), "the upgrade changed children or pods:\n{}", changed.join("\n"));
         let new_events: Vec<String> =
             bosun_events(&env.ns).into_iter().filter(|(k, v)| events_before.get(k) != Some(v)).map(|(_, v)| v).collect();
         eprintln!("install: {} children and pods unchanged; events by bosun since the upgrade: {new_events:?}", after.len());
-        // No storm: the one event of each owner-reference write above, nothing else.
-        let others: Vec<&String> =
-            new_events.iter().filter(|e| !vote_maps.iter().any(|m| e.ends_with(&format!("Updated ConfigMap {m} ()")))).collect();
-        assert!(others.is_empty() && new_events.len() <= vote_maps.len(), "bosun posted events after the upgrade: {new_events:?}");
+        // No storm: the one event of each owner-reference write above and the
+        // databases' rolling restarts, nothing else.
+        let others: Vec<&String> = new_events
+            .iter()
+            .filter(|e| !vote_maps.iter().any(|m| e.ends_with(&format!("Updated ConfigMap {m} ()"))))
+            .filter(|e| !e.contains(" PostgreSQL/"))
+            .collect();
+        assert!(others.is_empty(), "bosun posted events after the upgrade: {new_events:?}");
         // Its own release works as the fresh install's does (the WebApp made for that runs
         // nginx, which only the fake nodes "have").
         let unpinned: serde_json::Map<_, _> = real_node_annotations().keys().map(|k| (k.clone(), json!(null))).collect();

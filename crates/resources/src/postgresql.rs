@@ -9,8 +9,9 @@
 //!  StatefulSet + Backup + refusal ──status──▶ PostgreSQLStatus
 //! ```
 //!
-//! Replication and roles: every instance runs [`instance_script`] as its first process,
-//! a small instance manager that takes its role from its pod's label
+//! Replication and roles: every instance runs `bosun instance` (the `bosun-instance`
+//! crate) as its first process, copied in by the runner's init container: an
+//! instance manager that takes its role from its pod's label
 //! [`ROLE_LABEL`] (set by bosun, read through a downward-API file, which the kubelet
 //! refreshes within a fraction of a second of a change) and acts on it: a primary
 //! starts (out of recovery if it was a standby), a replica with no data clones the
@@ -20,10 +21,9 @@
 //! has no label and starts nothing until bosun gives it one, so a replaced primary
 //! never accepts a write on its own, whether bosun runs or not. The read-write Service
 //! selects the label `primary`, which bosun moves only after taking it from the old
-//! primary. Each time it starts the server, the instance manager runs [`setup_script`]
-//! beside it (passwords and the replication role, on the primary only). Both scripts take everything from the
-//! environment, so the same text runs in the pod and, in a test, on the host against
-//! Debian's PostgreSQL binaries.
+//! primary. Each time it starts the server, the instance manager sets it up beside it
+//! (passwords and the replication role, on the primary only). Its settings are the
+//! variables of `bosun_instance::settings`, named here through that contract.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +51,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
+
+use bosun_instance::settings::env as instance;
 
 use crate::claims;
 use crate::conditions::{self, Desired};
@@ -591,7 +593,9 @@ pub fn desired_statefulset(
         claim_labels.insert(VERSION_LABEL.to_owned(), first.to_owned());
     }
     pod_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
-    let mut command = vec!["bash".to_owned(), "-c".to_owned(), instance_script(), "bosun-instance".to_owned()];
+    // The instance manager (`bosun instance`, copied in by the runner's init
+    // container) runs the image's own entrypoint and server as its child.
+    let mut command = vec![format!("{RUNNER_MOUNT}/bosun"), "instance".to_owned(), "--".to_owned()];
     command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
     command.extend(server_args(db));
     let container = Container {
@@ -600,16 +604,15 @@ pub fn desired_statefulset(
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(command),
         env: Some(vec![
-            secret_env("POSTGRES_USER", &secret, keys::USERNAME, false),
-            secret_env("POSTGRES_PASSWORD", &secret, keys::PASSWORD, false),
-            env("REPLICATION_USER", REPLICATION_USER),
-            secret_env("REPLICATION_PASSWORD", &secret, keys::REPLICATION_PASSWORD, true),
-            env("PGDATA", PGDATA),
-            env("PGPORT", PORT.to_string()),
-            env("PRIMARY_HOST", name.clone()),
-            env("PRIMARY_PORT", PORT.to_string()),
-            env("BOSUN_ROLE_FILE", ROLE_FILE),
-            env("BOSUN_SETUP_SCRIPT", setup_script()),
+            secret_env(instance::SUPERUSER, &secret, keys::USERNAME, false),
+            secret_env(instance::PASSWORD, &secret, keys::PASSWORD, false),
+            env(instance::REPLICATION_USER, REPLICATION_USER),
+            secret_env(instance::REPLICATION_PASSWORD, &secret, keys::REPLICATION_PASSWORD, true),
+            env(instance::PGDATA, PGDATA),
+            env(instance::PORT, PORT.to_string()),
+            env(instance::PRIMARY_HOST, name.clone()),
+            env(instance::PRIMARY_PORT, PORT.to_string()),
+            env(instance::ROLE_FILE, ROLE_FILE),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("postgres".to_owned()),
@@ -624,6 +627,7 @@ pub fn desired_statefulset(
                 read_only: Some(true),
                 ..VolumeMount::default()
             },
+            runner_mount(true),
         ]),
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
@@ -640,18 +644,15 @@ pub fn desired_statefulset(
     };
     let mut init_containers: Vec<Container> =
         settings.volume_permissions.then(|| volume_permissions(&container)).into_iter().collect();
-    let mut volumes = vec![podinfo_volume()];
+    init_containers.push(runner_container(&settings.runner_image, &container));
+    let runner_volume = Volume {
+        name: RUNNER_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    };
+    let mut volumes = vec![podinfo_volume(), runner_volume];
     let mut container = container;
     let (continuous, recovery) = (continuous_destination(db), recovery(db));
-    if continuous.is_some() || recovery.is_some() {
-        init_containers.push(runner_container(&settings.runner_image, &container));
-        volumes.push(Volume {
-            name: RUNNER_VOLUME.to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Volume::default()
-        });
-        container.volume_mounts.get_or_insert_with(Vec::new).push(runner_mount(true));
-    }
     // The runner reaches the archive as a Backup's run does: the same variables, the
     // Secret's keys, the same mounts; its folder is the database's Backup's. A recovery
     // from another archive has variables of its own (the Secret and claim are the
@@ -1245,42 +1246,6 @@ fn backup_configured(db: &PostgreSQL, backup: Option<&Backup>, conflict: Option<
     }
 }
 
-/// The instance manager every instance runs as its first process
-/// (`bash -c SCRIPT bosun-instance COMMAND...`, COMMAND being the image's entrypoint and
-/// the server's arguments, to which it adds `primary_conninfo`); see the module's
-/// documentation for what it does with its role. A replica clones into a sibling
-/// directory first and moves it into place whole, so an interrupted clone is started
-/// over, never started. A non-empty `$PGDATA` without a cluster is refused, not
-/// cleared. It exits when postgres exits on its own (the container restarts, and a
-/// crash loop is visible as one); it stops postgres fast on SIGTERM.
-///
-/// Environment: `PGDATA`, `PRIMARY_HOST`, `PRIMARY_PORT` (the read-write Service),
-/// `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`, `REPLICATION_PASSWORD`,
-/// `BOSUN_ROLE_FILE` (the role), `BOSUN_ROLE_TOLD` (what bosun told it directly,
-/// [`ROLE_TOLD_FILE`]), `BOSUN_PGPASS` (where it writes the passfile its connections
-/// use, `/tmp/bosun.pgpass`).
-pub fn instance_script() -> String {
-    include_str!("scripts/postgres-instance.sh").to_owned()
-}
-
-/// The primary's setup (run in the background by the instance manager each time it
-/// starts the server, from `BOSUN_SETUP_SCRIPT`; a standby has nothing to do). Not a
-/// `postStart` hook: the kubelet holds the whole pod — even its deletion — until a
-/// hook returns, and this one waits for the server for up to ten minutes. Once the server accepts connections on its socket, set the superuser's
-/// password from `POSTGRES_PASSWORD` (so a password edited in the Secret takes effect
-/// on the next start), create or update the replication role `REPLICATION_USER` with
-/// `REPLICATION_PASSWORD`, and admit its replication connections in `pg_hba.conf`.
-/// Idempotent. Retries until `BOSUN_SETUP_TIMEOUT` seconds (600) have passed, then
-/// gives up with a message — never stopping the server.
-///
-/// Environment: `POSTGRES_USER`, `POSTGRES_PASSWORD`, `REPLICATION_USER`,
-/// `REPLICATION_PASSWORD` (empty: no replication role), `PGPORT`, `PGHOST` (the socket
-/// directory, `/var/run/postgresql`), `BOSUN_SETUP_LOG` (where messages go: the
-/// first process's stderr, `/proc/1/fd/2`, so `kubectl logs` shows them).
-pub fn setup_script() -> String {
-    include_str!("scripts/postgres-setup.sh").to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use bosun_api::postgresql::{BackupSettings, PostgreSQLSpec};
@@ -1397,7 +1362,8 @@ mod tests {
         assert_eq!(policy.when_deleted.as_deref(), Some("Retain"));
         let template = spec.template.metadata.as_ref().unwrap();
         assert_eq!(template.annotations.as_ref().unwrap()[CREDENTIALS_DIGEST], "d1");
-        assert_eq!(pod.init_containers, None, "nothing runs as root unless configured");
+        let root = |c: &Container| c.security_context.as_ref().and_then(|s| s.run_as_user) == Some(0);
+        assert!(!pod.init_containers.iter().flatten().any(root), "nothing runs as root unless configured");
     }
 
     #[test]
@@ -1450,7 +1416,14 @@ mod tests {
             continuous: {archiveTimeout: 2m}}}"#;
         let plain = desired_statefulset(&example(), &Settings::default(), None, "d");
         let spec = plain.spec.unwrap().template.spec.unwrap();
-        assert_eq!(spec.init_containers, None, "nothing changes for a database without it");
+        let init: Vec<&str> = spec.init_containers.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(init, [RUNNER_CONTAINER], "every instance gets bosun, for its instance manager");
+        let postgres = &spec.containers[0];
+        assert_eq!(
+            postgres.command.as_ref().unwrap()[..5],
+            ["/opt/bosun/bin/bosun", "instance", "--", "docker-entrypoint.sh", "postgres"]
+        );
+        assert!(!postgres.env_from.iter().flatten().any(|e| e.secret_ref.is_some()), "no archive: no credentials");
         assert!(!server_args(&example()).iter().any(|a| a.starts_with("archive")));
 
         let db = db(CONTINUOUS);
@@ -1892,58 +1865,5 @@ mod tests {
             (cond(&s, "BackupConfigured").status.as_str(), cond(&s, "BackupConfigured").reason.as_str()),
             ("True", "Scheduled")
         );
-    }
-
-    #[test]
-    fn the_scripts_are_valid_bash() {
-        for script in [instance_script(), setup_script()] {
-            let out = std::process::Command::new("bash").args(["-n", "-c", &script]).output().expect("bash");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        }
-    }
-
-    /// The instance script with `role` in its role file and `pgdata`, running `echo started`.
-    fn instance(dir: &std::path::Path, role: &str, pgdata: &str) -> std::process::Output {
-        std::fs::write(dir.join("role"), role).unwrap();
-        std::process::Command::new("bash")
-            .args(["-c", &instance_script(), "bosun-instance", "echo", "started"])
-            .env("BOSUN_ROLE_FILE", dir.join("role"))
-            .env("BOSUN_PGPASS", dir.join("pgpass"))
-            .env("PGDATA", dir.join(pgdata))
-            .envs([("POSTGRES_USER", "postgres"), ("POSTGRES_PASSWORD", "p:w"), ("REPLICATION_USER", "replicator")])
-            .envs([("REPLICATION_PASSWORD", "x"), ("PRIMARY_HOST", "db"), ("PRIMARY_PORT", "5432")])
-            .output()
-            .expect("bash")
-    }
-
-    #[test]
-    fn the_instance_runs_the_command_as_a_primary_and_as_a_standby_of_existing_data() {
-        let dir = std::env::temp_dir().join(format!("bosun-instance-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("pgdata")).unwrap();
-        std::fs::write(dir.join("pgdata/PG_VERSION"), "15\n").unwrap();
-        std::fs::write(dir.join("pgdata/standby.signal"), "").unwrap();
-        for (role, pgdata) in [("primary", "empty"), ("replica", "pgdata")] {
-            let out = instance(&dir, role, pgdata);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                stdout.starts_with("started -c primary_conninfo=host=db port=5432 user=replicator passfile="),
-                "{role}: {stdout} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let pgpass = std::fs::read_to_string(dir.join("pgpass")).unwrap();
-        assert!(pgpass.contains("*:*:*:postgres:p\\:w\n"), "a ':' in a password is escaped: {pgpass}");
-        // A primary whose data was a standby's starts out of recovery.
-        let out = instance(&dir, "primary", "pgdata");
-        assert!(out.status.success());
-        assert!(!dir.join("pgdata/standby.signal").exists());
-        // A standby whose directory holds something else is refused, not cleared.
-        std::fs::create_dir_all(dir.join("other")).unwrap();
-        std::fs::write(dir.join("other/keep"), "x").unwrap();
-        let out = instance(&dir, "replica", "other");
-        assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("left as it is"));
-        assert!(dir.join("other/keep").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -124,6 +124,8 @@ impl Env {
     /// reason, if the cluster has none).
     pub async fn use_real_node(&self) {
         require_real_node(&self.client).await;
+        // Every database instance's first process is the runner image's bosun.
+        import_runner_image();
         // The label keeps the local cluster's placement policy from putting the
         // namespace back on the fake nodes at this change.
         let patch = json!({"metadata": {"labels": {NODES_LABEL: "real"}, "annotations": real_node_annotations()}});
@@ -202,20 +204,32 @@ pub const BRIDGE_IP: &str = "10.245.0.1";
 /// The runner image Backup and Restore runs use (`bosun run --runner-image`'s default).
 pub const RUNNER_IMAGE: &str = "localhost/bosun-runner:dev";
 
-/// Build [`RUNNER_IMAGE`] from the `bosun` binary under test and import it into the
-/// real node (`hack/images.sh runner`), once per test process.
+/// Build [`RUNNER_IMAGE`] from the `bosun` under test, linked statically as images
+/// have it (`hack/static-bosun.sh`: cargo, nothing to do when `make test` built it),
+/// and import it into the real node (`hack/images.sh runner`), once per test process.
 pub fn import_runner_image() {
     static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
     if *done {
         return;
     }
+    let binary = match std::env::var_os("BOSUN_STATIC_BIN") {
+        Some(path) => path.into(),
+        None => {
+            let out = std::process::Command::new(crate::repo_root().join("hack/static-bosun.sh"))
+                .output()
+                .unwrap_or_else(|e| panic!("running hack/static-bosun.sh: {e}"));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "hack/static-bosun.sh failed:\n{stderr}");
+            std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
     let socket = ClusterDir::from_env().containerd_socket();
     let out = std::process::Command::new(crate::repo_root().join("hack/images.sh"))
         .arg("runner")
         .arg("--address")
         .arg(&socket)
-        .arg(crate::backends::bosun_binary())
+        .arg(&binary)
         .output()
         .unwrap_or_else(|e| panic!("running hack/images.sh runner: {e}"));
     assert!(

@@ -1,8 +1,8 @@
-//! The instance scripts of the PostgreSQL StatefulSet, run on the host against
-//! Debian's PostgreSQL 15 binaries, each instance under the instance manager with its
+//! PostgreSQL's instance manager (`bosun instance`, installed as a pod installs it),
+//! run on the host against Debian's PostgreSQL 15 binaries, each instance with its
 //! role in a file (as the pod's downward-API file) and a TCP forwarder standing for the
-//! read-write Service: a primary set up with the setup script, a standby cloned from
-//! it, rows streamed; then the primary killed, the standby made primary (it promotes
+//! read-write Service: a primary set up by its manager, a standby cloned from it, rows
+//! streamed; then the primary killed, the standby made primary (it promotes
 //! itself), the old primary started again as a replica (rewound, it follows the new
 //! timeline); then a switchover back (the running primary made a replica stops and
 //! rejoins); then a promotion the label did not ask for undone, and a role told over
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_resources::postgresql::{TELL_ROLE, instance_script, setup_script};
+use bosun_resources::postgresql::TELL_ROLE;
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PASSWORD: &str = "Sup3r-secret";
@@ -71,6 +71,14 @@ impl Drop for Server {
     }
 }
 
+/// `bosun` installed in `dir` as a pod's init container installs it (`bosun install`),
+/// where the postgres user can run it.
+fn install(dir: &Path) -> PathBuf {
+    let path = dir.join("bosun");
+    ok(Command::new(env!("CARGO_BIN_EXE_bosun")).arg("install").arg(&path).output().unwrap(), "bosun install");
+    path
+}
+
 /// An instance on `port` under the instance manager, reading its role from
 /// `dir/role-<port>`, its primary behind `service`.
 fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
@@ -92,8 +100,9 @@ fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
         "-c",
         "wal_keep_size=1GB",
     ];
-    let child = command("bash")
-        .args(["-c", &instance_script(), "bosun-instance", &postgres])
+    let child = command(dir.join("bosun").to_str().unwrap())
+        .args(["instance", "--name", &format!("instance-{port}"), "--socket-dir", dir.to_str().unwrap()])
+        .args(["--port", &port_s, "--", &postgres])
         .args(server_args)
         .env("PATH", path_env())
         .env("PGDATA", pgdata)
@@ -230,29 +239,14 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     let target = Arc::new(AtomicU16::new(pa));
     let svc = service(target.clone());
     set_role(&dir, pa, "primary");
+    install(&dir);
     let a = start(&dir, &a_data, pa, svc);
 
-    let setup = |port: u16| {
-        command("bash")
-            .args(["-c", &setup_script()])
-            .env("PATH", path_env())
-            .envs([
-                ("BOSUN_SETUP_LOG", "/dev/stderr"),
-                ("BOSUN_SETUP_TIMEOUT", "60"),
-                ("POSTGRES_USER", "postgres"),
-                ("POSTGRES_PASSWORD", PASSWORD),
-                ("REPLICATION_USER", "replicator"),
-                ("REPLICATION_PASSWORD", REPLICATION_PASSWORD),
-                ("PGHOST", dir.to_str().unwrap()),
-                ("PGPORT", &port.to_string()),
-            ])
-            .output()
-            .unwrap()
-    };
-    let first = setup(pa);
-    let log = String::from_utf8_lossy(&first.stderr).into_owned();
-    ok(first, "the setup script");
-    assert!(log.contains("passwords and the replication role are set"), "{log}");
+    // The manager sets the primary up beside its server: the superuser's password,
+    // the replication role, pg_hba.conf.
+    wait_until("the primary's setup", &a, Duration::from_secs(60), || {
+        std::fs::read_to_string(&a.log).unwrap_or_default().contains("passwords and the replication role are set")
+    });
     // The superuser's password is the one from the environment (the Secret).
     assert_eq!(ok(sql(pa, "postgres", PASSWORD, "SELECT 1"), "login with the password"), "1");
     assert!(!sql(pa, "postgres", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
@@ -289,9 +283,9 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         "senders",
     );
     assert!(senders.starts_with("replicator|streaming|"), "{senders}");
-    // Setup on a standby does nothing and says nothing.
-    let on_standby = setup(pb);
-    assert!(String::from_utf8_lossy(&on_standby.stderr).is_empty(), "{on_standby:?}");
+    // A standby's setup sees to its pg_hba.conf only, and says nothing.
+    let log = std::fs::read_to_string(&b.log).unwrap();
+    assert!(!log.contains("passwords and the replication role are set"), "{log}");
 
     // Failover: a's postmaster killed (its instance manager exits, as its container
     // would); b made the primary promotes itself; the Service moves to it.

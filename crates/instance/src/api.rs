@@ -1,0 +1,313 @@
+//! The instance's status and control API: HTTPS on [`PORT`], with the certificate and
+//! the token bosun keeps in the database's instance Secret (mounted read-only in the
+//! pod, re-read when the kubelet refreshes it). Every request carries the token
+//! (`Authorization: Bearer …`): a caller without it gets 401 and nothing changes. No
+//! answer holds a password.
+//!
+//! ```text
+//! GET  /v1/status       Status (JSON): role, data directory, the server's answers
+//! POST /v1/role         {"role": "primary"|"replica"}: followed at once, until the label's file is refreshed
+//! POST /v1/rewind       a standby that cannot follow: rewound (pg_rewind) on its next start
+//! POST /v1/checkpoint   CHECKPOINT on this server
+//! ```
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::data::{DataState, files};
+use crate::role::{Role, RoleSource};
+use crate::settings::InstanceArgs;
+use crate::status::{self, Status};
+
+/// The API's port (the container port `instance-api`).
+pub const PORT: u16 = 8000;
+/// The files of the mounted instance Secret.
+pub mod keys {
+    pub const CERT: &str = "tls.crt";
+    pub const KEY: &str = "tls.key";
+    pub const TOKEN: &str = "token";
+}
+pub mod paths {
+    pub const STATUS: &str = "/v1/status";
+    pub const ROLE: &str = "/v1/role";
+    pub const REWIND: &str = "/v1/rewind";
+    pub const CHECKPOINT: &str = "/v1/checkpoint";
+}
+
+/// The body of [`paths::ROLE`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleRequest {
+    pub role: String,
+}
+
+/// What the manager shares with the API.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// A stop to rejoin as a standby was asked.
+    pub demoting: AtomicBool,
+}
+
+/// The API's files, re-read when they change (the kubelet swaps a Secret volume's
+/// files when the Secret changes).
+#[derive(Debug)]
+struct Credentials {
+    dir: PathBuf,
+    loaded: Mutex<Option<Loaded>>,
+}
+
+#[derive(Clone)]
+struct Loaded {
+    generation: Vec<u8>,
+    acceptor: TlsAcceptor,
+    token: Arc<String>,
+}
+
+impl Credentials {
+    /// The acceptor and token of the files now; the last good ones when they do not load.
+    fn current(&self) -> Result<(TlsAcceptor, Arc<String>), String> {
+        let read = |name: &str| std::fs::read(self.dir.join(name)).map_err(|e| format!("{name}: {e}"));
+        let (cert, key, token) = (read(keys::CERT)?, read(keys::KEY)?, read(keys::TOKEN)?);
+        let generation = [cert.as_slice(), key.as_slice(), token.as_slice()].concat();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = loaded.as_ref().filter(|l| l.generation == generation) {
+            return Ok((l.acceptor.clone(), l.token.clone()));
+        }
+        let token = String::from_utf8_lossy(&token).trim().to_owned();
+        if token.is_empty() {
+            return Err(format!("{} is empty", keys::TOKEN));
+        }
+        let acceptor = acceptor(&cert, &key)?;
+        let fresh = Loaded { generation, acceptor, token: Arc::new(token) };
+        *loaded = Some(fresh.clone());
+        Ok((fresh.acceptor, fresh.token))
+    }
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Loaded { .. }")
+    }
+}
+
+fn acceptor(cert: &[u8], key: &[u8]) -> Result<TlsAcceptor, String> {
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", keys::CERT))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("{}: {e}", keys::KEY))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the certificate and key: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// What answers the API's requests.
+#[derive(Debug)]
+pub struct Api {
+    pub args: InstanceArgs,
+    pub shared: Arc<Shared>,
+}
+
+/// Serve the API on `listener` with the files in `dir` until `stop`.
+pub async fn serve(listener: TcpListener, dir: PathBuf, api: Arc<Api>, stop: CancellationToken) {
+    let credentials = Arc::new(Credentials { dir, loaded: Mutex::new(None) });
+    let mut said = false;
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(err) => { warn!(%err, "the API's accept failed"); continue; }
+            },
+            () = stop.cancelled() => return,
+        };
+        let (acceptor, token) = match credentials.current() {
+            Ok(current) => current,
+            Err(why) => {
+                if !said {
+                    warn!(%why, dir = %credentials.dir.display(), "the API's certificate or token cannot be read: connections are refused");
+                    said = true;
+                }
+                continue;
+            }
+        };
+        said = false;
+        let api = api.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(err) => return debug!(%err, %peer, "an API TLS handshake failed"),
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let (api, token) = (api.clone(), token.clone());
+                async move { Ok::<_, Infallible>(handle(&api, &token, req).await) }
+            });
+            if let Err(err) =
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await
+            {
+                debug!(%err, %peer, "an API connection ended");
+            }
+        });
+    }
+}
+
+type Reply = Response<Full<Bytes>>;
+
+fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response
+}
+
+fn json(value: &impl Serialize) -> Reply {
+    let mut response = reply(StatusCode::OK, serde_json::to_vec(value).unwrap_or_default());
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Whether `header` is `Bearer <token>`, compared in time independent of where they differ.
+pub fn authorized(header: Option<&[u8]>, token: &str) -> bool {
+    let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else { return false };
+    given.len() == token.len() && given.iter().zip(token.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The largest request body read.
+const MAX_BODY: usize = 1024;
+
+async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
+    let header = req.headers().get(hyper::header::AUTHORIZATION).map(|h| h.as_bytes());
+    if !authorized(header, token) {
+        let mut response = reply(StatusCode::UNAUTHORIZED, "a bearer token from the instance Secret is required\n");
+        response
+            .headers_mut()
+            .insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    match (method, path.as_str()) {
+        (Method::GET, paths::STATUS) => json(&api.status().await),
+        (Method::POST, paths::ROLE) => {
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(body) => body.to_bytes(),
+                Err(e) => return reply(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}\n")),
+            };
+            let role = serde_json::from_slice::<RoleRequest>(&body).ok().and_then(|r| Role::parse(&r.role));
+            let Some(role) = role else {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    "the body must be {\"role\": \"primary\"} or {\"role\": \"replica\"}\n",
+                );
+            };
+            match api.roles().tell(role) {
+                Ok(()) => {
+                    info!(%role, "bosun told this instance its role");
+                    reply(StatusCode::NO_CONTENT, "")
+                }
+                Err(e) => reply(StatusCode::CONFLICT, format!("the role could not be recorded: {e}\n")),
+            }
+        }
+        (Method::POST, paths::REWIND) => match remove(&api.args.pgdata.join(files::STANDBY)) {
+            Ok(()) => {
+                info!("bosun asked for a rewind: this standby rewinds its data (pg_rewind) on its next start");
+                reply(StatusCode::NO_CONTENT, "")
+            }
+            Err(e) => reply(StatusCode::CONFLICT, format!("{}: {e}\n", files::STANDBY)),
+        },
+        (Method::POST, paths::CHECKPOINT) => match crate::setup::query(&api.args, "CHECKPOINT").await {
+            Ok(_) => reply(StatusCode::NO_CONTENT, ""),
+            Err(e) => reply(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        },
+        (_, paths::STATUS | paths::ROLE | paths::REWIND | paths::CHECKPOINT) => {
+            reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
+        _ => reply(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+impl Api {
+    fn roles(&self) -> RoleSource {
+        RoleSource { label_file: self.args.role_file.clone(), told_file: self.args.role_told.clone() }
+    }
+
+    /// The instance now: its files, and its server's answers.
+    pub async fn status(&self) -> Status {
+        let roles = self.roles();
+        let (role, source) = roles.read_with_source();
+        let data = DataState::read(&self.args.pgdata);
+        let (server, server_error) = match crate::setup::query(&self.args, status::SERVER_SQL).await {
+            Ok(answer) => match status::parse_server(&answer) {
+                Some(mut server) => {
+                    if !server.in_recovery {
+                        server.archiver = crate::setup::query(&self.args, status::ARCHIVER_SQL)
+                            .await
+                            .ok()
+                            .and_then(|a| status::parse_archiver(&a));
+                    }
+                    (Some(server), None)
+                }
+                None => (None, Some(format!("an answer that does not parse: {}", answer.trim()))),
+            },
+            Err(e) => (None, Some(e)),
+        };
+        let archive_error = self
+            .args
+            .wal_error_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .map(|e| e.trim().to_owned())
+            .filter(|e| !e.is_empty());
+        Status {
+            name: self.args.name.clone(),
+            role: role.map(|r| r.as_str().to_owned()),
+            role_source: source.to_owned(),
+            data_major: data.major.clone(),
+            standby_signal: data.standby,
+            recovery_signal: data.recovering,
+            server,
+            server_error,
+            demoting: self.shared.demoting.load(Ordering::Relaxed),
+            analyze_pending: self.args.pgdata.join(crate::setup::ANALYZE_MARKER).exists(),
+            archive_error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_bearer_of_the_token_is_authorized() {
+        assert!(authorized(Some(b"Bearer s3cret"), "s3cret"));
+        for header in
+            [None, Some(&b"s3cret"[..]), Some(b"Bearer s3cre"), Some(b"Bearer s3cret "), Some(b"Basic s3cret")]
+        {
+            assert!(!authorized(header, "s3cret"), "{header:?}");
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! PostgreSQL's instance manager, `bosun instance`: the first process of every
+//! database pod, in the binary the pod already has (`bosun install`). No Kubernetes
+//! client in it: bosun gives the instance its role through the pod's role label,
+//! which the kubelet shows as a file.
+//!
+//! ```text
+//! settings ── the typed contract of the program and of the StatefulSet's builder
+//! role ────── the role: the label's file, or what bosun told ahead of it
+//! data ────── what the data directory holds, and what to do about it (pure)
+//! commands ── the PostgreSQL programs it runs (a trait, faked in the tests)
+//! setup ───── the primary's passwords, replication role and pg_hba.conf
+//! status ──── what an instance says of itself (shared with the controller)
+//! api ─────── the status and control API over HTTPS, for bosun only
+//! manager ─── wait for a role → prepare the data → serve → follow the role
+//! ```
+
+pub mod api;
+pub mod commands;
+pub mod data;
+pub mod manager;
+pub mod role;
+pub mod settings;
+pub mod setup;
+pub mod status;
+
+pub use settings::InstanceArgs;
+
+/// `bosun instance`: run until the server ends or a signal asks to stop; the exit
+/// status is the container's.
+pub async fn run(args: &InstanceArgs) -> std::process::ExitCode {
+    use tokio::signal::unix::{SignalKind, signal};
+    let stop = tokio_util::sync::CancellationToken::new();
+    for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
+        match signal(kind) {
+            Ok(mut signals) => {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    signals.recv().await;
+                    stop.cancel();
+                });
+            }
+            Err(e) => tracing::warn!("signal {kind:?} cannot be handled: {e}"),
+        }
+    }
+    let shared = std::sync::Arc::new(api::Shared::default());
+    if let Some(dir) = &args.api_dir {
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], args.api_port));
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let api = std::sync::Arc::new(api::Api { args: args.clone(), shared: shared.clone() });
+                tokio::spawn(api::serve(listener, dir.clone(), api, stop.clone()));
+            }
+            // bosun cannot ask or tell it anything; the label still works.
+            Err(e) => tracing::error!(%addr, "the API cannot listen: {e}"),
+        }
+    }
+    let outcome = manager::run(args, &commands::Commands { args }, &shared, &stop).await;
+    std::process::ExitCode::from(outcome.exit_code())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,378 @@
+//! The instance manager's loop: wait for a role → prepare the data for it
+//! ([`crate::data::next_step`], again after each step until the server may start) →
+//! start the server, its setup beside it → follow the role while it runs (promote,
+//! or stop to rejoin) → on a stop asked for by the role, round again. A signal
+//! (SIGTERM, SIGINT) stops the server fast and ends the manager; the server ending on
+//! its own ends it too, with its status, so the container restarts.
+
+use std::path::Path;
+use std::pin::pin;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::process::Child;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::api::Shared;
+use crate::commands::{Postgres, conninfo};
+use crate::data::{self, DataState, Step, WhileRunning};
+use crate::role::{Role, RoleSource};
+use crate::settings::InstanceArgs;
+
+/// How often the role and the data directory are looked at.
+pub const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// How often the primary is asked for while a standby waits for it.
+pub const SOURCE_EVERY: Duration = Duration::from_secs(1);
+
+/// How the manager ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Asked to stop (a signal): the server, if any, stopped.
+    Stopped,
+    /// The server ended on its own, with this exit status (128 + the signal that
+    /// ended it).
+    ServerExited(i32),
+    /// A step the instance cannot get past without a person: why.
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Outcome::Stopped => 0,
+            Outcome::ServerExited(code) => u8::try_from(*code).unwrap_or(1),
+            Outcome::Failed(_) => 1,
+        }
+    }
+}
+
+/// Why preparing the data did not end in a start.
+enum Halt {
+    Stopped,
+    Failed(String),
+}
+
+/// Run the instance: `pg` runs the programs, `stop` is cancelled by a signal.
+pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop: &CancellationToken) -> Outcome {
+    let roles = RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    if let Err(e) = write_passfile(args) {
+        return Outcome::Failed(format!("writing the passfile {}: {e}", args.passfile.display()));
+    }
+    loop {
+        let Some(role) = wait_for_role(&roles, stop).await else { return Outcome::Stopped };
+        match prepare(args, pg, role, stop).await {
+            Ok(()) => {}
+            Err(Halt::Stopped) => return Outcome::Stopped,
+            Err(Halt::Failed(why)) => {
+                error!("{why}");
+                return Outcome::Failed(why);
+            }
+        }
+        if stop.is_cancelled() {
+            return Outcome::Stopped;
+        }
+        let mut server = match pg.start(&server_command(args)) {
+            Ok(child) => child,
+            Err(e) => return Outcome::Failed(format!("the server could not start: {e}")),
+        };
+        let (status, demoted) = serve(args, pg, &roles, &mut server, stop, shared).await;
+        shared.demoting.store(false, Ordering::Relaxed);
+        if stop.is_cancelled() {
+            return Outcome::Stopped;
+        }
+        if !demoted {
+            warn!(status, "postgres exited");
+            return Outcome::ServerExited(status);
+        }
+    }
+}
+
+/// Wait until bosun gives the instance a role; `None` when asked to stop first.
+async fn wait_for_role(roles: &RoleSource, stop: &CancellationToken) -> Option<Role> {
+    let mut said = false;
+    loop {
+        if let Some(role) = roles.read() {
+            return Some(role);
+        }
+        if !said {
+            info!("waiting for bosun to give this instance its role (label database.example.com/role)");
+            said = true;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(LOOK_EVERY) => {}
+        }
+    }
+}
+
+/// The data made ready for `role`: one step at a time, each decided from what is on
+/// disk after the one before.
+async fn prepare<P: Postgres>(args: &InstanceArgs, pg: &P, role: Role, stop: &CancellationToken) -> Result<(), Halt> {
+    let recovery = args.recovery.destination.is_some();
+    // Each step changes what the next decision sees; a few are enough for any data.
+    for _ in 0..6 {
+        let step = data::next_step(role, &DataState::read(&args.pgdata), args.major.as_deref(), recovery);
+        match step {
+            Step::Start => return Ok(()),
+            Step::Recover => recover(args, pg).await?,
+            Step::LeaveStandby => {
+                info!("bosun made this instance the primary: starting it out of recovery");
+                remove_file(&args.pgdata.join(data::files::STANDBY))?;
+            }
+            Step::Clone => clone(args, pg, stop).await?,
+            Step::Reclone { have } => reclone(args, pg, &have, stop).await?,
+            Step::Rejoin => rejoin(args, pg, stop).await?,
+        }
+    }
+    Err(Halt::Failed(format!("the data directory {} did not become ready to start", args.pgdata.display())))
+}
+
+/// The primary behind the read-write Service, up and out of recovery: its major.
+async fn wait_source<P: Postgres>(args: &InstanceArgs, pg: &P, stop: &CancellationToken) -> Result<u32, Halt> {
+    let mut said = false;
+    loop {
+        if let Some(major) = pg.primary().await {
+            return Ok(major);
+        }
+        if !said {
+            info!(host = %args.primary_host, port = args.primary_port, "waiting for the primary");
+            said = true;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Err(Halt::Stopped),
+            () = tokio::time::sleep(SOURCE_EVERY) => {}
+        }
+    }
+}
+
+/// A standby with no data: a copy of the primary, made beside the data directory and
+/// moved into its place whole, so a clone cut short is never taken for data.
+async fn clone<P: Postgres>(args: &InstanceArgs, pg: &P, stop: &CancellationToken) -> Result<(), Halt> {
+    let pgdata = &args.pgdata;
+    if pgdata.exists() && std::fs::remove_dir(pgdata).is_err() {
+        return Err(Halt::Failed(format!(
+            "{} is not empty but holds no cluster (no PG_VERSION): left as it is; empty or delete the claim to \
+             clone the primary again",
+            pgdata.display()
+        )));
+    }
+    if args.replication_password().is_none() {
+        return Err(Halt::Failed(
+            "REPLICATION_PASSWORD is empty: the credentials Secret has no replication-password key".into(),
+        ));
+    }
+    wait_source(args, pg, stop).await?;
+    let partial = data::partial_path(pgdata);
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(|e| failed(&partial, "removing", e))?;
+    }
+    info!(host = %args.primary_host, port = args.primary_port, pgdata = %pgdata.display(), "cloning the primary");
+    pg.base_backup(&partial).await.map_err(Halt::Failed)?;
+    touch(&partial.join(data::files::STANDBY))?;
+    std::fs::rename(&partial, pgdata).map_err(|e| failed(&partial, "moving into place", e))?;
+    info!("cloned; starting as a hot standby");
+    Ok(())
+}
+
+/// A former primary's data (or a standby's told to rewind): rewound to the primary's
+/// timeline; when that is impossible, kept aside whole and the primary cloned afresh.
+async fn rejoin<P: Postgres>(args: &InstanceArgs, pg: &P, stop: &CancellationToken) -> Result<(), Halt> {
+    wait_source(args, pg, stop).await?;
+    info!(primary = %args.primary_host, "this data directory was a primary's: rewinding it with pg_rewind to follow the primary");
+    // pg_rewind needs a clean shutdown recorded with wal_log_hints on.
+    if let Err(why) = pg.crash_recovery().await {
+        warn!(%why, "crash recovery of the old data directory failed");
+    }
+    if let Err(why) = pg.checkpoint_primary().await {
+        warn!(%why, "CHECKPOINT on the primary failed: pg_rewind may not see its new timeline");
+    }
+    match pg.rewind().await {
+        Ok(()) => {
+            touch(&args.pgdata.join(data::files::STANDBY))?;
+            info!("rewound; starting as a hot standby");
+            Ok(())
+        }
+        Err(why) => {
+            let aside = data::diverged_path(&args.pgdata, jiff::Timestamp::now());
+            warn!(
+                %why, aside = %aside.display(),
+                "pg_rewind could not rewind it: the data directory is kept whole (delete it when you no longer need \
+                 it) and the primary is cloned afresh"
+            );
+            std::fs::rename(&args.pgdata, &aside).map_err(|e| failed(&args.pgdata, "keeping aside", e))?;
+            clone(args, pg, stop).await
+        }
+    }
+}
+
+/// A standby's data of an older major (`have`): once the primary answers on this
+/// server's major, the copy goes (it is a copy: the primary keeps its pre-upgrade
+/// directory itself); a primary on yet another major leaves it alone.
+async fn reclone<P: Postgres>(args: &InstanceArgs, pg: &P, have: &str, stop: &CancellationToken) -> Result<(), Halt> {
+    let major = args.major.clone().unwrap_or_default();
+    let primary = wait_source(args, pg, stop).await?;
+    if primary.to_string() != major {
+        return Err(Halt::Failed(format!(
+            "this standby's data is PostgreSQL {have} and the primary runs {primary}, not {major}: left as it is"
+        )));
+    }
+    info!(from = have, to = %major, "the primary was upgraded: this standby's copy goes, the primary is cloned again");
+    std::fs::remove_dir_all(&args.pgdata).map_err(|e| failed(&args.pgdata, "removing", e))
+}
+
+/// A new database's data from the archive (`bosun recover`). What refuses it (a
+/// target out of range) is the container's termination message: bosun's status
+/// quotes it.
+async fn recover<P: Postgres>(args: &InstanceArgs, pg: &P) -> Result<(), Halt> {
+    let r = &args.recovery;
+    info!(
+        pgdata = %args.pgdata.display(), name = r.name.as_deref().unwrap_or_default(),
+        destination = r.destination.as_deref().unwrap_or_default(), "recovering from the archive"
+    );
+    match pg.recover().await {
+        Ok(said) => {
+            info!("recovered: {said}");
+            Ok(())
+        }
+        Err(said) => {
+            // The runner's JSON result line is for programs; the rest is for people.
+            let message: Vec<&str> = said.lines().filter(|l| !l.starts_with('{')).collect();
+            let message = crate::commands::tail(&message.join("\n"), 3000).to_owned();
+            if let Err(e) = std::fs::write(&args.termination_log, &message) {
+                warn!(path = %args.termination_log.display(), "the termination message could not be written: {e}");
+            }
+            Err(Halt::Failed(format!("recovery failed: {said}")))
+        }
+    }
+}
+
+/// The server's command: the image's, then the standby's connection to the primary
+/// (a primary ignores it) and, while recovering from an archive, its settings.
+pub fn server_command(args: &InstanceArgs) -> Vec<String> {
+    let mut command = args.command.clone();
+    let primary = conninfo(&[
+        ("host", &args.primary_host),
+        ("port", &args.primary_port.to_string()),
+        ("user", &args.replication_user),
+        ("passfile", &args.passfile.to_string_lossy()),
+        ("application_name", &args.name),
+    ]);
+    command.extend(["-c".to_owned(), format!("primary_conninfo={primary}")]);
+    let recovering = args.pgdata.join(data::files::RECOVERY).exists();
+    if let (true, Some(settings)) = (recovering, &args.recovery.settings)
+        && let Ok(text) = std::fs::read_to_string(settings)
+    {
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            command.extend(["-c".to_owned(), line.to_owned()]);
+        }
+    }
+    command
+}
+
+/// The running server, followed: its setup beside it, its role looked at every
+/// [`LOOK_EVERY`]. Returns its exit status and whether its stop was a demotion.
+async fn serve<P: Postgres>(
+    args: &InstanceArgs,
+    pg: &P,
+    roles: &RoleSource,
+    server: &mut Child,
+    stop: &CancellationToken,
+    shared: &Shared,
+) -> (i32, bool) {
+    let mut setup = pin!(pg.setup());
+    let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
+    let mut look = tokio::time::interval(LOOK_EVERY);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            status = server.wait() => {
+                let code = match status {
+                    Ok(status) => exit_status(status),
+                    Err(e) => {
+                        warn!("waiting for the server: {e}");
+                        1
+                    }
+                };
+                return (code, demoted);
+            }
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                fast_shutdown(server);
+            }
+            () = &mut setup, if !set_up => set_up = true,
+            _ = look.tick() => {
+                let data = DataState::read(&args.pgdata);
+                match data::while_running(roles.read(), &data, demoted) {
+                    WhileRunning::Nothing => {}
+                    WhileRunning::Demote => {
+                        info!("bosun made this instance a standby: stopping the primary (fast shutdown) to rejoin as a standby");
+                        demoted = true;
+                        shared.demoting.store(true, Ordering::Relaxed);
+                        fast_shutdown(server);
+                    }
+                    WhileRunning::Promote => {
+                        if !promoting {
+                            info!("bosun made this instance the primary: promoting it");
+                            promoting = true;
+                        }
+                        // It waits for the promotion to end; a server still starting
+                        // refuses it: again on a later look.
+                        if let Err(why) = pg.promote().await {
+                            info!(%why, "the promotion did not take yet");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SIGINT to the server: PostgreSQL's fast shutdown.
+fn fast_shutdown(server: &Child) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Some(pid) = server.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+    }
+}
+
+/// A process's status as a shell says it: its code, or 128 + the signal that ended it.
+fn exit_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+}
+
+/// The passfile of the instance's own connections (clone, rewind, the primary's
+/// checks): readable by this user only, written before anything reads it.
+pub fn write_passfile(args: &InstanceArgs) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let escape = |s: &str| s.replace('\\', "\\\\").replace(':', "\\:");
+    let mut text = String::new();
+    for (user, password) in [
+        (&args.replication_user, args.replication_password().unwrap_or_default()),
+        (&args.superuser, args.password.as_str()),
+    ] {
+        text.push_str(&format!("*:*:*:{}:{}\n", escape(user), escape(password)));
+    }
+    let _ = std::fs::remove_file(&args.passfile);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&args.passfile)?;
+    file.write_all(text.as_bytes())
+}
+
+fn touch(path: &Path) -> Result<(), Halt> {
+    std::fs::write(path, b"").map_err(|e| failed(path, "creating", e))
+}
+
+fn remove_file(path: &Path) -> Result<(), Halt> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(failed(path, "removing", e)),
+        _ => Ok(()),
+    }
+}
+
+fn failed(path: &Path, doing: &str, e: std::io::Error) -> Halt {
+    Halt::Failed(format!("{doing} {}: {e}", path.display()))
+}

@@ -1,0 +1,236 @@
+//! The primary's setup, beside each start of the server and never blocking it: once
+//! the server accepts connections on its socket, the superuser's password from the
+//! Secret (so a password edited there takes effect on the next start), the
+//! replication role with its password, and `pg_hba.conf`'s lines for the replication
+//! connections; a standby has only its `pg_hba.conf` to see to (every instance has
+//! its own: a clone copies the primary's once). After a major upgrade, the indexes of
+//! databases whose collation version changed are rebuilt and every database is
+//! analyzed. Idempotent; retried until the setup timeout, then given up with a
+//! message, never stopping the server.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tracing::{info, warn};
+
+use crate::commands::output;
+use crate::data::files;
+use crate::settings::InstanceArgs;
+
+/// The marker a major upgrade leaves in the data directory: statistics to gather.
+pub const ANALYZE_MARKER: &str = "bosun-analyze-pending";
+
+/// How the setup's own commits go: with synchronous standbys configured, they must
+/// not wait for a standby that cannot connect before the setup is done.
+const LOCAL_COMMIT: &str = "-c synchronous_commit=local";
+
+/// Run the setup until done or given up.
+pub async fn run(args: &InstanceArgs) {
+    let deadline = Instant::now() + args.setup_timeout();
+    let standby = loop {
+        match attempt(args).await {
+            Ok(standby) => break standby,
+            // A recovery takes as long as its WAL takes to replay.
+            Err(why) if Instant::now() >= deadline && !args.pgdata.join(files::RECOVERY).exists() => {
+                warn!(%why, "the server did not accept the setup in time: passwords and replication role not updated");
+                return;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    };
+    if !standby {
+        info!("passwords and the replication role are set");
+        analyze_after_upgrade(args).await;
+    }
+}
+
+/// One try: `Ok(true)` for a standby (its `pg_hba.conf` done), `Ok(false)` for a
+/// primary set up; `Err` to try again.
+async fn attempt(args: &InstanceArgs) -> Result<bool, String> {
+    if query(args, "SELECT pg_is_in_recovery()").await?.trim() == "t" {
+        // A server recovering from an archive (recovery.signal) becomes the primary:
+        // waited for.
+        let datadir = PathBuf::from(query(args, "SHOW data_directory").await?.trim());
+        if !datadir.join(files::STANDBY).exists() {
+            return Err("recovering from the archive".into());
+        }
+        hba(args).await?;
+        return Ok(true);
+    }
+    script(args, &roles_sql(args)).await?;
+    hba(args).await?;
+    Ok(false)
+}
+
+/// The superuser's password, and the replication role (created when missing) with
+/// its password: SQL read by psql from its input, never from a command line.
+pub fn roles_sql(args: &InstanceArgs) -> String {
+    let mut sql = String::from("SET standard_conforming_strings = on;\n");
+    sql.push_str(&format!("ALTER ROLE {} WITH PASSWORD {};\n", ident(&args.superuser), literal(&args.password)));
+    if let Some(password) = args.replication_password() {
+        let user = &args.replication_user;
+        sql.push_str(&format!(
+            "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
+            literal(user)
+        ));
+        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), literal(password)));
+    }
+    sql
+}
+
+/// The `pg_hba.conf` lines of the replication connections: the replication role's
+/// (standbys clone and stream) and the superuser's (base backups, rewinds).
+pub fn hba_lines(args: &InstanceArgs) -> [String; 2] {
+    [&args.replication_user, &args.superuser].map(|user| format!("host replication {user} all md5"))
+}
+
+/// `pg_hba.conf` with [`hba_lines`], reloaded when one was added.
+async fn hba(args: &InstanceArgs) -> Result<(), String> {
+    let path = PathBuf::from(query(args, "SHOW hba_file").await?.trim());
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let missing: Vec<String> = hba_lines(args).into_iter().filter(|l| !text.lines().any(|have| have == l)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut file =
+        std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let mut added = String::new();
+    if !text.is_empty() && !text.ends_with('\n') {
+        added.push('\n');
+    }
+    for line in missing {
+        added.push_str(&line);
+        added.push('\n');
+    }
+    std::io::Write::write_all(&mut file, added.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    query(args, "SELECT pg_reload_conf()").await.map(drop)
+}
+
+/// After a major upgrade (pg_upgrade carries no planner statistics): the indexes of
+/// databases whose collation version changed rebuilt (the new image's C library may
+/// sort text differently; PostgreSQL 15 and later record the version, on older ones
+/// there is nothing to do), then every database analyzed, the cheapest statistics
+/// first; the marker goes when done. A failure leaves it for the next start.
+async fn analyze_after_upgrade(args: &InstanceArgs) {
+    let Ok(datadir) = query(args, "SHOW data_directory").await else { return };
+    let marker = PathBuf::from(datadir.trim()).join(ANALYZE_MARKER);
+    if !marker.exists() {
+        return;
+    }
+    let stale = query(
+        args,
+        "SELECT datname FROM pg_database WHERE datallowconn \
+         AND datcollversion IS DISTINCT FROM pg_database_collation_actual_version(oid)",
+    )
+    .await
+    .unwrap_or_default();
+    for db in stale.lines().map(str::trim).filter(|d| !d.is_empty()) {
+        info!(database = db, "the collation version of the database changed: rebuilding its indexes (reindexdb)");
+        if let Err(why) = output(client(args, "reindexdb").args(["-d", db]), "reindexdb").await {
+            warn!(database = db, %why, "reindexdb failed; it runs again at the next start");
+            return;
+        }
+        let refresh = format!("ALTER DATABASE {} REFRESH COLLATION VERSION", ident(db));
+        if let Err(why) = query(args, &refresh).await {
+            warn!(database = db, %why, "the collation version could not be refreshed");
+        }
+    }
+    info!("analyzing every database after the major upgrade (vacuumdb --all --analyze-in-stages)");
+    match output(client(args, "vacuumdb").args(["--all", "--analyze-in-stages"]), "vacuumdb").await {
+        Ok(_) => match std::fs::remove_file(&marker) {
+            Ok(()) => info!("analyzed"),
+            Err(e) => warn!(marker = %marker.display(), "analyzed, but the marker could not be removed: {e}"),
+        },
+        Err(why) => warn!(%why, "vacuumdb --analyze-in-stages failed; it runs again at the next start"),
+    }
+}
+
+/// A client program connected to the local server as the superuser, on its socket.
+fn client(args: &InstanceArgs, program: &str) -> Command {
+    let mut command = Command::new(program);
+    command
+        .arg("-h")
+        .arg(&args.socket_dir)
+        .args(["-p", &args.port.to_string(), "-U", &args.superuser])
+        .env("PGOPTIONS", LOCAL_COMMIT)
+        .kill_on_drop(true);
+    command
+}
+
+/// One statement on the local server: its rows, unaligned.
+pub async fn query(args: &InstanceArgs, sql: &str) -> Result<String, String> {
+    let mut command = client(args, "psql");
+    command.args(["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", sql]);
+    output(&mut command, "psql").await
+}
+
+/// `sql` read by psql from its input.
+async fn script(args: &InstanceArgs, sql: &str) -> Result<(), String> {
+    let mut command = client(args, "psql");
+    command.args(["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-d", "postgres"]);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().map_err(|e| format!("psql could not run: {e}"))?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(sql.as_bytes()).await.map_err(|e| format!("writing to psql: {e}"))?;
+    }
+    let out = child.wait_with_output().await.map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    // psql's error names the statement's line, never its text.
+    Err(format!("psql failed ({}): {}", out.status, crate::commands::tail(&String::from_utf8_lossy(&out.stderr), 500)))
+}
+
+/// `name` as an SQL identifier.
+pub fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `text` as an SQL string literal (standard_conforming_strings on: backslashes are
+/// plain characters).
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: InstanceArgs,
+    }
+
+    fn args(extra: &[&str]) -> InstanceArgs {
+        let mut argv = vec!["bosun", "--pgdata", "/d", "--primary-host", "db"];
+        argv.extend(extra);
+        argv.extend(["--", "postgres"]);
+        Cli::try_parse_from(argv).map(|c| c.args).unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    #[test]
+    fn passwords_and_names_are_quoted_whatever_they_hold() {
+        let a = args(&["--password", r"it's\a; DROP", "--superuser", "su\"per", "--replication-password", "r'1"]);
+        let sql = roles_sql(&a);
+        assert!(sql.contains(r#"ALTER ROLE "su""per" WITH PASSWORD 'it''s\a; DROP';"#), "{sql}");
+        assert!(sql.contains("SELECT format('CREATE ROLE %I', 'replicator') WHERE NOT EXISTS"), "{sql}");
+        assert!(sql.contains(r#"ALTER ROLE "replicator" WITH REPLICATION LOGIN PASSWORD 'r''1';"#), "{sql}");
+        assert!(sql.starts_with("SET standard_conforming_strings = on;"), "{sql}");
+    }
+
+    #[test]
+    fn without_a_replication_password_there_is_no_replication_role() {
+        let sql = roles_sql(&args(&["--password", "p", "--replication-password", ""]));
+        assert!(!sql.contains("replicator"), "{sql}");
+        assert_eq!(
+            hba_lines(&args(&["--password", "p"])),
+            ["host replication replicator all md5", "host replication postgres all md5"]
+        );
+    }
+}

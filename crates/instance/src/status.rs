@@ -1,0 +1,153 @@
+//! What an instance says of itself over its API ([`crate::api`]): the types bosun
+//! decides from, shared by the instance manager (which answers) and the controller
+//! (which asks), and how the instance reads them from its server.
+
+use serde::{Deserialize, Serialize};
+
+/// An instance as it sees itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// The pod's name.
+    pub name: String,
+    /// The role it follows (`primary` or `replica`), none before bosun gave one.
+    pub role: Option<String>,
+    /// Where that role comes from: `label` (the pod's label, through its file),
+    /// `told` (bosun, ahead of the label's file) or `none`.
+    pub role_source: String,
+    /// The major of the data directory (`PG_VERSION`), none while it holds no cluster.
+    pub data_major: Option<String>,
+    /// `standby.signal`: the data starts, or runs, as a standby's.
+    pub standby_signal: bool,
+    /// `recovery.signal`: the data recovers from an archive to a target.
+    pub recovery_signal: bool,
+    /// The server, as it answered just now; none when it does not answer (stopped,
+    /// starting, shutting down).
+    pub server: Option<Server>,
+    /// Why the server did not answer.
+    pub server_error: Option<String>,
+    /// A stop was asked to rejoin as a standby (the role says replica).
+    pub demoting: bool,
+    /// A major upgrade's statistics are still to gather (the setup's marker).
+    pub analyze_pending: bool,
+    /// `bosun wal push`'s last failure's message, when it left one.
+    pub archive_error: Option<String>,
+}
+
+/// The server's own answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Server {
+    /// `pg_is_in_recovery()`: a standby (or a server recovering from an archive).
+    pub in_recovery: bool,
+    /// A primary's current timeline; a standby's, as of its last restartpoint.
+    pub timeline: Option<u32>,
+    /// A standby's last WAL received and replayed; a primary's current WAL position.
+    pub receive_lsn: Option<String>,
+    pub replay_lsn: Option<String>,
+    pub current_lsn: Option<String>,
+    /// A primary's standbys that stream from it now (their `application_name`s).
+    pub streaming: Vec<String>,
+    /// `server_version`.
+    pub version: String,
+    /// A primary's archiver (`pg_stat_archiver`).
+    pub archiver: Option<Archiver>,
+}
+
+/// `pg_stat_archiver`, times in Unix seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Archiver {
+    pub last_archived_wal: Option<String>,
+    pub last_archived_time: Option<i64>,
+    pub last_failed_wal: Option<String>,
+    pub last_failed_time: Option<i64>,
+    pub failed_count: i64,
+}
+
+/// The one statement that asks a server everything of [`Server`] but the archiver:
+/// fields separated by `|`.
+pub const SERVER_SQL: &str = "SELECT pg_is_in_recovery(), \
+     CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint()) \
+     ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END, \
+     pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
+     CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \
+     coalesce((SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE state = 'streaming'), ''), \
+     current_setting('server_version')";
+
+/// The archiver's statistics, `|`-separated, times in Unix seconds.
+pub const ARCHIVER_SQL: &str = "SELECT coalesce(last_archived_wal, ''), \
+     coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), \
+     coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, ''), \
+     failed_count FROM pg_stat_archiver";
+
+fn text(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// [`SERVER_SQL`]'s answer (unaligned, `|`-separated); none when it is not that.
+pub fn parse_server(answer: &str) -> Option<Server> {
+    let fields: Vec<&str> = answer.trim().split('|').collect();
+    let [recovery, timeline, receive, replay, current, streaming, version] = fields.as_slice() else { return None };
+    let in_recovery = match *recovery {
+        "t" => true,
+        "f" => false,
+        _ => return None,
+    };
+    Some(Server {
+        in_recovery,
+        timeline: timeline.parse().ok(),
+        receive_lsn: text(receive),
+        replay_lsn: text(replay),
+        current_lsn: text(current),
+        streaming: streaming.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+        version: (*version).to_owned(),
+        archiver: None,
+    })
+}
+
+/// [`ARCHIVER_SQL`]'s answer; none when it is not that.
+pub fn parse_archiver(answer: &str) -> Option<Archiver> {
+    let fields: Vec<&str> = answer.trim().split('|').collect();
+    let [archived, archived_at, failed, failed_at, count] = fields.as_slice() else { return None };
+    let time = |s: &str| -> Result<Option<i64>, ()> {
+        if s.is_empty() { Ok(None) } else { s.parse().map(Some).map_err(drop) }
+    };
+    Some(Archiver {
+        last_archived_wal: text(archived),
+        last_archived_time: time(archived_at).ok()?,
+        last_failed_wal: text(failed),
+        last_failed_time: time(failed_at).ok()?,
+        failed_count: count.parse().ok()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_primarys_and_a_standbys_answers_parse() {
+        let primary = parse_server("f|3|||0/5000060|db-1,db-2|15.10 (Debian 15.10-0+deb12u1)").unwrap_or_default();
+        assert!(!primary.in_recovery);
+        assert_eq!((primary.timeline, primary.current_lsn.as_deref()), (Some(3), Some("0/5000060")));
+        assert_eq!(primary.streaming, ["db-1", "db-2"]);
+        assert_eq!(primary.receive_lsn, None);
+        let standby = parse_server("t|2|0/5000060|0/5000000||| 17.2").unwrap_or_default();
+        assert!(standby.in_recovery && standby.streaming.is_empty());
+        assert_eq!(
+            (standby.receive_lsn.as_deref(), standby.replay_lsn.as_deref()),
+            (Some("0/5000060"), Some("0/5000000"))
+        );
+        assert_eq!(parse_server("psql: error"), None);
+        assert_eq!(parse_server("x|1|||||15"), None);
+    }
+
+    #[test]
+    fn the_archivers_answer_parses() {
+        let a = parse_archiver("000000010000000000000003|1764300000|||2").unwrap_or_default();
+        assert_eq!(a.last_archived_wal.as_deref(), Some("000000010000000000000003"));
+        assert_eq!((a.last_archived_time, a.last_failed_time, a.failed_count), (Some(1764300000), None, 2));
+        assert_eq!(parse_archiver("a|not a time|||0"), None);
+    }
+}
