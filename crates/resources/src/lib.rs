@@ -15,6 +15,7 @@ pub mod duration;
 pub mod failover;
 pub mod meta;
 pub mod pods;
+pub mod pki;
 pub mod postgresql;
 pub mod quantity;
 pub mod render;

@@ -7,7 +7,7 @@
 //!  the leader:    CA bundle ─▶ configurations (created with --webhook-url, else injected)
 //! ```
 
-pub mod certs;
+pub use bosun_resources::pki as certs;
 pub mod configs;
 pub mod conversion;
 pub mod server;

@@ -1,6 +1,6 @@
-//! The webhook's certificates when bosun manages them: a CA and a serving certificate
-//! it signs, kept in one Secret, renewed and rotated by a plan that is a pure function
-//! of the Secret and the clock.
+//! Certificates bosun manages (the webhook's, each PostgreSQL's instances'): a CA and
+//! a serving certificate it signs, kept in one Secret, renewed and rotated by a plan
+//! that is a pure function of the Secret and the clock.
 //!
 //! ```text
 //!  Secret (or none) + now + Lifetimes ──plan──▶ Keep | Create | RenewServing | TrustNextCa | PromoteNextCa | DropPreviousCa
@@ -207,7 +207,7 @@ fn validity(params: &mut CertificateParams, now: Timestamp, lifetime: Duration) 
 fn ca_params(now: Timestamp, lifetime: Duration) -> Result<CertificateParams, String> {
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.distinguished_name.push(DnType::CommonName, format!("bosun webhook CA {}", now.as_second()));
+    params.distinguished_name.push(DnType::CommonName, format!("bosun CA {}", now.as_second()));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     validity(&mut params, now, lifetime)?;
     Ok(params)
