@@ -169,7 +169,7 @@ impl InstanceArgs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
@@ -178,6 +178,11 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: InstanceArgs,
+    }
+
+    /// `bosun instance`'s arguments from a command line (`argv[0]` first).
+    pub(crate) fn parse<S: Into<std::ffi::OsString> + Clone>(argv: impl IntoIterator<Item = S>) -> InstanceArgs {
+        Cli::try_parse_from(argv).map(|c| c.args).unwrap_or_else(|e| unreachable!("{e}"))
     }
 
     #[test]

@@ -197,21 +197,13 @@ pub fn literal(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    #[derive(clap::Parser, Debug)]
-    struct Cli {
-        #[command(flatten)]
-        args: InstanceArgs,
-    }
 
     fn args(extra: &[&str]) -> InstanceArgs {
         let mut argv = vec!["bosun", "--pgdata", "/d", "--primary-host", "db"];
         argv.extend(extra);
         argv.extend(["--", "postgres"]);
-        Cli::try_parse_from(argv).map(|c| c.args).unwrap_or_else(|e| unreachable!("{e}"))
+        crate::settings::tests::parse(argv)
     }
 
     #[test]

@@ -8,7 +8,6 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::Parser;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
@@ -111,12 +110,6 @@ impl Postgres for Fake {
     }
 }
 
-#[derive(clap::Parser, Debug)]
-struct Cli {
-    #[command(flatten)]
-    args: InstanceArgs,
-}
-
 /// An instance in `dir`: data in `dir/pgdata`, its label's volume `dir/podinfo`.
 fn instance(dir: &Path, extra: &[&str]) -> InstanceArgs {
     std::fs::create_dir_all(dir.join("podinfo")).unwrap();
@@ -138,7 +131,7 @@ fn instance(dir: &Path, extra: &[&str]) -> InstanceArgs {
     }
     argv.extend(extra.iter().map(|s| (*s).to_owned()));
     argv.extend(["--", "postgres", "-c", "wal_log_hints=on"].map(str::to_owned));
-    Cli::try_parse_from(argv).unwrap().args
+    crate::settings::tests::parse(argv)
 }
 
 /// Wait (up to 10 s) until `done`.
