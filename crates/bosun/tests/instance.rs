@@ -6,8 +6,11 @@
 //! itself), the old primary started again as a replica (rewound, it follows the new
 //! timeline); then a switchover back (the running primary made a replica stops and
 //! rejoins); then a promotion the label did not ask for undone, and a role told over
-//! exec obeyed until the label's file is refreshed — real streaming replication, no
-//! cluster needed.
+//! the instance API obeyed until the label's file is refreshed — real streaming
+//! replication, no cluster needed. The API is asked with the controller's own client
+//! (`bosun_controller::instances`) and the credentials bosun's builder makes: the
+//! status it decides from, and callers without the token, with a wrong CA or a
+//! malformed request, refused with nothing changed.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
 use std::net::{TcpListener, TcpStream};
@@ -17,7 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use bosun_resources::postgresql::TELL_ROLE;
+use bosun_api::postgresql::PostgreSQL;
+use bosun_controller::instances::{AskError, Instances, Target};
+use bosun_resources::instances::{self as credentials, Access};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PASSWORD: &str = "Sup3r-secret";
@@ -81,7 +86,7 @@ fn install(dir: &Path) -> PathBuf {
 
 /// An instance on `port` under the instance manager, reading its role from
 /// `dir/role-<port>`, its primary behind `service`.
-fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
+fn start(dir: &Path, pgdata: &Path, (port, api): (u16, u16), service: u16) -> Server {
     let log = dir.join(format!("server-{port}.log"));
     let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
     let postgres = format!("{BIN}/postgres");
@@ -102,7 +107,8 @@ fn start(dir: &Path, pgdata: &Path, port: u16, service: u16) -> Server {
     ];
     let child = command(dir.join("bosun").to_str().unwrap())
         .args(["instance", "--name", &format!("instance-{port}"), "--socket-dir", dir.to_str().unwrap()])
-        .args(["--port", &port_s, "--", &postgres])
+        .args(["--port", &port_s, "--api-port", &api.to_string(), "--api-dir", dir.join("api").to_str().unwrap()])
+        .args(["--", &postgres])
         .args(server_args)
         .env("PATH", path_env())
         .env("PGDATA", pgdata)
@@ -146,17 +152,46 @@ fn told_file(dir: &Path, port: u16) -> PathBuf {
     dir.join(format!("told-{port}"))
 }
 
-/// Tell the instance on `port` its role directly, as bosun does over exec: the very
-/// command bosun runs, in the instance's environment.
-fn tell(dir: &Path, port: u16, role: &str) {
-    let out = Command::new("bash")
-        .args(["-c", TELL_ROLE, role])
-        .env("BOSUN_ROLE_FILE", role_file(dir, port))
-        .env("BOSUN_ROLE_TOLD", told_file(dir, port))
-        .output()
-        .unwrap();
-    ok(out, "tell");
+/// The database the instances' credentials are made for, as bosun makes them.
+fn database() -> PostgreSQL {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+        "metadata": {"name": "host", "namespace": "test"},
+        "spec": {"version": "15", "storage": "1Gi"},
+    }))
+    .unwrap()
 }
+
+/// The instance API's files in `dir/api`, from the Secret bosun would make: the
+/// access they give.
+fn api_credentials(dir: &Path) -> Access {
+    let now = jiff::Timestamp::now();
+    let data = credentials::desired_data(&database(), None, now, || "t0ken-of-the-secret".into()).unwrap().unwrap();
+    std::fs::create_dir_all(dir.join("api")).unwrap();
+    for key in ["tls.crt", "tls.key", "token"] {
+        std::fs::write(dir.join("api").join(key), &data[key]).unwrap();
+    }
+    credentials::access(&credentials::desired_secret(&database(), &data)).unwrap()
+}
+
+/// The controller's client of the instances on `ports` (`(postgres, api)`), with `access`.
+fn client(access: &Access, ports: &[(u16, u16)]) -> Instances {
+    let targets = ports
+        .iter()
+        .map(|(port, api)| {
+            let name = format!("instance-{port}");
+            let server_name = credentials::server_name(&database(), &name);
+            (name, Target { ip: "127.0.0.1".parse().unwrap(), port: *api, server_name })
+        })
+        .collect();
+    Instances::with_targets(Some(access), targets, String::new)
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+const ASK: Duration = Duration::from_secs(10);
 
 /// A TCP forwarder on a free port to whichever port `target` holds: the read-write
 /// Service, moved by the test as bosun moves the primary label.
@@ -240,7 +275,10 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     let svc = service(target.clone());
     set_role(&dir, pa, "primary");
     install(&dir);
-    let a = start(&dir, &a_data, pa, svc);
+    let access = api_credentials(&dir);
+    let (qa, qb) = (free_port(), free_port());
+    let api = client(&access, &[(pa, qa), (pb, qb)]);
+    let a = start(&dir, &a_data, (pa, qa), svc);
 
     // The manager sets the primary up beside its server: the superuser's password,
     // the replication role, pg_hba.conf.
@@ -262,7 +300,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
 
     // Instance b: no role yet (a new pod) starts nothing; then a replica, it clones
     // the primary behind the Service.
-    let mut b = start(&dir, &b_data, pb, svc);
+    let mut b = start(&dir, &b_data, (pb, qb), svc);
     std::thread::sleep(Duration::from_millis(600));
     assert!(!b_data.exists(), "an instance without a role started something");
     set_role(&dir, pb, "replica");
@@ -283,6 +321,38 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         "senders",
     );
     assert!(senders.starts_with("replicator|streaming|"), "{senders}");
+    // The instance API: what bosun decides from, asked with its client.
+    let (name_a, name_b) = (format!("instance-{pa}"), format!("instance-{pb}"));
+    let primary = block_on(api.status(&name_a, ASK)).unwrap();
+    assert_eq!((primary.role.as_deref(), primary.role_source.as_str()), (Some("primary"), "label"));
+    let server = primary.server.as_ref().unwrap();
+    assert!(!server.in_recovery && server.current_lsn.is_some(), "{primary:?}");
+    assert_eq!((server.timeline, server.streaming.clone()), (Some(1), vec![name_b.clone()]), "{primary:?}");
+    assert!(server.archiver.is_some() && server.version.starts_with("15."), "{primary:?}");
+    let standby = block_on(api.status(&name_b, ASK)).unwrap();
+    let server = standby.server.as_ref().unwrap();
+    assert!(server.in_recovery && server.receive_lsn.is_some() && server.replay_lsn.is_some(), "{standby:?}");
+    assert!(standby.standby_signal && !standby.analyze_pending && standby.data_major.as_deref() == Some("15"));
+    let shown = serde_json::to_string(&primary).unwrap();
+    assert!(!shown.contains(PASSWORD) && !shown.contains(REPLICATION_PASSWORD), "no password in a status");
+    // Callers without the token, or that do not trust the database's CA, get nothing
+    // and change nothing; a malformed request is refused with a message.
+    let wrong = Access { token: "guessed".into(), ..access.clone() };
+    let denied = block_on(client(&wrong, &[(pa, qa)]).tell(&name_a, "replica", ASK)).unwrap_err();
+    assert!(matches!(&denied, AskError::Unreachable(m) if m.starts_with("401")), "{denied:?}");
+    let other_ca = credentials::access(&credentials::desired_secret(
+        &database(),
+        &credentials::desired_data(&database(), None, jiff::Timestamp::now(), || "x".into()).unwrap().unwrap(),
+    ))
+    .unwrap();
+    let stranger = Access { token: access.token.clone(), ..other_ca };
+    let refused = block_on(client(&stranger, &[(pa, qa)]).status(&name_a, ASK)).unwrap_err();
+    assert!(matches!(&refused, AskError::Unreachable(m) if m.contains("certificate")), "{refused:?}");
+    let malformed = block_on(api.tell(&name_a, "boss", ASK)).unwrap_err();
+    assert!(matches!(&malformed, AskError::Refused(m) if m.starts_with("400") && m.contains("role")), "{malformed:?}");
+    assert_eq!(in_recovery(pa), "f", "the primary is still the primary");
+    assert!(!dir.join(format!("told-{pa}")).exists(), "nothing was recorded");
+
     // A standby's setup sees to its pg_hba.conf only, and says nothing.
     let log = std::fs::read_to_string(&b.log).unwrap();
     assert!(!log.contains("passwords and the replication role are set"), "{log}");
@@ -300,7 +370,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
 
     // The old primary returns as a replica: rewound onto b's timeline, it streams.
     set_role(&dir, pa, "replica");
-    let a = start(&dir, &a_data, pa, svc);
+    let a = start(&dir, &a_data, (pa, qa), svc);
     wait_until("a to stream from b", &a, Duration::from_secs(60), || {
         sql(pa, "postgres", PASSWORD, "SELECT v FROM t WHERE id = 3").stdout == b"on b\n"
     });
@@ -343,7 +413,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // then refreshed with another role (a label that moved on) wins over what b was
     // told: b stops and rejoins. A tell never outlives a refresh of the file.
     ok(sql(pa, "postgres", PASSWORD, "CHECKPOINT"), "checkpoint");
-    tell(&dir, pb, "primary");
+    block_on(api.tell(&name_b, "primary", ASK)).unwrap();
     wait_until("b to promote on what it was told", &b, Duration::from_secs(30), || in_recovery(pb) == "f");
     set_role(&dir, pb, "replica");
     wait_until("b to follow its refreshed file and rejoin", &b, Duration::from_secs(60), || in_recovery(pb) == "t");

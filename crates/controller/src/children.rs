@@ -210,8 +210,9 @@ impl Child for Secret {
 }
 
 impl Child for Pod {
-    /// A PostgreSQL labels each instance's pod with its role, and names one that cannot
-    /// start: names, labels and what tells whether it starts are read.
+    /// A PostgreSQL labels each instance's pod with its role, names one that cannot
+    /// start and calls its instance's API: names, labels, what tells whether it starts,
+    /// and its address are read.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
         self.spec = None;

@@ -2,11 +2,12 @@
 //! the role labels the instances act on.
 //!
 //! Stage of the PostgreSQL pipeline: assess the pods ([`build::assess`]) → when the
-//! primary is lost, ask each Ready standby for its WAL position → persist the decision
-//! (`status.currentPrimary`, before any label moves) → move the labels, the old
-//! primary's first → await the promotion, which the new primary's instance does
-//! itself when its label reaches it (bosun also tells it at once over exec, which
-//! stands only until the kubelet refreshes the label's file) → event and metrics. The
+//! primary is lost, ask each Ready standby for its WAL position (its instance API,
+//! [`crate::instances`]) → persist the decision (`status.currentPrimary`, before any
+//! label moves) → move the labels, the old primary's first → await the promotion,
+//! which the new primary's instance does itself when its label reaches it (bosun also
+//! tells it at once over its API, which stands only until the kubelet refreshes the
+//! label's file) → event and metrics. The
 //! role label is the only authority on an instance's role, so an instance never holds
 //! a role its label does not say for longer than the kubelet takes to show it, and a
 //! bosun that dies after the labels has done enough. Every
@@ -35,8 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::{PostgreSQL, PrimaryChange, SWITCHOVER_ANNOTATION};
-use bosun_resources::failover::{self as build, POSITION_SQL, Position, RECOVERY_SQL};
-use bosun_resources::postgresql::{CONTAINER, ROLE_LABEL, TELL_ROLE};
+use bosun_resources::failover::{self as build, Position};
+use bosun_resources::postgresql::ROLE_LABEL;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -49,7 +50,7 @@ use crate::apply::{delete_as_seen, merge_into};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
-use crate::instances;
+use crate::instances::{AskError, Instances};
 use crate::status::update_status;
 
 /// How long a standby may take to say where it is in the WAL.
@@ -88,6 +89,7 @@ pub async fn ensure(
     db: &PostgreSQL,
     ctx: &Context,
     (sts, pods): (&StatefulSet, &Owned<Pod>),
+    reach: &Instances,
     now: Timestamp,
 ) -> Result<Primary, Error> {
     let mine = instance_pods(db, pods);
@@ -98,10 +100,11 @@ pub async fn ensure(
     }
     let mut primary = Primary { name: assessment.primary.clone(), recheck: assessment.recheck, change: None };
     if let Some(reason) = &assessment.lost {
-        match most_advanced(db, ctx, &assessment.candidates).await {
+        match most_advanced(db, reach, &assessment.candidates).await {
             Some(to) => {
                 let pair = (primary.name.as_str(), to.as_str());
-                primary.change = change_primary(controller, db, ctx, &refs, Kind::Failover, pair, reason, now).await?;
+                primary.change =
+                    change_primary(controller, db, (ctx, reach), &refs, Kind::Failover, pair, reason, now).await?;
                 primary.name = to;
             }
             None => warn!(db = %db.name_any(), reason, "the primary is lost and no standby can take its place"),
@@ -115,7 +118,7 @@ pub async fn ensure(
     let scale_down = build::scale_down_switchover(db, &assessment).filter(|_| backoff.is_none());
     if let (None, Some((to, why))) = (&assessment.lost, scale_down) {
         let pair = (primary.name.as_str(), to.as_str());
-        primary.change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
+        primary.change = change_primary(controller, db, (ctx, reach), &refs, Kind::Switchover, pair, &why, now).await?;
         if primary.change.is_some() {
             primary.name = to;
         }
@@ -124,7 +127,8 @@ pub async fn ensure(
             build::Switchover::Go => {
                 let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
                 let pair = (primary.name.as_str(), to);
-                primary.change = change_primary(controller, db, ctx, &refs, Kind::Switchover, pair, &why, now).await?;
+                primary.change =
+                    change_primary(controller, db, (ctx, reach), &refs, Kind::Switchover, pair, &why, now).await?;
                 if primary.change.is_some() {
                     primary.name = to.to_owned();
                 }
@@ -137,16 +141,16 @@ pub async fn ensure(
             }
         }
     }
-    label(ctx, &refs, &primary.name).await?;
+    label((ctx, reach), &refs, &primary.name).await?;
     if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
-        let (rewinding, look_again) = follow(db, ctx, &refs, &primary.name, now).await?;
+        let (rewinding, look_again) = follow(db, (ctx, reach), &refs, &primary.name, now).await?;
         if let Some(wait) = look_again {
             primary.recheck = Some(primary.recheck.map_or(wait, |r| r.min(wait)));
         }
         if rewinding {
             return Ok(primary);
         }
-        primary.change = roll(controller, db, ctx, (sts, &refs), &assessment, backoff.is_none(), now).await?;
+        primary.change = roll(controller, db, (ctx, reach), (sts, &refs), &assessment, backoff.is_none(), now).await?;
         if let Some(change) = &primary.change {
             primary.name = change.to.clone();
         }
@@ -156,11 +160,11 @@ pub async fn ensure(
 
 /// Standbys that cannot follow the primary after a change of it ([`build::followers`]):
 /// one that does not stream from the primary and is on an older timeline is told to
-/// rewind on its next start ([`build::REWIND_ON_START`]) and restarted. Returns whether
+/// rewind on its next start (its API's rewind request) and restarted. Returns whether
 /// one was restarted, and when to look again.
 async fn follow(
     db: &PostgreSQL,
-    ctx: &Context,
+    (ctx, reach): (&Context, &Instances),
     pods: &[&Pod],
     primary: &str,
     now: Timestamp,
@@ -170,23 +174,22 @@ async fn follow(
         build::Follow::Later(wait) => return Ok((false, Some(wait))),
         build::Follow::Look(standbys) => standbys,
     };
-    let ns = db.namespace().unwrap_or_default();
-    let answer = instances::sql(&ctx.client, &ns, primary, CONTAINER, build::STREAMING_SQL, ASK_TIMEOUT).await;
-    let Some((timeline, streaming)) = answer.as_deref().ok().and_then(build::parse_streaming) else {
+    let answer = reach.status(primary, ASK_TIMEOUT).await;
+    let server = answer.as_ref().ok().and_then(|s| s.server.as_ref()).filter(|s| !s.in_recovery);
+    let Some((Some(timeline), streaming)) = server.map(|s| (s.timeline, &s.streaming)) else {
         info!(db = %db.name_any(), primary, ?answer, "the primary did not say who streams from it");
         return Ok((false, Some(build::FOLLOW_RECHECK)));
     };
     let behind: Vec<&String> = standbys.iter().filter(|s| !streaming.contains(s)).collect();
     let mut rewinding = false;
     for standby in &behind {
-        let theirs = instances::sql(&ctx.client, &ns, standby, CONTAINER, build::TIMELINE_SQL, ASK_TIMEOUT).await;
-        let Some(theirs) = theirs.as_deref().ok().and_then(|t| t.trim().parse::<u32>().ok()) else { continue };
+        let theirs = reach.status(standby, ASK_TIMEOUT).await;
+        let Some(theirs) = theirs.ok().and_then(|s| s.server?.timeline) else { continue };
         let Some(pod) = pods.iter().find(|p| p.name_any() == **standby) else { continue };
         if theirs >= timeline {
             continue;
         }
-        let command = ["bash", "-c", build::REWIND_ON_START];
-        if let Err(err) = instances::run(&ctx.client, (&ns, standby, CONTAINER), &command, TELL_TIMEOUT).await {
+        if let Err(err) = reach.rewind_on_start(standby, TELL_TIMEOUT).await {
             info!(db = %db.name_any(), pod = %standby, %err, "a standby that cannot follow could not be told to rewind");
             continue;
         }
@@ -209,7 +212,7 @@ async fn follow(
 async fn roll(
     controller: &'static str,
     db: &PostgreSQL,
-    ctx: &Context,
+    (ctx, reach): (&Context, &Instances),
     (sts, pods): (&StatefulSet, &[&Pod]),
     assessment: &build::Assessment,
     may_switch_over: bool,
@@ -237,7 +240,7 @@ async fn roll(
             let why =
                 "a rolling change: every standby runs the new pod template, the primary restarts last, as a standby";
             let pair = (assessment.primary.as_str(), to.as_str());
-            change_primary(controller, db, ctx, pods, Kind::Switchover, pair, why, now).await
+            change_primary(controller, db, (ctx, reach), pods, Kind::Switchover, pair, why, now).await
         }
     }
 }
@@ -256,26 +259,22 @@ async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> 
 /// Ask each candidate where it is in the WAL and pick the one with the most. One that
 /// does not answer is asked again (three times in all): promoting another while it has
 /// more WAL would leave it unable to follow. One that never answers is not a candidate.
-async fn most_advanced(db: &PostgreSQL, ctx: &Context, candidates: &[String]) -> Option<String> {
-    let ns = db.namespace().unwrap_or_default();
+async fn most_advanced(db: &PostgreSQL, reach: &Instances, candidates: &[String]) -> Option<String> {
     let mut positions = Vec::new();
     let mut unanswered: Vec<String> = candidates.to_vec();
     for attempt in 0..3 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        let asks = unanswered.iter().map(|name| {
-            let ns = ns.clone();
-            async move {
-                let answer = instances::sql(&ctx.client, &ns, name, CONTAINER, POSITION_SQL, ASK_TIMEOUT).await;
-                (name.clone(), answer)
-            }
-        });
+        let asks = unanswered.iter().map(|name| async move { (name.clone(), reach.status(name, ASK_TIMEOUT).await) });
         let mut again = Vec::new();
         for (name, answer) in futures::future::join_all(asks).await {
-            match answer.as_deref().map(Position::parse) {
-                Ok(Some(position)) => positions.push((name, position)),
-                Ok(None) => warn!(standby = %name, ?answer, "a standby's WAL position does not parse"),
+            let position = answer.and_then(|status| match &status.server {
+                Some(server) => Ok(Position::of(server)),
+                None => Err(AskError::Refused(status.server_error.unwrap_or_default())),
+            });
+            match position {
+                Ok(position) => positions.push((name, position)),
                 Err(err) => {
                     warn!(standby = %name, %err, attempt, "a standby did not say where it is in the WAL");
                     again.push(name);
@@ -317,7 +316,7 @@ impl Kind {
 async fn change_primary(
     controller: &'static str,
     db: &PostgreSQL,
-    ctx: &Context,
+    (ctx, reach): (&Context, &Instances),
     pods: &[&Pod],
     kind: Kind,
     (from, to): (&str, &str),
@@ -342,15 +341,15 @@ async fn change_primary(
     if kind == Kind::Switchover {
         // The old primary's label first: no endpoint, and its instance stops.
         let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
-        label(ctx, &others, to).await?;
-        if !await_serving(ctx, &ns, from, false, DEMOTE_TIMEOUT).await {
+        label((ctx, reach), &others, to).await?;
+        if !await_serving(reach, from, false, DEMOTE_TIMEOUT).await {
             // Never two primaries: it keeps the role it still holds.
             let note = format!(
                 "the switchover from {from} to {to} is undone: {from} still served writes {}s after it was made a standby (or could not be asked)",
                 DEMOTE_TIMEOUT.as_secs()
             );
             warn!(db = %db.name_any(), from, to, "{note}");
-            label(ctx, pods, from).await?;
+            label((ctx, reach), pods, from).await?;
             let mut db = db.clone();
             db.status = Some(status);
             let mut undone = before;
@@ -361,8 +360,8 @@ async fn change_primary(
             return Ok(None);
         }
     }
-    label(ctx, pods, to).await?;
-    if !await_serving(ctx, &ns, to, true, PROMOTE_TIMEOUT).await {
+    label((ctx, reach), pods, to).await?;
+    if !await_serving(reach, to, true, PROMOTE_TIMEOUT).await {
         // Its instance promotes itself when its label reaches it; nothing to undo.
         warn!(db = %db.name_any(), primary = to, "the new primary does not serve writes yet");
     }
@@ -381,16 +380,16 @@ async fn change_primary(
     Ok(Some(change))
 }
 
-/// Wait until instance `pod` serves writes (`serving`), or provably does not (it
-/// answers from recovery, or its psql cannot connect: the server is down or shutting
-/// down), up to `timeout`. An instance that cannot be asked proves nothing.
-async fn await_serving(ctx: &Context, ns: &str, pod: &str, serving: bool, timeout: Duration) -> bool {
+/// Wait until instance `pod` serves writes (`serving`), or provably does not (its
+/// instance answers that its server is in recovery, or does not answer: down or
+/// shutting down), up to `timeout`. An instance that cannot be asked proves nothing.
+async fn await_serving(reach: &Instances, pod: &str, serving: bool, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
-        let now = match instances::sql(&ctx.client, ns, pod, CONTAINER, RECOVERY_SQL, ASK_TIMEOUT).await {
-            Ok(answer) => Some(answer == "f"),
-            Err(instances::SqlError::Refused(_)) => Some(false),
-            Err(instances::SqlError::Unreachable(_)) => None,
+        let now = match reach.status(pod, ASK_TIMEOUT).await {
+            Ok(status) => Some(status.server.is_some_and(|s| !s.in_recovery)),
+            Err(AskError::Refused(_)) => Some(false),
+            Err(AskError::Unreachable(_)) => None,
         };
         if now == Some(serving) {
             return true;
@@ -404,13 +403,13 @@ async fn await_serving(ctx: &Context, ns: &str, pod: &str, serving: bool, timeou
 
 /// Label each instance's role so that `primary` alone is the primary, the others'
 /// labels first. A pod replaced meanwhile is left to its successor's event.
-async fn label(ctx: &Context, pods: &[&Pod], primary: &str) -> Result<(), Error> {
+async fn label((ctx, reach): (&Context, &Instances), pods: &[&Pod], primary: &str) -> Result<(), Error> {
     let mut told = Vec::new();
     for (pod, role) in build::relabels(pods, primary) {
         let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
         match merge_into::<PostgreSQL, _>(ctx, pod, patch).await {
             Err(err) if err.is_precondition_failed() => {}
-            Ok(_) => told.push(tell(ctx, pod, role)),
+            Ok(_) => told.push(tell(reach, pod, role)),
             Err(err) => return Err(err),
         }
     }
@@ -420,12 +419,148 @@ async fn label(ctx: &Context, pods: &[&Pod], primary: &str) -> Result<(), Error>
     Ok(())
 }
 
-/// Tell `pod`'s instance its new `role` directly ([`TELL_ROLE`]); best effort: a pod
-/// that cannot be reached goes by its label's file.
-async fn tell(ctx: &Context, pod: &Pod, role: &str) {
-    let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-    let command = ["bash", "-c", TELL_ROLE, role];
-    if let Err(err) = instances::run(&ctx.client, (&ns, &name, CONTAINER), &command, TELL_TIMEOUT).await {
+/// Tell `pod`'s instance its new `role` directly (its API); best effort: a pod that
+/// cannot be reached goes by its label's file.
+async fn tell(reach: &Instances, pod: &Pod, role: &str) {
+    let name = pod.name_any();
+    if let Err(err) = reach.tell(&name, role, TELL_TIMEOUT).await {
         info!(pod = name, role, %err, "the instance could not be told its role: it goes by its label");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decisions of a change of primary against the mocked apiserver and the
+    //! instances' APIs in memory ([`crate::instances::fake`]): who is chosen, what is
+    //! written in which order, what each instance is told.
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::instances::fake::{self, FakeInstances};
+    use crate::mock;
+
+    const NOW: &str = "2026-11-28T12:00:00Z";
+
+    fn db(annotations: Value) -> PostgreSQL {
+        serde_json::from_value(json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "ns", "uid": "uid-db", "annotations": annotations},
+            "spec": {"version": "15", "storage": "1Gi", "replicas": 3},
+            "status": {"currentPrimary": "db-0"},
+        }))
+        .unwrap()
+    }
+
+    /// An instance's pod: its role label, Ready or not, being deleted or not.
+    fn pod(name: &str, role: &str, ready: bool, deleting: bool) -> Pod {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1",
+                         "labels": {"app.kubernetes.io/instance": "db", ROLE_LABEL: role}},
+            "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
+                       "lastTransitionTime": "2026-11-28T11:00:00Z"}]},
+        }))
+        .unwrap();
+        if deleting {
+            pod.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(NOW.parse().unwrap()));
+        }
+        pod
+    }
+
+    /// Run the stage on `pods` with the instances `fake` answers for.
+    async fn ensure_with(db: &PostgreSQL, pods: Vec<Pod>, fake: &FakeInstances) -> (Primary, mock::Calls) {
+        // A merge patch of the PostgreSQL (the switchover's annotation removed) returns it.
+        let (answer, stored) = (mock::answer(db), serde_json::to_value(db).unwrap());
+        let (ctx, calls) = mock::context(move |call| match call.path.split('?').next() {
+            Some(path) if call.method == "PATCH" && path.ends_with("/postgresqls/db") => (200, stored.clone()),
+            _ => answer(call),
+        });
+        let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let reach = fake.reach(db, &names);
+        let sts = bosun_resources::postgresql::desired_statefulset(db, &Default::default(), None, "d");
+        let primary =
+            ensure("postgresql", db, &ctx, (&sts, &mock::cache(pods)), &reach, NOW.parse().unwrap()).await.unwrap();
+        (primary, calls)
+    }
+
+    fn position(writes: &[String], line: &str) -> usize {
+        writes.iter().position(|w| w == line).unwrap_or_else(|| panic!("{line}: {writes:?}"))
+    }
+
+    #[tokio::test]
+    async fn a_lost_primary_is_replaced_by_the_standby_with_the_most_wal_decision_first() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::standby("db-1", "0/3000148"));
+        fake.set(fake::standby("db-2", "0/3000200"));
+        let pods = vec![
+            pod("db-0", "primary", false, true),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let (primary, calls) = ensure_with(&db, pods, &fake).await;
+        assert_eq!(primary.name, "db-2", "the most WAL received");
+        let change = primary.change.unwrap();
+        assert_eq!((change.from.as_str(), change.to.as_str(), change.kind.as_str()), ("db-0", "db-2", "Failover"));
+        let writes = calls.writes();
+        let decided = position(&writes, "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db/status");
+        let labelled = position(&writes, "PATCH /api/v1/namespaces/ns/pods/db-2");
+        assert!(decided < labelled, "the decision is persisted before any label moves: {writes:?}");
+        let status = calls.body("/postgresqls/db/status").unwrap();
+        assert_eq!(status["status"]["currentPrimary"], "db-2");
+        assert_eq!(calls.body("/pods/db-2").unwrap()["metadata"]["labels"][ROLE_LABEL], "primary");
+        assert!(!writes.iter().any(|w| w.ends_with("/pods/db-0")), "a pod being deleted is not relabelled: {writes:?}");
+        let told = fake.told();
+        assert!(told.contains(&("db-2".into(), "/v1/role".into(), r#"{"role":"primary"}"#.into())), "{told:?}");
+        assert!(!told.iter().any(|(pod, _, body)| pod == "db-1" && body.contains("primary")), "{told:?}");
+    }
+
+    #[tokio::test]
+    async fn without_a_standby_that_answers_nothing_moves_so_never_two_primaries() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        // db-1's instance answers without a server; db-2's does not answer at all.
+        fake.set(bosun_instance::status::Status { name: "db-1".into(), ..Default::default() });
+        let pods = vec![
+            pod("db-0", "primary", false, true),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let (primary, calls) = ensure_with(&db, pods, &fake).await;
+        assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
+        let writes = calls.writes();
+        assert!(!writes.iter().any(|w| w.contains("/status") || w.contains("/pods/")), "nothing written: {writes:?}");
+        assert!(fake.told().is_empty(), "{:?}", fake.told());
+    }
+
+    #[tokio::test]
+    async fn a_switchover_takes_the_old_primarys_label_first_and_waits_for_it_to_stop() {
+        let db = db(json!({SWITCHOVER_ANNOTATION: "db-1"}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::primary("db-0"));
+        fake.set(fake::standby("db-1", "0/5000000"));
+        fake.set(fake::standby("db-2", "0/5000000"));
+        let pods = vec![
+            pod("db-0", "primary", true, false),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let (primary, calls) = ensure_with(&db, pods, &fake).await;
+        assert_eq!(primary.name, "db-1");
+        assert_eq!(primary.change.unwrap().kind, "Switchover");
+        let writes = calls.writes();
+        let decided = position(&writes, "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db/status");
+        let old = position(&writes, "PATCH /api/v1/namespaces/ns/pods/db-0");
+        let new = position(&writes, "PATCH /api/v1/namespaces/ns/pods/db-1");
+        let forgotten = position(&writes, "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db");
+        assert!(decided < old && old < new && new < forgotten, "{writes:?}");
+        let told: Vec<(String, String)> = fake.told().into_iter().map(|(pod, _, body)| (pod, body)).collect();
+        let first_primary = told.iter().position(|(_, body)| body.contains("primary")).unwrap();
+        let demoted = told.iter().position(|t| t == &("db-0".to_owned(), r#"{"role":"replica"}"#.to_owned())).unwrap();
+        assert!(demoted < first_primary, "the old primary is told first: {told:?}");
+        assert_eq!(told[first_primary].0, "db-1");
     }
 }

@@ -1,93 +1,358 @@
-//! Asking a database instance something: one SQL statement run by `psql` in the
-//! instance's container over the apiserver's exec (no network path from bosun to the
-//! pod is needed, so it works in-cluster and from `make run` alike). Used only where a
-//! decision must come from the database itself: the WAL position of each standby
-//! before a failover, and whether an instance serves writes (a demotion or a
-//! promotion done); and telling an instance its new role at once.
+//! Asking a database instance something, or telling it: its instance manager's API
+//! (`bosun_instance::api`) over HTTPS at the pod's address, the certificate checked
+//! against the CA of the database's instance Secret and the request carrying its token
+//! (`bosun_resources::instances`). bosun needs no exec into any pod. Used where a
+//! decision must come from the instance itself: each standby's WAL position before a
+//! failover, whether an instance serves writes, who streams from the primary, the
+//! archiver's health, a major upgrade's statistics; and telling an instance its role
+//! at once, or to rewind on its next start.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_api::postgresql::PostgreSQL;
+use bosun_instance::api::{self, RoleRequest};
+use bosun_instance::status::Status;
+use bosun_resources::instances::{self as build, Access};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, AttachParams};
-use tokio::io::AsyncReadExt;
+use kube::ResourceExt;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
-/// The shell line that runs `$0` as the image's superuser over the local socket.
-const PSQL: &str = r#"exec psql -X -q -tA -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "$0""#;
-
-/// Why a statement gave no answer.
+/// Why an instance gave no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SqlError {
-    /// psql ran in the container and failed (e.g. the server refuses connections
-    /// because it is shutting down): the database itself said no.
+pub enum AskError {
+    /// The instance answered, and said no (its message).
     Refused(String),
-    /// The container could not be reached (pod gone, exec refused, no answer in time):
-    /// nothing is known of the database.
+    /// The instance could not be reached (no address, no answer in time, a
+    /// certificate that is not the database's): nothing is known of it.
     Unreachable(String),
 }
 
-impl std::fmt::Display for SqlError {
+impl std::fmt::Display for AskError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SqlError::Refused(why) => write!(f, "psql failed: {why}"),
-            SqlError::Unreachable(why) => write!(f, "the instance could not be asked: {why}"),
+            AskError::Refused(why) => write!(f, "the instance refused: {why}"),
+            AskError::Unreachable(why) => write!(f, "the instance could not be asked: {why}"),
         }
     }
 }
 
-/// Run `sql` in `container` of pod `ns/pod` within `timeout`: its output, trimmed, or
-/// why not.
-pub async fn sql(
-    client: &kube::Client,
-    ns: &str,
-    pod: &str,
-    container: &str,
-    sql: &str,
-    timeout: Duration,
-) -> Result<String, SqlError> {
-    run(client, (ns, pod, container), &["bash", "-c", PSQL, sql], timeout).await
+/// One instance's address and the name its certificate must carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub server_name: String,
 }
 
-/// Run `command` in `container` of pod `ns/pod` within `timeout`: its output, trimmed,
-/// or why not.
-pub async fn run(
-    client: &kube::Client,
-    (ns, pod, container): (&str, &str, &str),
-    command: &[&str],
-    timeout: Duration,
-) -> Result<String, SqlError> {
-    let unreachable = |e: &dyn std::fmt::Display| SqlError::Unreachable(e.to_string());
-    let run = async {
-        let api = Api::<Pod>::namespaced(client.clone(), ns);
-        let params = AttachParams::default().container(container).stdout(true).stderr(true);
-        let mut process = api.exec(pod, command.to_vec(), &params).await.map_err(|e| unreachable(&e))?;
-        let status = process.take_status();
-        let read = |stream: Option<tokio::io::ReadHalf<tokio::io::SimplexStream>>| async move {
-            let mut text = String::new();
-            if let Some(mut stream) = stream {
-                stream.read_to_string(&mut text).await.map_err(|e| unreachable(&e))?;
-            }
-            Ok::<_, SqlError>(text)
+/// The instances of one database, as bosun reaches them.
+#[derive(Clone)]
+pub struct Instances {
+    connector: Option<(TlsConnector, Arc<String>)>,
+    why_not: String,
+    targets: HashMap<String, Target>,
+}
+
+impl std::fmt::Debug for Instances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instances").field("targets", &self.targets).field("why_not", &self.why_not).finish()
+    }
+}
+
+impl Instances {
+    /// `db`'s instances `pods`, reached with `access` (none: its Secret is not there
+    /// yet, and every call is [`AskError::Unreachable`]).
+    pub fn new(db: &PostgreSQL, pods: &[&Pod], access: Option<&Access>) -> Instances {
+        let targets = pods
+            .iter()
+            .filter_map(|p| {
+                let ip = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+                Some((p.name_any(), Target { ip, port: api::PORT, server_name: build::server_name(db, &p.name_any()) }))
+            })
+            .collect();
+        Instances::with_targets(access, targets, || format!("the Secret {} is not there yet", build::secret_name(db)))
+    }
+
+    /// Instances at `targets` (by name), reached with `access`.
+    pub fn with_targets(
+        access: Option<&Access>,
+        targets: HashMap<String, Target>,
+        missing: impl FnOnce() -> String,
+    ) -> Instances {
+        let (connector, why_not) = match access.map(connector) {
+            Some(Ok(c)) => (Some(c), String::new()),
+            Some(Err(why)) => (None, why),
+            None => (None, missing()),
         };
-        // Both at once: a full buffer of one must not stall the other.
-        let (out, err) = tokio::join!(read(process.stdout()), read(process.stderr()));
-        let (out, err) = (out?, err?);
-        let status = match status {
-            Some(status) => status.await,
-            None => None,
+        Instances { connector, why_not, targets }
+    }
+
+    /// The instance `pod` now.
+    pub async fn status(&self, pod: &str, timeout: Duration) -> Result<Status, AskError> {
+        let body = self.call(pod, Method::GET, api::paths::STATUS, None, timeout).await?;
+        serde_json::from_slice(&body).map_err(|e| AskError::Unreachable(format!("an answer that does not parse: {e}")))
+    }
+
+    /// Tell `pod`'s instance its role, ahead of its label's file.
+    pub async fn tell(&self, pod: &str, role: &str, timeout: Duration) -> Result<(), AskError> {
+        let body = serde_json::to_vec(&RoleRequest { role: role.to_owned() }).unwrap_or_default();
+        self.call(pod, Method::POST, api::paths::ROLE, Some(body), timeout).await.map(drop)
+    }
+
+    /// Have `pod`'s standby rewind its data on its next start.
+    pub async fn rewind_on_start(&self, pod: &str, timeout: Duration) -> Result<(), AskError> {
+        self.call(pod, Method::POST, api::paths::REWIND, None, timeout).await.map(drop)
+    }
+
+    async fn call(
+        &self,
+        pod: &str,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Bytes, AskError> {
+        let Some((connector, token)) = &self.connector else { return Err(AskError::Unreachable(self.why_not.clone())) };
+        let Some(target) = self.targets.get(pod) else {
+            return Err(AskError::Unreachable(format!("{pod} has no address")));
         };
-        process.join().await.map_err(|e| unreachable(&e))?;
-        match status {
-            // The kubelet's word for a command that ran and exited non-zero.
-            Some(s) if s.status.as_deref() != Some("Success") && s.reason.as_deref() == Some("NonZeroExitCode") => {
-                Err(SqlError::Refused(format!("{}: {}", s.message.unwrap_or_default(), err.trim())))
-            }
-            Some(s) if s.status.as_deref() != Some("Success") => {
-                Err(SqlError::Unreachable(format!("{}: {}", s.message.unwrap_or_default(), err.trim())))
-            }
-            _ => Ok(out.trim().to_owned()),
+        let call = request(connector, token, target, method, path, body);
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(AskError::Unreachable(format!("no answer within {timeout:?}"))))
+    }
+}
+
+/// A TLS connector that trusts `access`'s CAs only, and its token.
+fn connector(access: &Access) -> Result<(TlsConnector, Arc<String>), String> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(access.ca_bundle.as_bytes()) {
+        let cert = cert.map_err(|e| format!("the instance Secret's CA: {e}"))?;
+        roots.add(cert).map_err(|e| format!("the instance Secret's CA: {e}"))?;
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok((TlsConnector::from(Arc::new(config)), Arc::new(access.token.clone())))
+}
+
+/// One request to `target` over a connection of its own.
+pub async fn request(
+    connector: &TlsConnector,
+    token: &str,
+    target: &Target,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Bytes, AskError> {
+    let unreachable = |e: &dyn std::fmt::Display| AskError::Unreachable(e.to_string());
+    let name = ServerName::try_from(target.server_name.clone()).map_err(|e| unreachable(&e))?;
+    let tcp = tokio::net::TcpStream::connect((target.ip, target.port)).await.map_err(|e| unreachable(&e))?;
+    let tls = connector.connect(name, tcp).await.map_err(|e| unreachable(&e))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
+    tokio::spawn(connection);
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, target.server_name.as_str())
+        .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    if body.is_some() {
+        request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    let request = request.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| unreachable(&e))?;
+    let response = sender.send_request(request).await.map_err(|e| unreachable(&e))?;
+    let status = response.status();
+    let body = response.into_body().collect().await.map_err(|e| unreachable(&e))?.to_bytes();
+    if status.is_success() {
+        return Ok(body);
+    }
+    let said = String::from_utf8_lossy(&body).trim().to_owned();
+    match status {
+        // The token is not the Secret's (rotated meanwhile): nothing is known.
+        StatusCode::UNAUTHORIZED => Err(AskError::Unreachable(format!("{status}: {said}"))),
+        _ => Err(AskError::Refused(format!("{status}: {said}"))),
+    }
+}
+
+/// Instances' APIs in memory, for reconcile-level tests: one local HTTPS server with a
+/// certificate of the database's, answering for every instance (by the name it is
+/// called by) with the status a test sets, and recording what it was told. Told its
+/// role, an instance acts as the real one would: made the primary it serves writes, made
+/// a replica it stops (its server answers nothing).
+#[cfg(test)]
+pub mod fake {
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use bosun_api::postgresql::PostgreSQL;
+    use bosun_instance::api::{self, RoleRequest};
+    use bosun_instance::status::{Server, Status};
+    use bosun_resources::instances as build;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::rt::TokioIo;
+    use tokio_rustls::TlsAcceptor;
+    use tokio_rustls::rustls::ServerConfig;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    use super::{Instances, Target};
+
+    /// What the fake instances were told: `(pod, path, body)`.
+    pub type Told = Vec<(String, String, String)>;
+
+    #[derive(Clone, Debug, Default)]
+    pub struct State {
+        pub statuses: HashMap<String, Status>,
+        pub told: Told,
+        /// Instances that keep serving writes whatever they are told (a demotion
+        /// that does not take).
+        pub stubborn: Vec<String>,
+    }
+
+    #[derive(Debug)]
+    pub struct FakeInstances {
+        pub state: Arc<Mutex<State>>,
+        addr: SocketAddr,
+        access: build::Access,
+    }
+
+    /// A standby's status at `receive_lsn`.
+    pub fn standby(name: &str, receive_lsn: &str) -> Status {
+        let server = Server {
+            in_recovery: true,
+            timeline: Some(1),
+            receive_lsn: Some(receive_lsn.to_owned()),
+            replay_lsn: Some(receive_lsn.to_owned()),
+            ..Server::default()
+        };
+        Status { name: name.to_owned(), role: Some("replica".into()), server: Some(server), ..Status::default() }
+    }
+
+    /// A primary's status.
+    pub fn primary(name: &str) -> Status {
+        let server = Server {
+            in_recovery: false,
+            timeline: Some(1),
+            current_lsn: Some("0/5000000".into()),
+            ..Server::default()
+        };
+        Status { name: name.to_owned(), role: Some("primary".into()), server: Some(server), ..Status::default() }
+    }
+
+    impl FakeInstances {
+        pub async fn start(db: &PostgreSQL) -> FakeInstances {
+            let now = jiff::Timestamp::now();
+            let data =
+                build::desired_data(db, None, now, || "fake-token".into()).unwrap_or_default().unwrap_or_default();
+            let access = build::access(&build::desired_secret(db, &data)).unwrap_or_else(|| unreachable!());
+            let certs: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(data["tls.crt"].as_bytes()).filter_map(Result::ok).collect();
+            let key = PrivateKeyDer::from_pem_slice(data["tls.key"].as_bytes()).unwrap_or_else(|e| unreachable!("{e}"));
+            let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+            let config = ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap_or_else(|e| unreachable!("{e}"))
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap_or_else(|e| unreachable!("{e}"));
+            let acceptor = TlsAcceptor::from(Arc::new(config));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| unreachable!("{e}"));
+            let addr = listener.local_addr().unwrap_or_else(|e| unreachable!("{e}"));
+            let state = Arc::new(Mutex::new(State::default()));
+            let serving = state.clone();
+            tokio::spawn(async move {
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (acceptor, state) = (acceptor.clone(), serving.clone());
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else { return };
+                        let service = hyper::service::service_fn(move |req| answer(state.clone(), req));
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(tls), service)
+                            .await;
+                    });
+                }
+            });
+            FakeInstances { state, addr, access }
         }
-    };
-    tokio::time::timeout(timeout, run)
-        .await
-        .unwrap_or_else(|_| Err(SqlError::Unreachable(format!("no answer within {timeout:?}"))))
+
+        /// The client of `db`'s instances `pods` (the others have no address).
+        pub fn reach(&self, db: &PostgreSQL, pods: &[&str]) -> Instances {
+            let targets = pods
+                .iter()
+                .map(|p| {
+                    let target =
+                        Target { ip: self.addr.ip(), port: self.addr.port(), server_name: build::server_name(db, p) };
+                    ((*p).to_owned(), target)
+                })
+                .collect();
+            Instances::with_targets(Some(&self.access), targets, String::new)
+        }
+
+        pub fn set(&self, status: Status) {
+            self.lock().statuses.insert(status.name.clone(), status);
+        }
+
+        pub fn told(&self) -> Told {
+            self.lock().told.clone()
+        }
+
+        pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+            self.state.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    async fn answer(
+        state: Arc<Mutex<State>>,
+        req: hyper::Request<hyper::body::Incoming>,
+    ) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible> {
+        let host = req.headers().get(hyper::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let pod = host.split('.').next().unwrap_or_default().to_owned();
+        let authorized = req.headers().get(hyper::header::AUTHORIZATION).map(|h| h.as_bytes());
+        let path = req.uri().path().to_owned();
+        let reply = |code: u16, body: Vec<u8>| {
+            let mut response = hyper::Response::new(Full::new(Bytes::from(body)));
+            *response.status_mut() = hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::OK);
+            Ok(response)
+        };
+        if authorized != Some(b"Bearer fake-token".as_slice()) {
+            return reply(401, b"no".to_vec());
+        }
+        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        if path == api::paths::STATUS {
+            return match state.statuses.get(&pod) {
+                Some(status) => reply(200, serde_json::to_vec(status).unwrap_or_default()),
+                None => reply(503, b"no such instance".to_vec()),
+            };
+        }
+        state.told.push((pod.clone(), path.clone(), String::from_utf8_lossy(&body).into_owned()));
+        if path == api::paths::ROLE {
+            let role = serde_json::from_slice::<RoleRequest>(&body).map(|r| r.role).unwrap_or_default();
+            let stubborn = state.stubborn.contains(&pod);
+            if let Some(status) = state.statuses.get_mut(&pod) {
+                match role.as_str() {
+                    "primary" => status.server = Some(primary(&pod).server.unwrap_or_default()),
+                    "replica" if !stubborn => status.server = None,
+                    _ => {}
+                }
+                status.role = Some(role);
+            }
+        }
+        reply(204, Vec::new())
+    }
 }

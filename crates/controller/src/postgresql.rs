@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
+use bosun_resources::instances as instance_api;
 use bosun_resources::postgresql::{self as build, Observed, Refusal};
 use bosun_resources::upgrade::{Plan, data_version, plan};
 use futures::channel::mpsc::UnboundedReceiver;
@@ -39,6 +40,7 @@ use crate::children::{Child, Owned, controlled_by};
 use crate::context::Context;
 use crate::error::Error;
 use crate::failover;
+use crate::instances::Instances;
 use crate::kinds::{Served, Type};
 use crate::metrics::Gauges;
 use crate::permissions::{self, Permission};
@@ -66,15 +68,14 @@ pub const PERMISSIONS: &[Permission] = &{
         // A Backup when backups are turned off; the `-ro` Service when one instance is left.
         Permission::new("backup.example.com", "backups", &["delete"]),
         Permission::new("", "services", &["delete"]),
-        // Created once, read (a user's own Secret is not watched), never updated.
-        Permission::new("", "secrets", &["create", "get", "list", "watch"]),
+        // The credentials: created once, read (a user's own Secret is not watched), never
+        // updated. The instances' API Secret (bosun's own): created, renewed in place.
+        Permission::new("", "secrets", &["create", "get", "list", "watch", "patch"]),
         // Data claims grown in place; the claim of dumps created once.
         Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
         // The role label of each instance: the instance acts on it, the Services select it.
         // Each instance restarted in turn by a rolling change (the StatefulSet is OnDelete).
         Permission::new("", "pods", &["list", "watch", "patch", "delete"]),
-        // A standby's WAL position before a failover; whether an instance serves (psql in the pod).
-        Permission::new("", "pods/exec", &["create", "get"]),
         // Why an instance that does not start waits (a volume that does not mount).
         Permission::new("", "events", &["list"]),
         // A major upgrade: its Job; the backup run before it, from the Backup's CronJob.
@@ -147,6 +148,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
     let instances = failover::instance_pods(db, &children.pods);
+    let access = instance_access(db, &ctx, &children.secrets, now).await?;
+    let refs: Vec<&Pod> = instances.iter().map(|p| p.as_ref()).collect();
+    let reach = Instances::new(db, &refs, access.as_ref());
     // No claim, no data: a new version is simply what the instances will run.
     let data = if claim_refs.is_empty() { None } else { data_version(cached.as_deref(), &claim_refs) };
     let major = match plan(db, data, now) {
@@ -156,6 +160,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
                 pods: &instances,
                 jobs: &children.jobs,
                 backups: &children.backups,
+                instances: &reach,
             };
             Some(upgrade::advance(db, &ctx, &seen, u, now).await?)
         }
@@ -171,7 +176,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     // upgrade has the instances stopped).
     let primary = match &sts {
         Some(sts) if !running.stopped => {
-            Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), now).await?)
+            Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), &reach, now).await?)
         }
         _ => None,
     };
@@ -184,7 +189,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         },
     };
     let archiving = match &primary {
-        Some(p) if build::continuous_destination(db).is_some() => archiver(db, &ctx, &children.pods, &p.name).await,
+        Some(p) if build::continuous_destination(db).is_some() => archiver(db, &reach, &children.pods, &p.name).await,
         _ => None,
     };
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
@@ -273,19 +278,15 @@ fn database_labels(db: &PostgreSQL) -> crate::metrics::DatabaseLabels {
 /// How often the primary's archiver is asked, with continuous archiving.
 pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
 
-/// The primary's archiver, asked over exec when its pod is Ready; `None` when it
-/// cannot be asked now (the last answer in the status stands).
-async fn archiver(db: &PostgreSQL, ctx: &Context, pods: &Owned<Pod>, primary: &str) -> Option<build::ArchiverSeen> {
-    let ns = db.namespace().unwrap_or_default();
-    let pod = pods.get(&ns, primary)?;
+/// The primary's archiver, asked of its instance when its pod is Ready; `None` when
+/// it cannot be asked now (the last answer in the status stands).
+async fn archiver(db: &PostgreSQL, reach: &Instances, pods: &Owned<Pod>, primary: &str) -> Option<build::ArchiverSeen> {
+    let pod = pods.get(&db.namespace().unwrap_or_default(), primary)?;
     if !bosun_resources::failover::pod_ready(&pod) {
         return None;
     }
-    let query = build::archiver_query();
-    let command = ["bash", "-c", query.as_str()];
-    let target = (ns.as_str(), primary, build::CONTAINER);
-    match crate::instances::run(&ctx.client, target, &command, ARCHIVER_TIMEOUT).await {
-        Ok(output) => build::wal_archiving(&output),
+    match reach.status(primary, ARCHIVER_TIMEOUT).await {
+        Ok(status) => build::archiver_seen(&status),
         Err(why) => {
             tracing::debug!(db = %db.name_any(), primary, %why, "the archiver could not be asked");
             None
@@ -390,6 +391,33 @@ async fn credentials(
         Some(key) => Err(Stop::Refused(Refusal::CredentialsMissing(format!(
             "Secret {name} has no (or an empty) key {key}: add it; bosun never writes to an existing Secret"
         )))),
+    }
+}
+
+/// The instances' API Secret ([`bosun_resources::instances`]): made when missing,
+/// renewed when its plan says so (an apply of bosun's own child), and the access it
+/// gives. Read from the apiserver when the cache does not have it, so a cache that
+/// lags never makes a second CA.
+async fn instance_access(
+    db: &PostgreSQL,
+    ctx: &Context,
+    secrets: &Owned<Secret>,
+    now: Timestamp,
+) -> Result<Option<instance_api::Access>, Error> {
+    let (ns, name) = (db.namespace().unwrap_or_default(), instance_api::secret_name(db));
+    let existing = crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await?;
+    let existing = existing.filter(|s| controlled_by(s, db));
+    let data = existing.as_ref().map(instance_api::data);
+    match instance_api::desired_data(db, data.as_ref(), now, new_password) {
+        Ok(None) => Ok(existing.as_ref().and_then(instance_api::access)),
+        Ok(Some(data)) => {
+            let applied = apply_child(ctx, db, secrets, instance_api::desired_secret(db, &data)).await?;
+            Ok(instance_api::access(&applied))
+        }
+        Err(why) => {
+            tracing::warn!(db = %db.name_any(), %why, "the instances' certificates could not be made");
+            Ok(existing.as_ref().and_then(instance_api::access))
+        }
     }
 }
 
@@ -516,10 +544,13 @@ mod tests {
         assert_eq!(
             calls.writes(),
             [
+                "GET /api/v1/namespaces/shop/secrets/orders-instance",
+                "PATCH /api/v1/namespaces/shop/secrets/orders-instance",
                 "GET /api/v1/namespaces/shop/secrets/orders-credentials",
                 "PATCH /apis/database.example.com/v1/namespaces/shop/postgresqls/orders/status"
             ],
-            "nothing but the status is written: no new passwords, the StatefulSet as it is"
+            "nothing but the instances' API Secret (certificates and a token, no password) and the status is \
+             written: no new passwords, the StatefulSet as it is"
         );
         assert_eq!(mock::condition(&calls, "Ready"), "False/CredentialsMissing");
     }

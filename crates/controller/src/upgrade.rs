@@ -9,8 +9,8 @@ use std::time::Duration;
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::{MajorUpgrade, PostgreSQL, SWITCHOVER_ANNOTATION, UpgradeStep, Version};
 use bosun_resources::backup::{Finish, cronjob_name, finish};
-use bosun_resources::postgresql::{self as pg, CONTAINER};
-use bosun_resources::upgrade::{self as build, ANALYZE_MARKER};
+use bosun_resources::postgresql as pg;
+use bosun_resources::upgrade as build;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -35,6 +35,8 @@ pub struct Seen<'a> {
     pub pods: &'a [std::sync::Arc<Pod>],
     pub jobs: &'a Owned<Job>,
     pub backups: &'a Owned<Backup>,
+    /// The instances' APIs.
+    pub instances: &'a crate::instances::Instances,
 }
 
 /// How the instances run while `upgrade` is where it is: the major, and whether they
@@ -64,7 +66,6 @@ pub async fn advance(
     upgrade: MajorUpgrade,
     now: Timestamp,
 ) -> Result<MajorUpgrade, Error> {
-    let ns = db.namespace().unwrap_or_default();
     let next = |step| build::next(&upgrade, step, now);
     let advanced = match upgrade.step {
         UpgradeStep::BackingUp => match backed_up(db, ctx, seen, &upgrade).await? {
@@ -107,13 +108,14 @@ pub async fn advance(
                 _ => upgrade.clone(),
             }
         }
+        // Done when the primary's instance says its statistics are gathered (the
+        // setup removed the upgrade's marker, [`build::ANALYZE_MARKER`]).
         UpgradeStep::Analyzing => match primary_pod(db, seen) {
             Some(pod) if bosun_resources::failover::pod_ready(pod) => {
-                let test = format!(r#"test ! -e "$PGDATA/{ANALYZE_MARKER}""#);
-                let target = (ns.as_str(), pod.metadata.name.as_deref().unwrap_or_default(), CONTAINER);
-                match crate::instances::run(&ctx.client, target, &["bash", "-c", &test], ASK_TIMEOUT).await {
-                    Ok(_) => next(UpgradeStep::Succeeded),
-                    Err(_) => upgrade.clone(),
+                let name = pod.metadata.name.as_deref().unwrap_or_default();
+                match seen.instances.status(name, ASK_TIMEOUT).await {
+                    Ok(status) if !status.analyze_pending => next(UpgradeStep::Succeeded),
+                    _ => upgrade.clone(),
                 }
             }
             _ => upgrade.clone(),

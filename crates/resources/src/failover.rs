@@ -19,6 +19,7 @@
 use std::time::Duration;
 
 use bosun_api::postgresql::PostgreSQL;
+use bosun_instance::status::Server;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -206,7 +207,7 @@ pub fn switchover(assessment: &Assessment, to: &str) -> Switchover {
     Switchover::Go
 }
 
-/// Where a standby is in the WAL, as it answers [`POSITION_SQL`].
+/// Where a standby is in the WAL, as its instance says ([`Position::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Position {
     pub in_recovery: bool,
@@ -215,12 +216,6 @@ pub struct Position {
     pub replayed: Option<u64>,
 }
 
-/// What each candidate is asked, answering `t|0/3000148|0/3000148`.
-pub const POSITION_SQL: &str = "SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()";
-
-/// Whether an instance is a standby (`t`) or serves writes (`f`).
-pub const RECOVERY_SQL: &str = "SELECT pg_is_in_recovery()";
-
 /// An LSN as PostgreSQL prints it (`16/B374D848`).
 pub fn parse_lsn(text: &str) -> Option<u64> {
     let (high, low) = text.trim().split_once('/')?;
@@ -228,17 +223,14 @@ pub fn parse_lsn(text: &str) -> Option<u64> {
 }
 
 impl Position {
-    /// Parse an answer to [`POSITION_SQL`].
-    pub fn parse(answer: &str) -> Option<Position> {
-        let mut fields = answer.trim().split('|');
-        let in_recovery = match fields.next()? {
-            "t" => true,
-            "f" => false,
-            _ => return None,
-        };
-        let received = fields.next().and_then(parse_lsn);
-        let replayed = fields.next().and_then(parse_lsn);
-        Some(Position { in_recovery, received, replayed })
+    /// Where an instance's server says it is.
+    pub fn of(server: &Server) -> Position {
+        let lsn = |l: &Option<String>| l.as_deref().and_then(parse_lsn);
+        Position {
+            in_recovery: server.in_recovery,
+            received: lsn(&server.receive_lsn),
+            replayed: lsn(&server.replay_lsn),
+        }
     }
 
     /// How far its WAL goes: what it received (or, never having streamed, replayed).
@@ -347,25 +339,6 @@ pub const FOLLOW_GRACE: Duration = Duration::from_secs(30);
 /// How often the standbys are looked at again while one does not stream.
 pub const FOLLOW_RECHECK: Duration = Duration::from_secs(10);
 
-/// Asked of the primary: its timeline (from the name of its current WAL file) and the
-/// standbys streaming from it (their `application_name`, which is the pod's name).
-pub const STREAMING_SQL: &str = "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
-     || ' ' || coalesce((SELECT string_agg(application_name, ',') FROM pg_stat_replication \
-     WHERE state = 'streaming'), '')";
-/// Asked of a standby: the timeline of its last restartpoint.
-pub const TIMELINE_SQL: &str = "SELECT timeline_id FROM pg_control_checkpoint()";
-/// Run in a standby that cannot follow before its pod is deleted: without
-/// `standby.signal`, its instance rewinds the data (pg_rewind) before it starts, as
-/// it does for a former primary's.
-pub const REWIND_ON_START: &str = r#"rm -f "$PGDATA/standby.signal""#;
-
-/// [`STREAMING_SQL`]'s answer: the primary's timeline and who streams from it.
-pub fn parse_streaming(answer: &str) -> Option<(u32, Vec<String>)> {
-    let (timeline, names) = answer.trim().split_once(' ').unwrap_or((answer.trim(), ""));
-    let names = names.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect();
-    Some((timeline.parse().ok()?, names))
-}
-
 /// What to do about standbys that may not follow the primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Follow {
@@ -457,14 +430,6 @@ mod tests {
     }
 
     #[test]
-    fn the_primarys_answer_names_its_timeline_and_who_streams() {
-        assert_eq!(parse_streaming("2 db-0,db-2\n"), Some((2, vec!["db-0".into(), "db-2".into()])));
-        assert_eq!(parse_streaming("3 "), Some((3, vec![])));
-        assert_eq!(parse_streaming("3"), Some((3, vec![])));
-        assert_eq!(parse_streaming("psql: error"), None);
-    }
-
-    #[test]
     fn a_new_database_starts_with_instance_0_and_never_fails_over() {
         let p0 = pod("db-0", None, false, T0);
         let a = assess(&db(3, None), &[&p0], at("2026-11-25T11:00:00Z"));
@@ -524,17 +489,17 @@ mod tests {
 
     #[test]
     fn the_most_advanced_standby_is_promoted() {
-        let p = |answer: &str| Position::parse(answer).unwrap();
+        let p = |answer: &str| Position::of(&bosun_instance::status::parse_server(answer).unwrap());
         assert_eq!(parse_lsn("16/B374D848"), Some(0x16_B374_D848));
-        assert_eq!(Position::parse("x|0/1|0/1"), None);
+        assert_eq!(p("t|2|not an lsn|0/1|||17").received, None);
         let positions = vec![
-            ("db-1".to_owned(), p("t|0/3000148|0/3000100")),
-            ("db-2".to_owned(), p("t|0/3000200|0/3000000")),
-            ("db-3".to_owned(), p("f|0/9000000|0/9000000")),
-            ("db-4".to_owned(), p("t||0/3000100")),
+            ("db-1".to_owned(), p("t|1|0/3000148|0/3000100|||17")),
+            ("db-2".to_owned(), p("t|1|0/3000200|0/3000000|||17")),
+            ("db-3".to_owned(), p("f|1|0/9000000|0/9000000|||17")),
+            ("db-4".to_owned(), p("t|1||0/3000100|||17")),
         ];
         assert_eq!(most_advanced(&positions), Some("db-2"), "the most received, not replayed; never a primary");
-        let tie = vec![("db-2".to_owned(), p("t|0/5|0/5")), ("db-1".to_owned(), p("t|0/5|0/5"))];
+        let tie = vec![("db-2".to_owned(), p("t|1|0/5|0/5|||17")), ("db-1".to_owned(), p("t|1|0/5|0/5|||17"))];
         assert_eq!(most_advanced(&tie), Some("db-1"));
         assert_eq!(most_advanced(&[]), None);
     }

@@ -141,6 +141,8 @@ pub fn slim_status(pod: &mut Pod) {
         }),
         init_container_statuses: slim_all(status.init_container_statuses),
         container_statuses: slim_all(status.container_statuses),
+        // Where a database instance's API answers.
+        pod_ip: status.pod_ip,
         ..PodStatus::default()
     });
 }
@@ -257,6 +259,14 @@ mod tests {
             slim_status(&mut p);
             assert_eq!(simulated(&p), expected, "after slim_status");
         }
+    }
+
+    #[test]
+    fn a_slim_pod_keeps_its_address() {
+        let mut p = pod(json!({"phase": "Running", "podIP": "10.245.0.7", "hostIP": "10.0.0.1"}));
+        slim_status(&mut p);
+        let status = p.status.unwrap_or_default();
+        assert_eq!((status.pod_ip.as_deref(), status.host_ip), (Some("10.245.0.7"), None));
     }
 
     fn at(secs: i64) -> Timestamp {

@@ -63,6 +63,10 @@ use crate::quantity;
 pub const APP_NAME: &str = "postgresql";
 /// The port every instance serves on, and every Service's.
 pub const PORT: i32 = 5432;
+/// The port of every instance's status and control API (`bosun_instance::api`), for
+/// bosun only; no Service selects it.
+pub const API_PORT: i32 = bosun_instance::api::PORT as i32;
+pub const API_PORT_NAME: &str = "instance-api";
 /// `--postgres-image`'s default: the official image of the major version.
 pub const DEFAULT_IMAGE: &str = "postgres:{version}";
 /// The superuser bosun creates, and the database clients are given.
@@ -94,16 +98,6 @@ pub const CREDENTIALS_DIGEST: &str = "database.example.com/credentials-digest";
 /// Where an instance reads its role (the downward-API volume's mount and file).
 pub const PODINFO_MOUNT: &str = "/etc/bosun";
 pub const ROLE_FILE: &str = "/etc/bosun/role";
-/// Where bosun tells a running instance its new role directly (over exec) when it
-/// changes the label, because the kubelet may refresh the downward-API file seconds
-/// later: `<role> <generation>`, where the generation is the file's (the target of the
-/// volume's `..data` link) at the time. The instance believes it only while the file
-/// is still that generation; any refresh of the file makes the label the word again,
-/// so the two can never disagree for longer than the kubelet takes.
-pub const ROLE_TOLD_FILE: &str = "/tmp/bosun.role";
-/// The command (`bash -c TELL_ROLE <role>`, in the instance's environment) that writes
-/// [`ROLE_TOLD_FILE`] atomically.
-pub const TELL_ROLE: &str = r#"f=${BOSUN_ROLE_FILE:-/etc/bosun/role} t=${BOSUN_ROLE_TOLD:-/tmp/bosun.role}; g=$(readlink "${f%/*}/..data") && printf '%s %s\n' "$0" "$g" > "$t.new" && mv -f "$t.new" "$t""#;
 /// `spec.failoverDelay`'s default: long enough for a primary restarting in place (a
 /// container restart and crash recovery take seconds; the readiness probe needs ~6 s
 /// to call it not Ready) to come back without a failover, which would also force the
@@ -331,16 +325,6 @@ pub fn server_args(db: &PostgreSQL) -> Vec<String> {
     args
 }
 
-/// The command (`bash -c <this>`, in the primary's container) that reads the
-/// archiver's health: one line `wal|time|failed wal|time|failed count` of
-/// `pg_stat_archiver` (times in Unix seconds), then `bosun wal push`'s last error
-/// ([`WAL_ERROR_FILE`]), if it left one.
-pub fn archiver_query() -> String {
-    format!(
-        r#"psql -X -q -tA -F '|' -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d postgres -c "SELECT coalesce(last_archived_wal, ''), coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, ''), failed_count FROM pg_stat_archiver" && {{ cat {WAL_ERROR_FILE} 2>/dev/null || true; }}"#
-    )
-}
-
 /// What the primary's archiver said: `pg_stat_archiver` and the runner's last error.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArchiverSeen {
@@ -350,27 +334,21 @@ pub struct ArchiverSeen {
     pub error: Option<String>,
 }
 
-/// What [`archiver_query`] printed; `None` when it is not that.
-pub fn wal_archiving(output: &str) -> Option<ArchiverSeen> {
-    let (row, error) = output.split_once('\n').unwrap_or((output, ""));
-    let fields: Vec<&str> = row.trim().split('|').collect();
-    let [archived, archived_at, failed, failed_at, failed_count] = fields.as_slice() else { return None };
-    let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    let time = |s: &str| -> Result<Option<i64>, ()> {
-        if s.is_empty() { Ok(None) } else { s.parse().map(Some).map_err(|_| ()) }
-    };
-    let (archived_at, failed_at) = (time(archived_at).ok()?, time(failed_at).ok()?);
+/// What the primary's instance said of its archiver (its API's status); `None` when
+/// it did not say (not a primary, or its server did not answer).
+pub fn archiver_seen(instance: &bosun_instance::status::Status) -> Option<ArchiverSeen> {
+    let a = instance.server.as_ref().filter(|s| !s.in_recovery)?.archiver.as_ref()?;
     let rfc3339 = |t: Option<i64>| t.and_then(|t| Timestamp::from_second(t).ok()).map(|t| t.to_string());
     let archiving = WalArchiving {
-        last_archived_wal: text(archived),
-        last_archived_time: rfc3339(archived_at),
-        last_failed_wal: text(failed),
-        last_failed_time: rfc3339(failed_at),
-        failed_count: Some(failed_count.parse().ok()?),
+        last_archived_wal: a.last_archived_wal.clone(),
+        last_archived_time: rfc3339(a.last_archived_time),
+        last_failed_wal: a.last_failed_wal.clone(),
+        last_failed_time: rfc3339(a.last_failed_time),
+        failed_count: Some(a.failed_count),
         recent_failures: None,
         last_error: None,
     };
-    Some(ArchiverSeen { archiving, error: text(error.trim()) })
+    Some(ArchiverSeen { archiving, error: instance.archive_error.clone() })
 }
 
 /// How many WAL files failed to archive between the `previous` look (the status) and
@@ -613,12 +591,17 @@ pub fn desired_statefulset(
             env(instance::PRIMARY_HOST, name.clone()),
             env(instance::PRIMARY_PORT, PORT.to_string()),
             env(instance::ROLE_FILE, ROLE_FILE),
+            env(instance::API_DIR, crate::instances::MOUNT),
+            env(instance::API_PORT, API_PORT.to_string()),
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("postgres".to_owned()),
-            container_port: PORT,
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort { name: Some("postgres".to_owned()), container_port: PORT, ..ContainerPort::default() },
+            ContainerPort {
+                name: Some(API_PORT_NAME.to_owned()),
+                container_port: API_PORT,
+                ..ContainerPort::default()
+            },
+        ]),
         volume_mounts: Some(vec![
             VolumeMount { name: DATA_VOLUME.to_owned(), mount_path: DATA_MOUNT.to_owned(), ..VolumeMount::default() },
             VolumeMount {
@@ -628,6 +611,7 @@ pub fn desired_statefulset(
                 ..VolumeMount::default()
             },
             runner_mount(true),
+            crate::instances::mount(),
         ]),
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
@@ -650,7 +634,7 @@ pub fn desired_statefulset(
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Volume::default()
     };
-    let mut volumes = vec![podinfo_volume(), runner_volume];
+    let mut volumes = vec![podinfo_volume(), runner_volume, crate::instances::volume(db)];
     let mut container = container;
     let (continuous, recovery) = (continuous_destination(db), recovery(db));
     // The runner reaches the archive as a Backup's run does: the same variables, the
@@ -668,7 +652,7 @@ pub fn desired_statefulset(
         let env = container.env.get_or_insert_with(Vec::new);
         if continuous.is_some() {
             env.extend(reach.env);
-            env.push(self::env("BOSUN_WAL_ERROR_FILE", WAL_ERROR_FILE));
+            env.push(self::env(instance::WAL_ERROR_FILE, WAL_ERROR_FILE));
         } else if destination.encryption.is_some() {
             // A recovery only: its keys, named as the runs name them.
             env.push(crate::backup::namespace_env("BOSUN_BACKUP_NAMESPACE"));
@@ -1448,7 +1432,7 @@ mod tests {
             "the WAL goes under <namespace>/<name>-backup/wal, beside the base backups"
         );
         assert_eq!(env["BOSUN_WAL_ERROR_FILE"], Some(WAL_ERROR_FILE));
-        assert!(archiver_query().contains(WAL_ERROR_FILE), "bosun reads where the runner writes");
+        assert_eq!(env["BOSUN_API_DIR"], Some("/etc/bosun-instance"));
         let from = postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap();
         assert_eq!(from.name, "s3");
         let mounts: Vec<&str> =
@@ -1585,7 +1569,19 @@ mod tests {
     fn the_archivers_answer_becomes_the_status_and_the_condition() {
         let db = db(r#"{version: "15", storage: 1Gi, backup: {enabled: true,
             destination: {type: s3, bucket: wal}, continuous: {}}}"#);
-        // What one look saw, as the status keeps it after a look before it (`previous`).
+        // What one look saw, as the status keeps it after a look before it (`previous`):
+        // the primary's instance's status, from `pg_stat_archiver`'s row and the
+        // runner's error (`row\nerror`).
+        let instance = |output: &str| {
+            let (row, error) = output.split_once('\n').unwrap_or((output, ""));
+            let server = bosun_instance::status::Server {
+                archiver: Some(bosun_instance::status::parse_archiver(row).unwrap()),
+                ..Default::default()
+            };
+            let error = Some(error.trim().to_owned()).filter(|e| !e.is_empty());
+            bosun_instance::status::Status { server: Some(server), archive_error: error, ..Default::default() }
+        };
+        let wal_archiving = |output: &str| archiver_seen(&instance(output));
         let look =
             |output: &str, previous: Option<&WalArchiving>| observe_archiver(previous, &wal_archiving(output).unwrap());
         let healthy_seen = wal_archiving("000000010000000000000007|1764158400|||0\n").unwrap();
@@ -1670,10 +1666,11 @@ mod tests {
         let seen = Observed { archiving: Some(&old), backup: Some(&backup), ..Default::default() };
         assert_eq!(status(&db, seen, now).last_recoverable_point.as_deref(), Some("2025-11-20T02:00:07Z"));
         assert_eq!(wal_archiving_condition(&example(), Some(&healthy)), None);
-        // Not the query's output: nothing.
-        assert_eq!(wal_archiving("psql: error: connection refused"), None);
-        assert_eq!(wal_archiving("a|notatime|||0"), None);
-        assert_eq!(wal_archiving("a|1763604000||"), None, "the query's older four columns");
+        // A standby's or a silent server's status: nothing.
+        let mut standby = instance("||||0\n");
+        standby.server.as_mut().unwrap().in_recovery = true;
+        assert_eq!(archiver_seen(&standby), None);
+        assert_eq!(archiver_seen(&bosun_instance::status::Status::default()), None);
 
         // The status keeps the last answer while the archiver cannot be asked.
         let mut asked = db.clone();

@@ -40,7 +40,7 @@ use crate::postgresql::{CONTAINER, DATA_MOUNT, DATA_VOLUME, VERSION_LABEL};
 
 /// The marker the upgrade leaves in the new data directory; the primary's setup runs
 /// `vacuumdb --all --analyze-in-stages` while it exists, then removes it.
-pub const ANALYZE_MARKER: &str = "bosun-analyze-pending";
+pub use bosun_instance::setup::ANALYZE_MARKER;
 /// Where the init container puts the old major's binaries.
 const OLD_MOUNT: &str = "/opt/bosun/old";
 const OLD_VOLUME: &str = "old-binaries";

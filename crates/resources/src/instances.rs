@@ -1,0 +1,193 @@
+//! The credentials of a PostgreSQL's instance API (`bosun_instance::api`): the Secret
+//! `<name>-instance`, made and kept by bosun, holding a CA, a serving certificate it
+//! signs for every instance's name under the headless Service, and a token. The pods
+//! mount the certificate, its key and the token only (never the CA's key); bosun
+//! reads the CA and the token, so only a holder of that Secret can ask or tell an
+//! instance anything. The certificates are renewed and the CA rotated by
+//! [`crate::pki`]'s plan, in place (the API re-reads its files); the token is made
+//! once and kept.
+//!
+//! ```text
+//!  PostgreSQL + Secret (or none) + now ──desired_data──▶ None (kept) | the Secret's new data
+//! ```
+
+use std::collections::BTreeMap;
+
+use bosun_api::postgresql::PostgreSQL;
+use bosun_instance::api::keys;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{KeyToPath, Secret, SecretVolumeSource, Volume, VolumeMount};
+use kube::ResourceExt;
+
+use crate::meta::child_meta;
+use crate::pki::{self, Data, Lifetimes, Plan};
+
+/// The key of the token in the Secret (and the file in the pod).
+pub const TOKEN: &str = keys::TOKEN;
+/// Where the pods mount it.
+/// Where the pods mount it (beside, not inside, the role label's volume at
+/// `/etc/bosun`: a downward-API volume is read-only).
+pub const MOUNT: &str = "/etc/bosun-instance";
+const VOLUME: &str = "instance-api";
+
+pub fn secret_name(db: &PostgreSQL) -> String {
+    format!("{}-instance", db.name_any())
+}
+
+/// The names the serving certificate is for: every instance's, under the headless
+/// Service (a wildcard: instances come and go with `spec.replicas`).
+pub fn names(db: &PostgreSQL) -> Vec<String> {
+    let (headless, ns) = (crate::postgresql::headless_name(db), db.namespace().unwrap_or_default());
+    vec![format!("*.{headless}.{ns}.svc"), format!("*.{headless}.{ns}.svc.cluster.local")]
+}
+
+/// The name bosun checks the certificate of instance `pod` against.
+pub fn server_name(db: &PostgreSQL, pod: &str) -> String {
+    format!("{pod}.{}.{}.svc", crate::postgresql::headless_name(db), db.namespace().unwrap_or_default())
+}
+
+/// The Secret's data as text; `None` when it is not a Secret of ours to read.
+pub fn data(secret: &Secret) -> Data {
+    secret.data.iter().flatten().filter_map(|(k, v)| Some((k.clone(), String::from_utf8(v.0.clone()).ok()?))).collect()
+}
+
+/// What the Secret needs at `now` (`existing`: its data, none when there is no
+/// Secret): `Ok(None)` when it is kept as it is; else its new data, the token kept
+/// when there is one (`token` makes one when there is none).
+pub fn desired_data(
+    db: &PostgreSQL,
+    existing: Option<&Data>,
+    now: jiff::Timestamp,
+    token: impl FnOnce() -> String,
+) -> Result<Option<Data>, String> {
+    let (names, life) = (names(db), Lifetimes::default());
+    let plan = pki::plan(existing, &names, now, &life);
+    let kept = existing.and_then(|d| d.get(TOKEN)).filter(|t| !t.trim().is_empty()).cloned();
+    if plan == Plan::Keep && kept.is_some() {
+        return Ok(None);
+    }
+    let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, &life)?;
+    data.insert(TOKEN.to_owned(), kept.unwrap_or_else(token));
+    Ok(Some(data))
+}
+
+/// The Secret with `data`, owned by `db`.
+pub fn desired_secret(db: &PostgreSQL, data: &Data) -> Secret {
+    let labels = crate::meta::standard_labels(crate::postgresql::APP_NAME, &db.name_any());
+    Secret {
+        metadata: child_meta(db, secret_name(db), labels),
+        data: Some(data.iter().map(|(k, v)| (k.clone(), ByteString(v.as_bytes().to_vec()))).collect()),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
+}
+
+/// What bosun calls an instance with: the CAs to trust (the current one, and the
+/// next or previous one while a rotation overlaps) and the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Access {
+    pub ca_bundle: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access").field("token", &"<redacted>").finish_non_exhaustive()
+    }
+}
+
+/// The access the Secret gives; none when it is incomplete.
+pub fn access(secret: &Secret) -> Option<Access> {
+    let data = data(secret);
+    let token = data.get(TOKEN).map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())?;
+    let ca_bundle = pki::bundle(&data);
+    (!ca_bundle.is_empty()).then_some(Access { ca_bundle, token })
+}
+
+/// The pod's volume of the Secret: the certificate, its key and the token, readable by
+/// the server's group only; never the CA's key.
+pub fn volume(db: &PostgreSQL) -> Volume {
+    let item = |key: &str| KeyToPath { key: key.to_owned(), path: key.to_owned(), mode: None };
+    Volume {
+        name: VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name(db)),
+            items: Some(vec![item(keys::CERT), item(keys::KEY), item(TOKEN)]),
+            default_mode: Some(0o440),
+            optional: None,
+        }),
+        ..Volume::default()
+    }
+}
+
+pub fn mount() -> VolumeMount {
+    VolumeMount {
+        name: VOLUME.to_owned(),
+        mount_path: MOUNT.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The Secret's data by key, for tests and tools.
+pub fn by_key(data: &Data) -> BTreeMap<&str, &str> {
+    data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn db() -> PostgreSQL {
+        serde_json::from_value(json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "u1"},
+            "spec": {"version": "15", "storage": "1Gi"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn made_once_kept_and_renewed_in_place_with_its_token() {
+        let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
+        let made = desired_data(&db(), None, now, || "t0k3n".into()).unwrap().unwrap();
+        let keys_made: Vec<&str> = by_key(&made).keys().copied().collect();
+        for key in ["ca.crt", "ca.key", "tls.crt", "tls.key", "token"] {
+            assert!(keys_made.contains(&key), "{key}: {keys_made:?}");
+        }
+        assert_eq!(made["names"], "*.orders-headless.shop.svc,*.orders-headless.shop.svc.cluster.local");
+        assert_eq!(desired_data(&db(), Some(&made), now, || unreachable!()).unwrap(), None, "kept");
+        // Near the end of the serving certificate's life: a new one, the same CA and token.
+        let later = now.checked_add(jiff::SignedDuration::from_hours(24 * 70)).unwrap();
+        let renewed = desired_data(&db(), Some(&made), later, || unreachable!()).unwrap().unwrap();
+        assert_ne!(renewed["tls.crt"], made["tls.crt"]);
+        assert_eq!((renewed["ca.crt"].as_str(), renewed["token"].as_str()), (made["ca.crt"].as_str(), "t0k3n"));
+        // A Secret someone emptied of its certificates: new ones, the token kept.
+        let mut broken = made.clone();
+        broken.remove("ca.crt");
+        let remade = desired_data(&db(), Some(&broken), now, || unreachable!()).unwrap().unwrap();
+        assert_eq!(remade["token"], "t0k3n");
+        assert_ne!(remade["ca.key"], made["ca.key"]);
+    }
+
+    #[test]
+    fn the_pods_get_the_certificate_and_token_never_the_cas_key() {
+        let volume = volume(&db());
+        let secret = volume.secret.unwrap();
+        assert_eq!(secret.secret_name.as_deref(), Some("orders-instance"));
+        let items: Vec<String> = secret.items.unwrap().into_iter().map(|i| i.key).collect();
+        assert_eq!(items, ["tls.crt", "tls.key", "token"]);
+        assert_eq!(server_name(&db(), "orders-1"), "orders-1.orders-headless.shop.svc");
+        let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
+        let data = desired_data(&db(), None, now, || "t".into()).unwrap().unwrap();
+        let access = access(&desired_secret(&db(), &data)).unwrap();
+        assert_eq!(access.token, "t");
+        assert!(access.ca_bundle.starts_with("-----BEGIN CERTIFICATE-----"));
+        let printed = format!("{access:?}");
+        assert!(printed.contains("<redacted>") && !printed.contains("BEGIN"), "{printed}");
+    }
+}
