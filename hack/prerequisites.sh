@@ -19,7 +19,7 @@ need curl curl
 # built statically, and the import into containerd.
 need mmdebstrap mmdebstrap
 need gcc gcc
-[ -e /usr/include/stdio.h ] || missing_pkgs+=(libc6-dev)  # static libc for pause
+[ -e /usr/include/stdio.h ] || missing_pkgs+=(libc6-dev)  # static libc for pause and the static bosun
 need ctr containerd
 need flock util-linux
 # make docker-build (hack/docker-build.sh): podman, when no docker engine answers.
