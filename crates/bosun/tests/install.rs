@@ -842,7 +842,8 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
 
         // The databases move to the new instance manager (`bosun instance`) with one
         // rolling restart each: their StatefulSet and pods are the only children that
-        // change; their data, claims and Secrets (passwords) are kept.
+        // change (and their instances' API Secret is new); their data, claims and
+        // credentials Secrets (passwords) are kept.
         let moved = Instant::now();
         loop {
             let now = database_pods(&env.ns);
@@ -858,9 +859,13 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
             moved.elapsed().as_secs_f64()
         );
         assert_eq!(psql("test-db-0", "SELECT v FROM kept"), "before the upgrade", "the data is kept");
+        // Each database also gets the Secret of its instances' API (a certificate and a
+        // token bosun calls them with).
         let rolled = |k: &str| {
             databases.iter().any(|(pod, _, _)| k == format!("Pod/{pod}"))
-                || ["test-db", "shop-db", "store-db"].iter().any(|db| k == format!("StatefulSet/{db}"))
+                || ["test-db", "shop-db", "store-db"]
+                    .iter()
+                    .any(|db| k == format!("StatefulSet/{db}") || k == format!("Secret/{db}-instance"))
         };
 
         // The new bosun has looked at everything (its first reconciles follow its start);

@@ -353,9 +353,10 @@ mod tests {
             slim_status(&mut slim);
             assert_eq!(progress(&slim), progress(&p));
         }
-        let mut p = pod(json!({"phase": "Running", "podIP": "10.0.0.1"}));
+        let mut p = pod(json!({"phase": "Running", "hostIP": "10.0.0.1", "startTime": "2026-01-01T00:00:00Z"}));
         slim_status(&mut p);
-        assert_eq!(p.status.and_then(|s| s.pod_ip), None, "what progress does not read is dropped");
+        let status = p.status.unwrap_or_default();
+        assert_eq!((status.host_ip, status.start_time), (None, None), "what nothing reads is dropped");
     }
 
     #[test]
