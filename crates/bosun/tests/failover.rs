@@ -193,7 +193,9 @@ async fn events(env: &Env, reason: &str) -> Vec<String> {
 
 /// Inject a fault into the primary, wait for a new convergence; prints and returns
 /// (the primary after, the write outage in seconds).
-async fn fault(env: &Env, what: &str, inject: impl FnOnce(&str)) -> (String, f64) {
+/// Returns the primary after it, the write outage, and when the fault was injected
+/// (Unix seconds).
+async fn fault(env: &Env, what: &str, inject: impl FnOnce(&str)) -> (String, f64, f64) {
     let before = wait_converged(env, "before the fault", Duration::from_secs(180)).await;
     let at = unix_now();
     inject(&before);
@@ -205,7 +207,16 @@ async fn fault(env: &Env, what: &str, inject: impl FnOnce(&str)) -> (String, f64
     let after = wait_converged(env, what, Duration::from_secs(240)).await;
     let outage = outage(&acks(env), at);
     eprintln!("failover: {what}: {before} → {after}, write outage {outage:.2} s");
-    (after, outage)
+    (after, outage, at)
+}
+
+/// The change of primary bosun made after `at` (Unix seconds): how long after `at` it
+/// decided (`status.lastPrimaryChange.started`), and how long it then took to the
+/// promotion it awaited (`.seconds`).
+async fn decision(env: &Env, at: f64) -> Option<(f64, f64)> {
+    let change = db(env).await.status?.last_primary_change?;
+    let started = change.started.parse::<jiff::Timestamp>().ok()?.as_millisecond() as f64 / 1000.0;
+    (started >= at).then(|| (started - at, change.seconds.unwrap_or_default()))
 }
 
 fn force_delete(env: &Env, pod: &str) {
@@ -243,7 +254,7 @@ async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
         start_writer(&env).await;
 
         // 1. The primary's pod force-deleted: a standby takes over at once.
-        let (after, _) = fault(&env, "primary pod force-deleted", |p| force_delete(&env, p)).await;
+        let (after, _, _) = fault(&env, "primary pod force-deleted", |p| force_delete(&env, p)).await;
         assert_ne!(after, "test-db-0");
         let change = db(&env).await.status.unwrap().last_primary_change.unwrap();
         assert_eq!(
@@ -264,13 +275,13 @@ async fn a_lost_primary_is_replaced_and_returns_as_a_standby() {
         assert_eq!(psql(&env, "test-db-0", "SELECT pg_is_in_recovery()").as_deref(), Some("t"));
 
         // 2. postgres killed inside the primary: it restarts in place, still the primary.
-        let (again, _) = fault(&env, "postmaster killed", |p| kill_postmaster(&env, p)).await;
+        let (again, _, _) = fault(&env, "postmaster killed", |p| kill_postmaster(&env, p)).await;
         assert_eq!(again, after, "a killed postgres restarts in place, faster than a failover");
 
         // 3. The primary cannot start again (a setting it reads at start): failover
         // after spec.failoverDelay, the broken instance reported and then rejoined.
         let broken = again.clone();
-        let (third, _) = fault(&env, "primary unable to start", |p| break_primary(&env, p)).await;
+        let (third, _, _) = fault(&env, "primary unable to start", |p| break_primary(&env, p)).await;
         assert_ne!(third, broken);
         let notes = events(&env, "FailedOver").await;
         assert!(
@@ -569,14 +580,21 @@ async fn bench(mode: &'static str, extra: &'static str) {
         start_writer(&env).await;
         let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
         let mut outages: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+        // Per fault: fault → decision (bosun recorded the new primary), and decision →
+        // the promotion it awaited.
+        let mut decisions: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
         for _ in 0..runs {
-            let (_, o) = fault(&env, "pod force-deleted", |p| force_delete(&env, p)).await;
-            outages.entry("1 pod force-deleted").or_default().push(o);
-            let (_, o) = fault(&env, "postmaster killed", |p| kill_postmaster(&env, p)).await;
-            outages.entry("2 postmaster killed").or_default().push(o);
-            let (_, o) = fault(&env, "cannot start (failoverDelay 10s)", |p| break_primary(&env, p)).await;
-            outages.entry("3 cannot start, failoverDelay 10s").or_default().push(o);
-            let (_, o) = fault(&env, "switchover", |p| {
+            let mut record = async |case: &'static str, (_, o, at): (String, f64, f64)| {
+                outages.entry(case).or_default().push(o);
+                if let Some(d) = decision(&env, at).await {
+                    decisions.entry(case).or_default().push(d);
+                }
+            };
+            record("1 pod force-deleted", fault(&env, "pod force-deleted", |p| force_delete(&env, p)).await).await;
+            record("2 postmaster killed", fault(&env, "postmaster killed", |p| kill_postmaster(&env, p)).await).await;
+            let broken = fault(&env, "cannot start (failoverDelay 10s)", |p| break_primary(&env, p)).await;
+            record("3 cannot start, failoverDelay 10s", broken).await;
+            let switched = fault(&env, "switchover", |p| {
                 let to = if p == "test-db-1" { "test-db-2" } else { "test-db-1" };
                 let request = format!("database.example.com/switchover-to={to}");
                 let (ok, out) = env.kubectl(&["annotate", "postgresql", "test-db", &request]);
@@ -589,19 +607,33 @@ async fn bench(mode: &'static str, extra: &'static str) {
                 }
             })
             .await;
-            outages.entry("switchover").or_default().push(o);
+            record("switchover", switched).await;
         }
         let primary = wait_converged(&env, "at the end", Duration::from_secs(240)).await;
         let acked = acks(&env);
         let lost = lost(&env, &primary, &acked).len();
         let mut rows = Vec::new();
         println!("\nfailover ({mode}, {runs} runs): write outage in seconds");
-        println!("{:<36} {:>7} {:>7} {:>7}", "fault", "min", "median", "max");
+        println!("(decided: fault → bosun's decision; promoted: decision → the promotion it awaited; medians)");
+        println!("{:<36} {:>7} {:>7} {:>7} {:>10} {:>10}", "fault", "min", "median", "max", "decided", "promoted");
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
         for (case, mut values) in outages {
             values.sort_by(f64::total_cmp);
-            let (min, median, max) = (values[0], values[values.len() / 2], values[values.len() - 1]);
-            println!("{case:<36} {min:>7.2} {median:>7.2} {max:>7.2}");
-            rows.push(json!({"fault": case, "min": min, "median": median, "max": max, "runs": values}));
+            let (min, median_outage, max) = (values[0], values[values.len() / 2], values[values.len() - 1]);
+            let seen = decisions.remove(case).unwrap_or_default();
+            let decided = median(seen.iter().map(|d| d.0).collect());
+            let promoted = median(seen.iter().map(|d| d.1).collect());
+            let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+            println!(
+                "{case:<36} {min:>7.2} {median_outage:>7.2} {max:>7.2} {:>10} {:>10}",
+                show(decided),
+                show(promoted)
+            );
+            rows.push(json!({"fault": case, "min": min, "median": median_outage, "max": max, "runs": values,
+                             "decision_seconds_median": decided, "promotion_seconds_median": promoted}));
         }
         println!("acknowledged rows: {}, lost: {lost}", acked.len());
         let report =
