@@ -11,8 +11,6 @@
 //!  PostgreSQL + Secret (or none) + now ──desired_data──▶ None (kept) | the Secret's new data
 //! ```
 
-use std::collections::BTreeMap;
-
 use bosun_api::postgresql::PostgreSQL;
 use bosun_instance::api::keys;
 use k8s_openapi::ByteString;
@@ -129,11 +127,6 @@ pub fn mount() -> VolumeMount {
     }
 }
 
-/// The Secret's data by key, for tests and tools.
-pub fn by_key(data: &Data) -> BTreeMap<&str, &str> {
-    data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -155,7 +148,7 @@ mod tests {
     fn made_once_kept_and_renewed_in_place_with_its_token() {
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
         let made = desired_data(&db(), None, now, || "t0k3n".into()).unwrap().unwrap();
-        let keys_made: Vec<&str> = by_key(&made).keys().copied().collect();
+        let keys_made: Vec<&str> = made.keys().map(String::as_str).collect();
         for key in ["ca.crt", "ca.key", "tls.crt", "tls.key", "token"] {
             assert!(keys_made.contains(&key), "{key}: {keys_made:?}");
         }
