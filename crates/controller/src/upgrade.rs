@@ -270,3 +270,69 @@ async fn upgraded(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The upgrade's last step against the mocked apiserver and the instances' APIs in
+    //! memory: it ends only when the primary's instance says the statistics are
+    //! gathered, and waits while it cannot be asked.
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::instances::fake::{self, FakeInstances};
+    use crate::mock;
+
+    fn db() -> PostgreSQL {
+        serde_json::from_value(json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "ns", "uid": "uid-db", "generation": 2},
+            "spec": {"version": "17", "storage": "1Gi", "replicas": 2},
+            "status": {"currentPrimary": "db-0"},
+        }))
+        .unwrap()
+    }
+
+    fn primary_pod() -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "db-0", "namespace": "ns", "labels": {pg::VERSION_LABEL: "17"}},
+                "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn analyzing() -> MajorUpgrade {
+        serde_json::from_value(json!({"from": "13", "to": "17", "step": "Analyzing",
+                                      "started": "2026-11-28T12:00:00Z", "generation": 2}))
+        .unwrap()
+    }
+
+    /// The step after one look, with the primary's instance answering `status` (none:
+    /// it cannot be asked).
+    async fn look(status: Option<bosun_instance::status::Status>) -> UpgradeStep {
+        let db = db();
+        let fake = FakeInstances::start(&db).await;
+        let reachable: &[&str] = if status.is_some() { &["db-0"] } else { &[] };
+        if let Some(status) = status {
+            fake.set(status);
+        }
+        let reach = fake.reach(&db, reachable);
+        let (ctx, _calls) = mock::context(mock::answer(&db));
+        let pods = [primary_pod()];
+        let (jobs, backups) = (mock::cache::<Job>([]), mock::cache::<Backup>([]));
+        let seen = Seen { sts: None, pods: &pods, jobs: &jobs, backups: &backups, instances: &reach };
+        advance(&db, &ctx, &seen, analyzing(), "2026-11-28T12:05:00Z".parse().unwrap()).await.unwrap().step
+    }
+
+    #[tokio::test]
+    async fn the_upgrade_ends_when_the_primarys_instance_has_gathered_its_statistics() {
+        let mut pending = fake::primary("db-0");
+        pending.analyze_pending = true;
+        assert_eq!(look(Some(pending)).await, UpgradeStep::Analyzing, "still analyzing");
+        assert_eq!(look(None).await, UpgradeStep::Analyzing, "an instance that cannot be asked proves nothing");
+        assert_eq!(look(Some(fake::primary("db-0"))).await, UpgradeStep::Succeeded);
+    }
+}
