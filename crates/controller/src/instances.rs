@@ -221,9 +221,6 @@ pub mod fake {
     pub struct State {
         pub statuses: HashMap<String, Status>,
         pub told: Told,
-        /// Instances that keep serving writes whatever they are told (a demotion
-        /// that does not take).
-        pub stubborn: Vec<String>,
     }
 
     #[derive(Debug)]
@@ -345,11 +342,10 @@ pub mod fake {
         state.told.push((pod.clone(), path.clone(), String::from_utf8_lossy(&body).into_owned()));
         if path == api::paths::ROLE {
             let role = serde_json::from_slice::<RoleRequest>(&body).map(|r| r.role).unwrap_or_default();
-            let stubborn = state.stubborn.contains(&pod);
             if let Some(status) = state.statuses.get_mut(&pod) {
                 match role.as_str() {
                     "primary" => status.server = Some(primary(&pod).server.unwrap_or_default()),
-                    "replica" if !stubborn => status.server = None,
+                    "replica" => status.server = None,
                     _ => {}
                 }
                 status.role = Some(role);
