@@ -69,6 +69,10 @@ enum Command {
     /// PostgreSQL's instance manager: the first process of a database pod, which runs
     /// the server (the command after `--`) in the role bosun gives the instance.
     Instance(Box<bosun_instance::InstanceArgs>),
+    /// A major upgrade of a PostgreSQL's data with pg_upgrade --link (the upgrade
+    /// Job's containers: `copy` in the old major's image, `run` in the new one's).
+    #[command(subcommand)]
+    Upgrade(bosun_instance::upgrade::UpgradeCommand),
     /// Copy this binary to PATH: how a database pod gets `bosun wal` without a change
     /// to its image (an init container of the runner image runs it).
     Install {
@@ -141,6 +145,10 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             // One thread: it waits on a server, a few files and a few programs.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             return Ok(runtime.block_on(bosun_instance::run(&args)));
+        }
+        Command::Upgrade(command) => {
+            init_logging(cli.log_format);
+            return Ok(bosun_instance::upgrade::main(&command));
         }
         Command::Install { path } => install(&path)?,
     }

@@ -213,6 +213,16 @@ fn service(target: Arc<AtomicU16>) -> u16 {
 }
 
 /// `psql` over TCP with a password, as a client in another pod would connect.
+/// A kubelet's HTTPS probe of the API at `path`: its status code.
+fn probe(api: u16, path: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"])
+        .arg(format!("https://127.0.0.1:{api}{path}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn sql(port: u16, user: &str, password: &str, query: &str) -> Output {
     Command::new(format!("{BIN}/psql"))
         .args(["-X", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", user, "-d", "postgres"])
@@ -303,6 +313,8 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     let mut b = start(&dir, &b_data, (pb, qb), svc);
     std::thread::sleep(Duration::from_millis(600));
     assert!(!b_data.exists(), "an instance without a role started something");
+    // The kubelet's probes (no token, the certificate not verified): b has no server yet.
+    assert_eq!(probe(qb, "/healthz"), "503");
     set_role(&dir, pb, "replica");
     wait_until("the standby to accept connections", &b, Duration::from_secs(60), || {
         sql(pb, "postgres", PASSWORD, "SELECT 1").status.success()
@@ -321,6 +333,15 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         "senders",
     );
     assert!(senders.starts_with("replicator|streaming|"), "{senders}");
+    // The probes answer from a connection to the server, as pg_isready would, and
+    // leave nothing in its log.
+    for port in [qa, qb] {
+        assert_eq!((probe(port, "/healthz"), probe(port, "/readyz")), ("200".into(), "200".into()), "{port}");
+    }
+    let log = std::fs::read_to_string(&a.log).unwrap();
+    for noise in ["incomplete startup packet", "could not receive data", "unexpected EOF"] {
+        assert!(!log.contains(noise), "the probes leave '{noise}' in the server's log:\n{log}");
+    }
     // The instance API: what bosun decides from, asked with its client.
     let (name_a, name_b) = (format!("instance-{pa}"), format!("instance-{pb}"));
     let primary = block_on(api.status(&name_a, ASK)).unwrap();

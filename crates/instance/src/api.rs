@@ -2,9 +2,12 @@
 //! the token bosun keeps in the database's instance Secret (mounted read-only in the
 //! pod, re-read when the kubelet refreshes it). Every request carries the token
 //! (`Authorization: Bearer …`): a caller without it gets 401 and nothing changes. No
-//! answer holds a password.
+//! answer holds a password. The two health paths are the kubelet's probes, which
+//! carry no token: they say a status code and a word, nothing else.
 //!
 //! ```text
+//! GET  /healthz         200: the server accepts connections (startup and liveness probes); 503 otherwise
+//! GET  /readyz          200: it accepts them and serves its data, not recovering from an archive (readiness)
 //! GET  /v1/status       Status (JSON): role, data directory, the server's answers
 //! POST /v1/role         {"role": "primary"|"replica"}: followed at once, until the label's file is refreshed
 //! POST /v1/rewind       a standby that cannot follow: rewound (pg_rewind) on its next start
@@ -43,6 +46,8 @@ pub mod keys {
     pub const TOKEN: &str = "token";
 }
 pub mod paths {
+    pub const HEALTH: &str = "/healthz";
+    pub const READY: &str = "/readyz";
     pub const STATUS: &str = "/v1/status";
     pub const ROLE: &str = "/v1/role";
     pub const REWIND: &str = "/v1/rewind";
@@ -78,23 +83,39 @@ struct Loaded {
 }
 
 impl Credentials {
-    /// The acceptor and token of the files now; the last good ones when they do not load.
+    /// The acceptor and token of the files now; the last good ones when they do not
+    /// load (a Secret edited badly neither stops the probes nor locks bosun out).
     fn current(&self) -> Result<(TlsAcceptor, Arc<String>), String> {
+        let fresh = self.load();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        match (fresh, loaded.as_ref()) {
+            (Ok(fresh), _) => {
+                let current = (fresh.acceptor.clone(), fresh.token.clone());
+                *loaded = Some(fresh);
+                Ok(current)
+            }
+            (Err(why), Some(last)) => {
+                debug!(%why, "the API's files do not load: the last good ones serve");
+                Ok((last.acceptor.clone(), last.token.clone()))
+            }
+            (Err(why), None) => Err(why),
+        }
+    }
+
+    fn load(&self) -> Result<Loaded, String> {
         let read = |name: &str| std::fs::read(self.dir.join(name)).map_err(|e| format!("{name}: {e}"));
         let (cert, key, token) = (read(keys::CERT)?, read(keys::KEY)?, read(keys::TOKEN)?);
         let generation = [cert.as_slice(), key.as_slice(), token.as_slice()].concat();
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(l) = loaded.as_ref().filter(|l| l.generation == generation) {
-            return Ok((l.acceptor.clone(), l.token.clone()));
+        if let Some(same) = self.loaded.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+            && same.generation == generation
+        {
+            return Ok(same.clone());
         }
         let token = String::from_utf8_lossy(&token).trim().to_owned();
         if token.is_empty() {
             return Err(format!("{} is empty", keys::TOKEN));
         }
-        let acceptor = acceptor(&cert, &key)?;
-        let fresh = Loaded { generation, acceptor, token: Arc::new(token) };
-        *loaded = Some(fresh.clone());
-        Ok((fresh.acceptor, fresh.token))
+        Ok(Loaded { generation, acceptor: acceptor(&cert, &key)?, token: Arc::new(token) })
     }
 }
 
@@ -193,6 +214,16 @@ pub fn authorized(header: Option<&[u8]>, token: &str) -> bool {
 const MAX_BODY: usize = 1024;
 
 async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
+    if req.method() == Method::GET {
+        match req.uri().path() {
+            paths::HEALTH => return health(api.accepting().await),
+            paths::READY => {
+                let serving = !api.args.pgdata.join(files::RECOVERY).exists() && api.accepting().await;
+                return health(serving);
+            }
+            _ => {}
+        }
+    }
     let header = req.headers().get(hyper::header::AUTHORIZATION).map(|h| h.as_bytes());
     if !authorized(header, token) {
         let mut response = reply(StatusCode::UNAUTHORIZED, "a bearer token from the instance Secret is required\n");
@@ -242,6 +273,14 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
     }
 }
 
+fn health(ok: bool) -> Reply {
+    if ok {
+        reply(StatusCode::OK, "ok\n")
+    } else {
+        reply(StatusCode::SERVICE_UNAVAILABLE, "not accepting connections\n")
+    }
+}
+
 fn remove(path: &Path) -> std::io::Result<()> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -252,6 +291,11 @@ fn remove(path: &Path) -> std::io::Result<()> {
 impl Api {
     fn roles(&self) -> RoleSource {
         RoleSource { label_file: self.args.role_file.clone(), told_file: self.args.role_told.clone() }
+    }
+
+    /// Whether the server accepts connections (over TCP, as a client connects).
+    async fn accepting(&self) -> bool {
+        crate::ping::accepting(self.args.port, &self.args.superuser).await
     }
 
     /// The instance now: its files, and its server's answers.

@@ -173,6 +173,16 @@ pub fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+/// The first `max` bytes of `text` (at a character boundary), trimmed.
+pub fn head(text: &str, max: usize) -> &str {
+    let text = text.trim();
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +199,7 @@ mod tests {
         assert_eq!(tail("  abcdef \n", 3), "def");
         assert_eq!(tail("é-x", 2), "-x");
         assert_eq!(tail("short", 100), "short");
+        assert_eq!(head(" abcdef", 3), "abc");
+        assert_eq!(head("x-é", 3), "x-");
     }
 }

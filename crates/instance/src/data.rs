@@ -17,6 +17,9 @@ pub struct DataState {
     pub standby: bool,
     /// `recovery.signal`: it recovers from an archive to a target.
     pub recovering: bool,
+    /// `global/pg_control.old` without `global/pg_control`: a `pg_upgrade --link`
+    /// stopped before its new cluster took this directory's place.
+    pub upgrade_interrupted: bool,
 }
 
 /// The files the decisions read, by name.
@@ -24,6 +27,9 @@ pub mod files {
     pub const VERSION: &str = "PG_VERSION";
     pub const STANDBY: &str = "standby.signal";
     pub const RECOVERY: &str = "recovery.signal";
+    /// The control file, and the name `pg_upgrade --link` gives it while it links.
+    pub const CONTROL: &str = "global/pg_control";
+    pub const CONTROL_SET_ASIDE: &str = "global/pg_control.old";
 }
 
 impl DataState {
@@ -37,6 +43,8 @@ impl DataState {
             major,
             standby: pgdata.join(files::STANDBY).exists(),
             recovering: pgdata.join(files::RECOVERY).exists(),
+            upgrade_interrupted: pgdata.join(files::CONTROL_SET_ASIDE).exists()
+                && !pgdata.join(files::CONTROL).exists(),
         }
     }
 
@@ -48,6 +56,10 @@ impl DataState {
 /// The next thing to do before the server starts in `role`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
+    /// The control file back in place: a major upgrade's Job stopped (killed) while
+    /// `pg_upgrade --link` ran. Its new cluster never started, so the files it shares
+    /// with this one are unchanged and this one is whole (see [`restore_control`]).
+    RestoreControl,
     /// Start the server.
     Start,
     /// A new database made by recovery: its data from the archive (`bosun recover`).
@@ -67,6 +79,9 @@ pub enum Step {
 /// What to do next for `role` with `data`; `major` is the server's (the image's),
 /// `recovery` whether this database is made by recovery from an archive.
 pub fn next_step(role: Role, data: &DataState, major: Option<&str>, recovery: bool) -> Step {
+    if data.upgrade_interrupted {
+        return Step::RestoreControl;
+    }
     match role {
         Role::Primary if !data.has_cluster() && recovery => Step::Recover,
         Role::Primary if data.standby => Step::LeaveStandby,
@@ -109,6 +124,20 @@ pub fn diverged_path(pgdata: &Path, now: jiff::Timestamp) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// `pg_upgrade --link` renames the old cluster's control file before it links the
+/// first file, so that the old server cannot start on files the new one may have
+/// changed; it puts it back when it fails. Until the new cluster first starts nothing
+/// of the old one has changed: whoever finds the renamed file first (the upgrade run
+/// again, or the instance when the upgrade was given up) puts it back. `Ok(true)`:
+/// it was put back.
+pub fn restore_control(pgdata: &Path) -> std::io::Result<bool> {
+    let (aside, control) = (pgdata.join(files::CONTROL_SET_ASIDE), pgdata.join(files::CONTROL));
+    if !aside.exists() || control.exists() {
+        return Ok(false);
+    }
+    std::fs::rename(aside, control).map(|()| true)
+}
+
 /// Where a clone is made before it takes the data directory's place.
 pub fn partial_path(pgdata: &Path) -> PathBuf {
     let mut name = pgdata.as_os_str().to_owned();
@@ -121,7 +150,26 @@ mod tests {
     use super::*;
 
     fn data(major: Option<&str>, standby: bool) -> DataState {
-        DataState { exists: major.is_some(), major: major.map(str::to_owned), standby, recovering: false }
+        DataState { exists: major.is_some(), major: major.map(str::to_owned), standby, ..DataState::default() }
+    }
+
+    #[test]
+    fn a_control_file_set_aside_by_an_interrupted_upgrade_comes_back_first() {
+        let interrupted = DataState { upgrade_interrupted: true, ..data(Some("13"), false) };
+        for role in [Role::Primary, Role::Replica] {
+            assert_eq!(next_step(role, &interrupted, Some("13"), false), Step::RestoreControl);
+        }
+        let dir = crate::role::tests::temp_dir("control");
+        std::fs::create_dir_all(dir.join("global")).unwrap();
+        std::fs::write(dir.join(files::CONTROL_SET_ASIDE), "control").unwrap();
+        assert!(DataState::read(&dir).upgrade_interrupted);
+        assert!(restore_control(&dir).unwrap());
+        assert!(!DataState::read(&dir).upgrade_interrupted);
+        assert_eq!(std::fs::read_to_string(dir.join(files::CONTROL)).unwrap(), "control");
+        // Both there (a finished pg_upgrade's old directory is never the data's): left alone.
+        std::fs::write(dir.join(files::CONTROL_SET_ASIDE), "old").unwrap();
+        assert!(!restore_control(&dir).unwrap());
+        assert_eq!(std::fs::read_to_string(dir.join(files::CONTROL)).unwrap(), "control");
     }
 
     #[test]

@@ -10,18 +10,22 @@
 //! commands ── the PostgreSQL programs it runs (a trait, faked in the tests)
 //! setup ───── the primary's passwords, replication role and pg_hba.conf
 //! status ──── what an instance says of itself (shared with the controller)
+//! ping ────── whether the server accepts connections (the probes), without a process
 //! api ─────── the status and control API over HTTPS, for bosun only
 //! manager ─── wait for a role → prepare the data → serve → follow the role
+//! upgrade ─── `bosun upgrade`: a major upgrade's Job (pg_upgrade --link)
 //! ```
 
 pub mod api;
 pub mod commands;
 pub mod data;
 pub mod manager;
+pub mod ping;
 pub mod role;
 pub mod settings;
 pub mod setup;
 pub mod status;
+pub mod upgrade;
 
 pub use settings::InstanceArgs;
 

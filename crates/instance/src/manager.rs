@@ -114,6 +114,13 @@ async fn prepare<P: Postgres>(args: &InstanceArgs, pg: &P, role: Role, stop: &Ca
     for _ in 0..6 {
         let step = data::next_step(role, &DataState::read(&args.pgdata), args.major.as_deref(), recovery);
         match step {
+            Step::RestoreControl => {
+                warn!(
+                    "a major upgrade stopped while pg_upgrade --link ran: its new cluster never started, so this data is whole; putting its control file back"
+                );
+                data::restore_control(&args.pgdata)
+                    .map_err(|e| failed(&args.pgdata.join(data::files::CONTROL), "restoring", e))?;
+            }
             Step::Start => return Ok(()),
             Step::Recover => recover(args, pg).await?,
             Step::LeaveStandby => {

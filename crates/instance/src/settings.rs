@@ -56,6 +56,11 @@ pub mod env {
     /// The directory of the API's certificate, key and token (the instance Secret).
     pub const API_DIR: &str = "BOSUN_API_DIR";
     pub const API_PORT: &str = "BOSUN_API_PORT";
+    /// A major upgrade's Job (`bosun upgrade`): the data's major, the new one, and
+    /// where the old major's programs are copied.
+    pub const UPGRADE_FROM: &str = "BOSUN_FROM";
+    pub const UPGRADE_TO: &str = "BOSUN_TO";
+    pub const UPGRADE_OLD: &str = "BOSUN_OLD";
     /// The archive's variables a Backup's run reads: `bosun recover` is given the
     /// recovery's instead, so these are taken out of its environment.
     pub const ARCHIVE_ONLY: [&str; 4] =
@@ -69,6 +74,7 @@ pub mod defaults {
     pub const PASSFILE: &str = "/tmp/bosun.pgpass";
     pub const SOCKET_DIR: &str = "/var/run/postgresql";
     pub const TERMINATION_LOG: &str = "/dev/termination-log";
+    pub const UPGRADE_OLD: &str = "/opt/bosun/old";
 }
 
 /// `bosun instance`: run the server in COMMAND as the instance's role says.

@@ -41,7 +41,7 @@ use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
     PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
     Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, VolumeMount,
 };
@@ -116,7 +116,7 @@ pub const DEFAULT_ARCHIVE_TIMEOUT: &str = "60s";
 /// the init container [`RUNNER_CONTAINER`] fills, so the PostgreSQL image is unchanged.
 pub const RUNNER_MOUNT: &str = "/opt/bosun/bin";
 pub const RUNNER_CONTAINER: &str = "bosun-runner";
-const RUNNER_VOLUME: &str = "bosun-runner";
+pub const RUNNER_VOLUME: &str = "bosun-runner";
 /// Where `bosun wal push` leaves its last failure's error for bosun to read (kept after
 /// a good push, shown only beside a failure).
 pub const WAL_ERROR_FILE: &str = "/tmp/bosun-wal-error";
@@ -278,9 +278,17 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.to_owned(), value: Some(value.into()), ..EnvVar::default() }
 }
 
-fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
+/// A probe of the instance manager's API (HTTPS; the kubelet does not verify a
+/// probe's certificate, and the health paths need no token): `path` answers 200 or 503
+/// from the server's answer to a connection, as `pg_isready` would, and forks nothing.
+fn api_probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
-        exec: Some(ExecAction { command: Some(vec!["bash".into(), "-c".into(), script.into()]) }),
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String(API_PORT_NAME.to_owned()),
+            scheme: Some("HTTPS".to_owned()),
+            ..HTTPGetAction::default()
+        }),
         period_seconds: Some(period),
         timeout_seconds: Some(5),
         failure_threshold: Some(failures),
@@ -288,17 +296,11 @@ fn exec_probe(script: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// The probes' command: `pg_isready` over TCP (no password needed).
-macro_rules! pg_isready {
-    () => {
-        r#"exec pg_isready -q -h 127.0.0.1 -p "$PGPORT" -U "$POSTGRES_USER""#
-    };
-}
 /// Accepting connections over TCP, as a client would connect.
-const READY: &str = pg_isready!();
+const READY: &str = bosun_instance::api::paths::HEALTH;
 /// Ready to serve: up, and not recovering from an archive (`spec.bootstrap.recovery`):
 /// until it reaches its target and is promoted, what it answers is not yet the data.
-const SERVING: &str = concat!(r#"test ! -e "$PGDATA/recovery.signal" && "#, pg_isready!());
+const SERVING: &str = bosun_instance::api::paths::READY;
 
 /// The server settings every instance starts with: WAL kept for standbys that fall
 /// behind (the setting's name changed in 13), hint bits WAL-logged so a former
@@ -615,9 +617,9 @@ pub fn desired_statefulset(
         ]),
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
-        startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..exec_probe(READY, 2, 1800) }),
-        readiness_probe: Some(exec_probe(SERVING, 2, 3)),
-        liveness_probe: Some(exec_probe(READY, 10, 6)),
+        startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..api_probe(READY, 2, 1800) }),
+        readiness_probe: Some(api_probe(SERVING, 2, 3)),
+        liveness_probe: Some(api_probe(READY, 10, 6)),
         resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -1336,8 +1338,12 @@ mod tests {
         assert!(c.env.as_ref().unwrap().iter().all(|e| !e.name.contains("PASSWORD") || e.value.is_none()));
         let sc = pod.security_context.as_ref().unwrap();
         assert_eq!((sc.run_as_user, sc.run_as_non_root, sc.fs_group), (Some(999), Some(true), Some(999)));
-        let ready = c.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap().command.as_ref().unwrap();
-        assert!(ready[2].contains("pg_isready"));
+        let ready = c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(
+            (ready.scheme.as_deref(), &ready.port),
+            (Some("HTTPS"), &IntOrString::String("instance-api".into()))
+        );
+        assert!(c.ports.iter().flatten().any(|p| p.name.as_deref() == Some("instance-api")), "the port it names");
         assert!(c.liveness_probe.is_some() && c.startup_probe.is_some());
         let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
         assert_eq!(requested(claim), Some("1Gi"));
@@ -1486,9 +1492,10 @@ mod tests {
         assert_eq!(postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap().name, "s3");
         assert!(!server_args(&db).iter().any(|a| a.starts_with("archive")));
         // Readiness waits for the promotion; liveness does not (a recovery takes its time).
-        let probe = |p: &Option<Probe>| p.as_ref().unwrap().exec.as_ref().unwrap().command.as_ref().unwrap().join(" ");
-        assert!(probe(&postgres.readiness_probe).contains("recovery.signal"));
-        assert!(!probe(&postgres.liveness_probe).contains("recovery.signal"));
+        let probe = |p: &Option<Probe>| p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap();
+        assert_eq!(probe(&postgres.readiness_probe), "/readyz");
+        assert_eq!(probe(&postgres.liveness_probe), "/healthz");
+        assert_eq!(probe(&postgres.startup_probe), "/healthz");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! `SwitchingOver` (to the first instance, which the StatefulSet starts first, when
 //! another is the primary) → `Stopping` (the StatefulSet at 0 replicas) → `Upgrading`
 //! (a Job on the primary's claim: the old major's binaries copied in by an init
-//! container of the old image, `pg_upgrade --link` in the new image; see
-//! `scripts/postgres-upgrade.sh`) → `Starting` (the new image; the standbys clone the
+//! container of the old image, `pg_upgrade --link` in the new image, both `bosun
+//! upgrade` from the runner's binary; see `bosun_instance::upgrade`) → `Starting` (the new image; the standbys clone the
 //! primary again) → `Analyzing` (`vacuumdb --all --analyze-in-stages` by the primary's
 //! setup) → `Succeeded`. A step that fails ends in `Failed` with the step and why: the
 //! database starts again on the old major, its data directory as it was, and the
@@ -36,24 +36,23 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
-use crate::postgresql::{CONTAINER, DATA_MOUNT, DATA_VOLUME, VERSION_LABEL};
+use bosun_instance::settings::env as contract;
+
+use crate::postgresql::{
+    CONTAINER, DATA_MOUNT, DATA_VOLUME, RUNNER_CONTAINER, RUNNER_MOUNT, RUNNER_VOLUME, VERSION_LABEL,
+};
 
 /// The marker the upgrade leaves in the new data directory; the primary's setup runs
 /// `vacuumdb --all --analyze-in-stages` while it exists, then removes it.
 pub use bosun_instance::setup::ANALYZE_MARKER;
 /// Where the init container puts the old major's binaries.
-const OLD_MOUNT: &str = "/opt/bosun/old";
+const OLD_MOUNT: &str = bosun_instance::settings::defaults::UPGRADE_OLD;
 const OLD_VOLUME: &str = "old-binaries";
 /// The `app.kubernetes.io/name` of the upgrade Job's pod.
 pub const UPGRADE_APP: &str = "postgresql-upgrade";
 /// How long the upgrade Job may take: `--link` takes seconds to minutes; the old
 /// server's crash recovery, if it was killed, may take longer.
 const DEADLINE_SECONDS: i64 = 6 * 3600;
-
-/// The upgrade script (`bash -c SCRIPT bosun-upgrade copy|upgrade`).
-pub fn script() -> String {
-    include_str!("scripts/postgres-upgrade.sh").to_owned()
-}
 
 /// The major version of the data: the label bosun puts on the StatefulSet and the data
 /// claims (the claims' when there is no StatefulSet: the database is created again on
@@ -233,8 +232,9 @@ pub fn backup_run(cronjob: &CronJob, name: String) -> Option<Job> {
 
 /// The Job that upgrades the data on `claim` from `upgrade.from` to `upgrade.to`: the
 /// instances' pod spec (`pod`: their security context, the postgres container's
-/// credentials and `PGDATA`), an init container of the old image copying its binaries,
-/// the new image running pg_upgrade. Never retried by the Job controller: a failure is
+/// credentials and `PGDATA`, the runner's init container that brings `bosun`), an init
+/// container of the old image copying its binaries, the new image running
+/// pg_upgrade (`bosun upgrade copy|run`). Never retried by the Job controller: a failure is
 /// reported, and the database started again on the old major.
 /// `None` when `upgrade` names a major bosun does not know (a status edited by hand).
 pub fn desired_job(
@@ -248,19 +248,29 @@ pub fn desired_job(
         return None;
     };
     let postgres = pod.containers.iter().find(|c| c.name == CONTAINER).cloned().unwrap_or_default();
-    let keep = |e: &EnvVar| ["POSTGRES_USER", "POSTGRES_PASSWORD", "PGDATA"].contains(&e.name.as_str());
-    let mut env: Vec<EnvVar> = postgres.env.iter().flatten().filter(|e| keep(e)).cloned().collect();
-    env.push(EnvVar { name: "BOSUN_FROM".to_owned(), value: Some(upgrade.from.clone()), ..EnvVar::default() });
-    env.push(EnvVar { name: "BOSUN_TO".to_owned(), value: Some(upgrade.to.clone()), ..EnvVar::default() });
-    env.push(EnvVar { name: "BOSUN_OLD".to_owned(), value: Some(OLD_MOUNT.to_owned()), ..EnvVar::default() });
-    let old = VolumeMount { name: OLD_VOLUME.to_owned(), mount_path: OLD_MOUNT.to_owned(), ..VolumeMount::default() };
-    let data =
-        VolumeMount { name: DATA_VOLUME.to_owned(), mount_path: DATA_MOUNT.to_owned(), ..VolumeMount::default() };
+    let keep = [contract::SUPERUSER, contract::PASSWORD, contract::PGDATA];
+    let mut env: Vec<EnvVar> =
+        postgres.env.iter().flatten().filter(|e| keep.contains(&e.name.as_str())).cloned().collect();
+    for (name, value) in [
+        (contract::UPGRADE_FROM, &upgrade.from),
+        (contract::UPGRADE_TO, &upgrade.to),
+        (contract::UPGRADE_OLD, &OLD_MOUNT.to_owned()),
+    ] {
+        env.push(EnvVar { name: name.to_owned(), value: Some(value.clone()), ..EnvVar::default() });
+    }
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: (name == RUNNER_VOLUME).then_some(true),
+        ..VolumeMount::default()
+    };
+    let (old, data, bosun) =
+        (mount(OLD_VOLUME, OLD_MOUNT), mount(DATA_VOLUME, DATA_MOUNT), mount(RUNNER_VOLUME, RUNNER_MOUNT));
     let step = |name: &str, version: Version, verb: &str, mounts: Vec<VolumeMount>| Container {
         name: name.to_owned(),
         image: Some(crate::postgresql::image(image_template, version)),
         image_pull_policy: postgres.image_pull_policy.clone(),
-        command: Some(vec!["bash".to_owned(), "-c".to_owned(), script(), "bosun-upgrade".to_owned(), verb.to_owned()]),
+        command: Some(vec![format!("{RUNNER_MOUNT}/bosun"), "upgrade".to_owned(), verb.to_owned()]),
         env: Some(env.clone()),
         volume_mounts: Some(mounts),
         security_context: postgres.security_context.clone(),
@@ -268,7 +278,8 @@ pub fn desired_job(
         ..Container::default()
     };
     // The volume-permissions init container, if the instances have one, first (with
-    // the data volume alone: the Job has no other of the instances' volumes).
+    // the data volume alone: the Job has no other of the instances' volumes), and the
+    // runner's, which brings `bosun`.
     let mut init: Vec<Container> = pod
         .init_containers
         .iter()
@@ -276,7 +287,9 @@ pub fn desired_job(
         .filter(|c| c.name == "volume-permissions")
         .map(|c| Container { volume_mounts: Some(vec![data.clone()]), ..c.clone() })
         .collect();
-    init.push(step("copy-old-binaries", from, "copy", vec![old.clone()]));
+    init.extend(pod.init_containers.iter().flatten().filter(|c| c.name == RUNNER_CONTAINER).cloned());
+    init.push(step("copy-old-binaries", from, "copy", vec![old.clone(), bosun.clone()]));
+    let runner = pod.volumes.iter().flatten().filter(|v| v.name == RUNNER_VOLUME).cloned();
     let volumes = vec![
         Volume {
             name: DATA_VOLUME.to_owned(),
@@ -287,7 +300,10 @@ pub fn desired_job(
             ..Volume::default()
         },
         Volume { name: OLD_VOLUME.to_owned(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() },
-    ];
+    ]
+    .into_iter()
+    .chain(runner)
+    .collect();
     // The Job carries the database's labels (its watch maps it back); its pod not:
     // the instances are the pods with them.
     let job_labels = crate::meta::standard_labels(crate::postgresql::APP_NAME, &db.name_any());
@@ -303,7 +319,7 @@ pub fn desired_job(
                 metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
                 spec: Some(PodSpec {
                     init_containers: Some(init),
-                    containers: vec![step("upgrade", to, "upgrade", vec![data, old])],
+                    containers: vec![step("upgrade", to, "run", vec![data, old, bosun])],
                     volumes: Some(volumes),
                     restart_policy: Some("Never".to_owned()),
                     security_context: pod.security_context.clone(),
@@ -397,9 +413,18 @@ mod tests {
         assert_eq!(spec.backoff_limit, Some(0));
         let pod = spec.template.spec.unwrap();
         let init = pod.init_containers.unwrap();
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, [RUNNER_CONTAINER, "copy-old-binaries"], "bosun first: the next two run it");
         assert_eq!(init.last().unwrap().image.as_deref(), Some("localhost/postgres:13"));
+        assert_eq!(init.last().unwrap().command.as_ref().unwrap(), &["/opt/bosun/bin/bosun", "upgrade", "copy"]);
         assert_eq!(pod.containers[0].image.as_deref(), Some("localhost/postgres:17"));
-        let claim = pod.volumes.unwrap().into_iter().find_map(|v| v.persistent_volume_claim).unwrap();
+        assert_eq!(pod.containers[0].command.as_ref().unwrap(), &["/opt/bosun/bin/bosun", "upgrade", "run"]);
+        let env = |name: &str| pod.containers[0].env.iter().flatten().find(|e| e.name == name).cloned();
+        assert_eq!(env("BOSUN_FROM").and_then(|e| e.value).as_deref(), Some("13"));
+        assert_eq!(env("BOSUN_TO").and_then(|e| e.value).as_deref(), Some("17"));
+        let volumes: Vec<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+        assert!(volumes.contains(&"bosun-runner"), "{volumes:?}");
+        let claim = pod.volumes.clone().unwrap().into_iter().find_map(|v| v.persistent_volume_claim).unwrap();
         assert_eq!(claim.claim_name, "data-test-db-0");
         let labels = spec.template.metadata.unwrap().labels.unwrap();
         assert_eq!(labels.get("app.kubernetes.io/name").map(String::as_str), Some(UPGRADE_APP), "not an instance");
