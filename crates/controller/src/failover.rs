@@ -57,8 +57,6 @@ use crate::status::update_status;
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long telling an instance its role may take (it has its label anyway).
 const TELL_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a demoted primary may take to stop serving (its fast shutdown).
-const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long bosun waits for a promotion it asked for before recording it anyway (the
 /// instance promotes itself whenever its label reaches it; this bounds the reconcile).
 const PROMOTE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -338,18 +336,22 @@ async fn change_primary(
     status.current_primary = Some(to.to_owned());
     status.last_primary_change = Some(change.clone());
     update_status(ctx, controller, db, &status).await?;
+    // The pods as labelled so far (this look saw them before).
+    let mut current: Vec<Pod> = pods.iter().map(|p| (*p).clone()).collect();
     if kind == Kind::Switchover {
         // The old primary's label first: no endpoint, and its instance stops.
         let others: Vec<&Pod> = pods.iter().copied().filter(|p| p.name_any() != to).collect();
-        label((ctx, reach), &others, to).await?;
-        if !await_serving(reach, from, false, DEMOTE_TIMEOUT).await {
+        current = label((ctx, reach), &others, to).await?;
+        current.extend(pods.iter().filter(|p| p.name_any() == to).map(|p| (*p).clone()));
+        let pods: Vec<&Pod> = current.iter().collect();
+        if !await_serving(reach, from, false, reach.demote_timeout).await {
             // Never two primaries: it keeps the role it still holds.
             let note = format!(
                 "the switchover from {from} to {to} is undone: {from} still served writes {}s after it was made a standby (or could not be asked)",
-                DEMOTE_TIMEOUT.as_secs()
+                reach.demote_timeout.as_secs_f64()
             );
             warn!(db = %db.name_any(), from, to, "{note}");
-            label((ctx, reach), pods, from).await?;
+            label((ctx, reach), &pods, from).await?;
             let mut db = db.clone();
             db.status = Some(status);
             let mut undone = before;
@@ -360,7 +362,8 @@ async fn change_primary(
             return Ok(None);
         }
     }
-    label((ctx, reach), pods, to).await?;
+    let pods: Vec<&Pod> = current.iter().collect();
+    label((ctx, reach), &pods, to).await?;
     if !await_serving(reach, to, true, PROMOTE_TIMEOUT).await {
         // Its instance promotes itself when its label reaches it; nothing to undo.
         warn!(db = %db.name_any(), primary = to, "the new primary does not serve writes yet");
@@ -402,21 +405,28 @@ async fn await_serving(reach: &Instances, pod: &str, serving: bool, timeout: Dur
 }
 
 /// Label each instance's role so that `primary` alone is the primary, the others'
-/// labels first. A pod replaced meanwhile is left to its successor's event.
-async fn label((ctx, reach): (&Context, &Instances), pods: &[&Pod], primary: &str) -> Result<(), Error> {
+/// labels first. A pod replaced meanwhile is left to its successor's event. Returns
+/// `pods` labelled as they are now.
+async fn label((ctx, reach): (&Context, &Instances), pods: &[&Pod], primary: &str) -> Result<Vec<Pod>, Error> {
+    let mut now: Vec<Pod> = pods.iter().map(|p| (*p).clone()).collect();
     let mut told = Vec::new();
     for (pod, role) in build::relabels(pods, primary) {
         let patch = json!({"metadata": {"labels": {ROLE_LABEL: role}}});
         match merge_into::<PostgreSQL, _>(ctx, pod, patch).await {
             Err(err) if err.is_precondition_failed() => {}
-            Ok(_) => told.push(tell(reach, pod, role)),
+            Ok(_) => {
+                if let Some(now) = now.iter_mut().find(|p| p.name_any() == pod.name_any()) {
+                    now.labels_mut().insert(ROLE_LABEL.to_owned(), role.to_owned());
+                }
+                told.push(tell(reach, pod, role));
+            }
             Err(err) => return Err(err),
         }
     }
     // The instances are also told at once (the label's file may take seconds); what
     // they were told only stands until the file is refreshed, so the label decides.
     futures::future::join_all(told).await;
-    Ok(())
+    Ok(now)
 }
 
 /// Tell `pod`'s instance its new `role` directly (its API); best effort: a pod that
@@ -562,5 +572,37 @@ mod tests {
         let demoted = told.iter().position(|t| t == &("db-0".to_owned(), r#"{"role":"replica"}"#.to_owned())).unwrap();
         assert!(demoted < first_primary, "the old primary is told first: {told:?}");
         assert_eq!(told[first_primary].0, "db-1");
+    }
+
+    #[tokio::test]
+    async fn a_switchover_whose_old_primary_goes_on_serving_is_undone_never_two_primaries() {
+        let db = db(json!({SWITCHOVER_ANNOTATION: "db-1"}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::primary("db-0"));
+        fake.set(fake::standby("db-1", "0/5000000"));
+        fake.lock().stubborn.insert("db-0".into());
+        let pods = vec![pod("db-0", "primary", true, false), pod("db-1", "replica", true, false)];
+        let (primary, calls) = ensure_with(&db, pods, &fake).await;
+        assert_eq!((primary.name.as_str(), primary.change), ("db-0", None), "it keeps the role it still holds");
+        let writes = calls.writes();
+        let status = "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db/status";
+        assert_eq!(writes.iter().filter(|w| *w == status).count(), 2, "decided, then undone: {writes:?}");
+        let undone = calls.bodies("/postgresqls/db/status").pop().unwrap();
+        assert_eq!(undone["status"]["currentPrimary"], "db-0");
+        let change = &undone["status"]["lastPrimaryChange"];
+        assert_eq!((change["from"].as_str(), change["to"].as_str()), (Some("db-0"), Some("db-1")));
+        assert!(change["reason"].as_str().unwrap().contains("is undone: db-0 still served writes"), "{change}");
+        // db-0 labelled a replica, then the primary again; db-1 never the primary.
+        let labels: Vec<Value> =
+            calls.bodies("/pods/db-0").iter().map(|b| b["metadata"]["labels"][ROLE_LABEL].clone()).collect();
+        assert_eq!(labels, [json!("replica"), json!("primary")]);
+        assert!(calls.bodies("/pods/db-1").iter().all(|b| b["metadata"]["labels"][ROLE_LABEL] != "primary"));
+        assert!(
+            !fake.told().iter().any(|(pod, _, body)| pod == "db-1" && body.contains("primary")),
+            "{:?}",
+            fake.told()
+        );
+        // The annotation is consumed: not tried again at once.
+        assert!(writes.iter().any(|w| w == "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db"));
     }
 }

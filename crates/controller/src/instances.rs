@@ -54,12 +54,18 @@ pub struct Target {
     pub server_name: String,
 }
 
+/// How long a demoted primary may take to stop serving, by default.
+pub const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The instances of one database, as bosun reaches them.
 #[derive(Clone)]
 pub struct Instances {
     connector: Option<(TlsConnector, Arc<String>)>,
     why_not: String,
     targets: HashMap<String, Target>,
+    /// How long a primary told to step down may take to stop serving (its fast
+    /// shutdown) before bosun gives up and undoes the switchover.
+    pub demote_timeout: Duration,
 }
 
 impl std::fmt::Debug for Instances {
@@ -95,7 +101,7 @@ impl Instances {
             Some(Err(why)) => (None, why),
             None => (None, missing()),
         };
-        Instances { connector, why_not, targets }
+        Instances { connector, why_not, targets, demote_timeout: DEMOTE_TIMEOUT }
     }
 
     /// The instance `pod` now.
@@ -221,6 +227,8 @@ pub mod fake {
     pub struct State {
         pub statuses: HashMap<String, Status>,
         pub told: Told,
+        /// Instances that, told to be replicas, go on serving writes (a stop that hangs).
+        pub stubborn: std::collections::HashSet<String>,
     }
 
     #[derive(Debug)]
@@ -299,7 +307,9 @@ pub mod fake {
                     ((*p).to_owned(), target)
                 })
                 .collect();
-            Instances::with_targets(Some(&self.access), targets, String::new)
+            // A demotion that does not come within a moment never will here.
+            let demote_timeout = std::time::Duration::from_millis(500);
+            Instances { demote_timeout, ..Instances::with_targets(Some(&self.access), targets, String::new) }
         }
 
         pub fn set(&self, status: Status) {
@@ -342,10 +352,11 @@ pub mod fake {
         state.told.push((pod.clone(), path.clone(), String::from_utf8_lossy(&body).into_owned()));
         if path == api::paths::ROLE {
             let role = serde_json::from_slice::<RoleRequest>(&body).map(|r| r.role).unwrap_or_default();
+            let stubborn = state.stubborn.contains(&pod);
             if let Some(status) = state.statuses.get_mut(&pod) {
                 match role.as_str() {
                     "primary" => status.server = Some(primary(&pod).server.unwrap_or_default()),
-                    "replica" => status.server = None,
+                    "replica" if !stubborn => status.server = None,
                     _ => {}
                 }
                 status.role = Some(role);

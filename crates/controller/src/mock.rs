@@ -52,6 +52,11 @@ impl Calls {
         self.lock().iter().find(|c| c.line().ends_with(suffix)).map(|c| c.body.clone())
     }
 
+    /// The bodies of every request whose line ends with `suffix`, in order.
+    pub fn bodies(&self, suffix: &str) -> Vec<Value> {
+        self.lock().iter().filter(|c| c.line().ends_with(suffix)).map(|c| c.body.clone()).collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Call>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
