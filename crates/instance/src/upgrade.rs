@@ -526,12 +526,16 @@ impl Programs<'_> {
     }
 }
 
-/// Run `command`: what it printed (both streams), or that with why it failed.
+/// Run `command`: its standard output (a warning on its standard error is not part
+/// of an answer), or why it failed, from both.
 fn said(command: &mut Command, what: &str) -> Result<String, String> {
     let out = command.output().map_err(|e| format!("{what} could not run: {e}"))?;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    if out.status.success() { Ok(text) } else { Err(format!("{what} failed ({}): {}", out.status, details(&text))) }
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        return Ok(stdout);
+    }
+    let both = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    Err(format!("{what} failed ({}): {}", out.status, details(&both)))
 }
 
 impl Upgrader for Programs<'_> {

@@ -351,3 +351,15 @@ fn a_refusal_quotes_the_reports_pg_upgrade_points_to() {
     assert!(out.starts_with("Performing Consistency Checks\nChecking for reg*"), "{out}");
     assert!(out.ends_with("In database: postgres\n  public.blocker.f"), "{out}");
 }
+
+#[test]
+fn an_answer_is_the_standard_output_and_a_failure_says_both() {
+    // psql's warning of a collation version mismatch (a newer C library) is no part
+    // of the encoding it was asked.
+    let answer =
+        said(Command::new("sh").args(["-c", "echo UTF8; echo 'WARNING:  collation version mismatch' >&2"]), "psql");
+    assert_eq!(answer.as_deref(), Ok("UTF8\n"));
+    let failure =
+        said(Command::new("sh").args(["-c", "echo checking; echo 'fatal: no' >&2; exit 3"]), "pg_upgrade --check");
+    assert_eq!(failure, Err("pg_upgrade --check failed (exit status: 3): checking\nfatal: no".to_owned()));
+}
