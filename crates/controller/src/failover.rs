@@ -481,6 +481,16 @@ mod tests {
 
     /// Run the stage on `pods` with the instances `fake` answers for.
     async fn ensure_with(db: &PostgreSQL, pods: Vec<Pod>, fake: &FakeInstances) -> (Primary, mock::Calls) {
+        ensure_rolling(db, pods, fake, None).await
+    }
+
+    /// The same, the StatefulSet's pod template at `revision` (a rolling change).
+    async fn ensure_rolling(
+        db: &PostgreSQL,
+        pods: Vec<Pod>,
+        fake: &FakeInstances,
+        revision: Option<&str>,
+    ) -> (Primary, mock::Calls) {
         // A merge patch of the PostgreSQL (the switchover's annotation removed) returns it.
         let (answer, stored) = (mock::answer(db), serde_json::to_value(db).unwrap());
         let (ctx, calls) = mock::context(move |call| match call.path.split('?').next() {
@@ -490,7 +500,11 @@ mod tests {
         let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let reach = fake.reach(db, &names);
-        let sts = bosun_resources::postgresql::desired_statefulset(db, &Default::default(), None, "d");
+        let mut sts = bosun_resources::postgresql::desired_statefulset(db, &Default::default(), None, "d");
+        sts.status = revision.map(|r| k8s_openapi::api::apps::v1::StatefulSetStatus {
+            update_revision: Some(r.to_owned()),
+            ..Default::default()
+        });
         let primary =
             ensure("postgresql", db, &ctx, (&sts, &mock::cache(pods)), &reach, NOW.parse().unwrap()).await.unwrap();
         (primary, calls)
@@ -604,5 +618,61 @@ mod tests {
         );
         // The annotation is consumed: not tried again at once.
         assert!(writes.iter().any(|w| w == "PATCH /apis/database.example.com/v1/namespaces/ns/postgresqls/db"));
+    }
+
+    /// An instance's pod at pod-template `revision`.
+    fn at(mut pod: Pod, revision: &str) -> Pod {
+        pod.labels_mut().insert("controller-revision-hash".into(), revision.into());
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_rolling_change_restarts_the_standbys_then_hands_the_primary_over() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::primary("db-0"));
+        fake.set(fake::standby("db-1", "0/5000000"));
+        fake.set(fake::standby("db-2", "0/5000000"));
+        let old = |name, role| at(pod(name, role, true, false), "rev-1");
+        let new = |name, role| at(pod(name, role, true, false), "rev-2");
+
+        // Every instance on the old template: the highest standby restarts first.
+        let pods = vec![old("db-0", "primary"), old("db-1", "replica"), old("db-2", "replica")];
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
+        assert_eq!(calls.writes(), ["DELETE /api/v1/namespaces/ns/pods/db-2"], "one at a time, never the primary");
+
+        // A restarted standby not ready yet: nothing else restarts meanwhile.
+        let pods =
+            vec![old("db-0", "primary"), old("db-1", "replica"), at(pod("db-2", "replica", false, false), "rev-2")];
+        let (_, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
+
+        // Only the primary left on the old template: a switchover, the primary restarting
+        // later as a standby; no pod is deleted by this look.
+        let pods = vec![old("db-0", "primary"), new("db-1", "replica"), new("db-2", "replica")];
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        assert_eq!(primary.name, "db-1", "the lowest ready standby");
+        let change = primary.change.unwrap();
+        assert_eq!((change.kind.as_str(), change.from.as_str()), ("Switchover", "db-0"));
+        assert!(change.reason.contains("rolling change"), "{change:?}");
+        assert!(!calls.writes().iter().any(|w| w.starts_with("DELETE")), "{:?}", calls.writes());
+
+        // The old primary, now a standby on the old template, restarts; then all is done.
+        let pods = vec![old("db-0", "replica"), new("db-1", "primary"), new("db-2", "replica")];
+        let db1 = serde_json::from_value::<PostgreSQL>(json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "ns", "uid": "uid-db"},
+            "spec": {"version": "15", "storage": "1Gi", "replicas": 3},
+            "status": {"currentPrimary": "db-1"},
+        }))
+        .unwrap();
+        fake.set(fake::primary("db-1"));
+        fake.set(fake::standby("db-0", "0/5000000"));
+        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2")).await;
+        assert_eq!(calls.writes(), ["DELETE /api/v1/namespaces/ns/pods/db-0"]);
+        let pods = vec![new("db-0", "replica"), new("db-1", "primary"), new("db-2", "replica")];
+        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2")).await;
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
     }
 }

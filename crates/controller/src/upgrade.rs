@@ -273,9 +273,8 @@ async fn upgraded(
 
 #[cfg(test)]
 mod tests {
-    //! The upgrade's last step against the mocked apiserver and the instances' APIs in
-    //! memory: it ends only when the primary's instance says the statistics are
-    //! gathered, and waits while it cannot be asked.
+    //! Each step of an upgrade against the mocked apiserver and the instances' APIs in
+    //! memory: what it waits for, what it writes, where a failure leaves the database.
     #![allow(clippy::unwrap_used)]
 
     use std::sync::Arc;
@@ -334,5 +333,146 @@ mod tests {
         assert_eq!(look(Some(pending)).await, UpgradeStep::Analyzing, "still analyzing");
         assert_eq!(look(None).await, UpgradeStep::Analyzing, "an instance that cannot be asked proves nothing");
         assert_eq!(look(Some(fake::primary("db-0"))).await, UpgradeStep::Succeeded);
+    }
+
+    fn upgrade_at(step: &str) -> MajorUpgrade {
+        serde_json::from_value(json!({"from": "13", "to": "17", "step": step,
+                                      "started": "2026-11-28T12:00:00Z", "generation": 2}))
+        .unwrap()
+    }
+
+    fn with_primary(primary: &str, replicas: i32) -> PostgreSQL {
+        let mut db = db();
+        db.spec.replicas = replicas;
+        db.status.as_mut().unwrap().current_primary = Some(primary.into());
+        db
+    }
+
+    fn pod_at(name: &str, major: &str, ready: bool) -> Arc<Pod> {
+        let ready = if ready { "True" } else { "False" };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "labels": {pg::VERSION_LABEL: major}},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// The upgrade Job of `db` as the Job controller left it: `condition` True.
+    fn job(db: &PostgreSQL, condition: &str) -> Job {
+        serde_json::from_value(json!({
+            "metadata": {"name": build::job_name(db, &upgrade_at("Upgrading")), "namespace": "ns",
+                         "ownerReferences": [{"apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+                                              "name": "db", "uid": "uid-db", "controller": true}]},
+            "status": {"conditions": [{"type": condition, "status": "True", "reason": "BackoffLimitExceeded",
+                                       "lastTransitionTime": "2026-11-28T12:04:00Z"}],
+                       "completionTime": "2026-11-28T12:04:00Z"},
+        }))
+        .unwrap()
+    }
+
+    /// One look at `upgrade` of `db` with these pods and Jobs; the apiserver answers
+    /// with `respond`.
+    async fn step(
+        db: &PostgreSQL,
+        upgrade: MajorUpgrade,
+        (pods, jobs): (&[Arc<Pod>], Vec<Job>),
+        respond: impl Fn(&mock::Call) -> (u16, serde_json::Value) + Send + Sync + 'static,
+    ) -> (MajorUpgrade, mock::Calls) {
+        let fake = FakeInstances::start(db).await;
+        let reach = fake.reach(db, &[]);
+        let (ctx, calls) = mock::context(respond);
+        let (jobs, backups) = (mock::cache::<Job>(jobs), mock::cache::<Backup>([]));
+        let sts = pg::desired_statefulset(db, &pg::Settings::default(), None, "d");
+        let seen = Seen { sts: Some(&sts), pods, jobs: &jobs, backups: &backups, instances: &reach };
+        let now = "2026-11-28T12:05:00Z".parse().unwrap();
+        (advance(db, &ctx, &seen, upgrade, now).await.unwrap(), calls)
+    }
+
+    #[tokio::test]
+    async fn without_backups_the_upgrade_goes_to_the_switchover_and_the_first_instance_becomes_the_primary() {
+        let db = with_primary("db-0", 2);
+        let (u, _) = step(&db, upgrade_at("BackingUp"), (&[], vec![]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::SwitchingOver, "no Backup: nothing to wait for");
+
+        // db-1 is the primary: a switchover to db-0 is asked (the annotation), and awaited.
+        let db = with_primary("db-1", 2);
+        let (answer, stored) = (mock::answer(&db), serde_json::to_value(&db).unwrap());
+        let respond = move |call: &mock::Call| match call.method.as_str() {
+            "PATCH" => (200, stored.clone()),
+            _ => answer(call),
+        };
+        let (u, calls) = step(&db, upgrade_at("SwitchingOver"), (&[], vec![]), respond).await;
+        assert_eq!(u.step, UpgradeStep::SwitchingOver);
+        let patch = calls.body("/postgresqls/db").unwrap();
+        assert_eq!(patch["metadata"]["annotations"][SWITCHOVER_ANNOTATION], "db-0");
+        let db = with_primary("db-0", 2);
+        let (u, calls) = step(&db, upgrade_at("SwitchingOver"), (&[], vec![]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::Stopping);
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
+    }
+
+    #[tokio::test]
+    async fn pg_upgrade_runs_once_every_instance_is_stopped_and_its_job_decides() {
+        let db = with_primary("db-0", 2);
+        let running = [pod_at("db-0", "13", true)];
+        let (u, _) = step(&db, upgrade_at("Stopping"), (&running, vec![]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::Stopping, "an instance still runs");
+        let (u, _) = step(&db, upgrade_at("Stopping"), (&[], vec![]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::Upgrading);
+
+        // The Job, created on the primary's claim, once.
+        let (u, calls) = step(&db, upgrade_at("Upgrading"), (&[], vec![]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::Upgrading);
+        let writes: Vec<String> = calls.writes().into_iter().filter(|w| !w.starts_with("GET")).collect();
+        assert_eq!(writes, ["POST /apis/batch/v1/namespaces/ns/jobs"]);
+        let created = calls.body("/jobs").unwrap();
+        let volumes = created["spec"]["template"]["spec"]["volumes"].as_array().unwrap().clone();
+        assert!(volumes.iter().any(|v| v["persistentVolumeClaim"]["claimName"] == "data-db-0"), "{volumes:?}");
+
+        let (u, _) = step(&db, upgrade_at("Upgrading"), (&[], vec![job(&db, "Complete")]), mock::answer(&db)).await;
+        assert_eq!(u.step, UpgradeStep::Starting);
+    }
+
+    #[tokio::test]
+    async fn a_failed_pg_upgrade_says_its_pods_message_and_the_database_runs_the_old_major_again() {
+        let db = with_primary("db-0", 2);
+        // The Job's pod, listed by its job-name label: its termination message.
+        let pod = json!({"metadata": {"name": "db-upgrade-17-2-x", "namespace": "ns"},
+                         "status": {"containerStatuses": [{"name": "upgrade", "image": "p", "imageID": "", "ready": false,
+                                    "restartCount": 0, "state": {"terminated": {"exitCode": 1,
+                                    "message": "Check failed: pg_upgrade --check failed (exit status: 1): reg* columns"}}}]}});
+        let answer = mock::answer(&db);
+        let respond = move |call: &mock::Call| {
+            if call.method == "GET" && call.path.contains("/pods") {
+                return (200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod.clone()]}));
+            }
+            answer(call)
+        };
+        let (u, _) = step(&db, upgrade_at("Upgrading"), (&[], vec![job(&db, "Failed")]), respond).await;
+        assert_eq!((u.step, u.failed_step), (UpgradeStep::Failed, Some(UpgradeStep::Upgrading)));
+        assert!(u.message.as_deref().unwrap().starts_with("Check failed: pg_upgrade --check"), "{u:?}");
+        // The rollback: the instances start again, on the old major (the data as it was).
+        assert_eq!(Running::of(&db, Some(&u)), Running { version: Version::V13, stopped: false });
+        assert_eq!(Running::of(&db, Some(&upgrade_at("Upgrading"))), Running { version: Version::V13, stopped: true });
+        assert_eq!(Running::of(&db, Some(&upgrade_at("Starting"))), Running { version: Version::V17, stopped: false });
+        // A failed upgrade stays failed: no further step, no write.
+        let (again, calls) = step(&db, u.clone(), (&[], vec![]), mock::answer(&db)).await;
+        assert_eq!(again, u);
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
+    }
+
+    #[tokio::test]
+    async fn the_new_major_starts_when_the_primary_is_ready_on_it() {
+        let db = with_primary("db-0", 2);
+        for (pods, expected) in [
+            (vec![pod_at("db-0", "17", false)], UpgradeStep::Starting),
+            (vec![pod_at("db-0", "13", true)], UpgradeStep::Starting),
+            (vec![pod_at("db-0", "17", true)], UpgradeStep::Analyzing),
+        ] {
+            let (u, _) = step(&db, upgrade_at("Starting"), (&pods, vec![]), mock::answer(&db)).await;
+            assert_eq!(u.step, expected, "{pods:?}");
+        }
     }
 }
