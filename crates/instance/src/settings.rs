@@ -34,7 +34,7 @@ pub mod env {
     /// The pod's name: the standby's `application_name` on its primary.
     pub const NAME: &str = "HOSTNAME";
     /// Where a recovering start's server settings are (`bosun recover` writes them).
-    pub const RECOVERY_SETTINGS: &str = "BOSUN_RECOVERY_SETTINGS";
+    pub const RECOVERY_SETTINGS: &str = bosun_backup_model::contract::RECOVERY_SETTINGS;
     /// The archive a new database recovers from (`spec.bootstrap.recovery`) and what
     /// `bosun recover` needs of it.
     pub const RECOVERY_DESTINATION: &str = "BOSUN_RECOVERY_DESTINATION";
@@ -42,9 +42,9 @@ pub mod env {
     pub const RECOVERY_REGION: &str = "BOSUN_RECOVERY_REGION";
     pub const RECOVERY_NAMESPACE: &str = "BOSUN_RECOVERY_NAMESPACE";
     pub const RECOVERY_NAME: &str = "BOSUN_RECOVERY_NAME";
-    pub const RECOVERY_TARGET_TIME: &str = "BOSUN_RECOVERY_TARGET_TIME";
-    pub const RECOVERY_TARGET_LSN: &str = "BOSUN_RECOVERY_TARGET_LSN";
-    pub const RECOVERY_TARGET_NAME: &str = "BOSUN_RECOVERY_TARGET_NAME";
+    pub const RECOVERY_TARGET_TIME: &str = bosun_backup_model::contract::RECOVERY_TARGET_TIME;
+    pub const RECOVERY_TARGET_LSN: &str = bosun_backup_model::contract::RECOVERY_TARGET_LSN;
+    pub const RECOVERY_TARGET_NAME: &str = bosun_backup_model::contract::RECOVERY_TARGET_NAME;
     /// Where a failure that ends the container is told (the kubelet's termination message).
     pub const TERMINATION_LOG: &str = "BOSUN_TERMINATION_LOG";
     /// How long the primary's setup waits for its server, in seconds.
@@ -52,7 +52,7 @@ pub mod env {
     /// The `bosun` binary that runs `bosun recover` (this one, unless told).
     pub const RUNNER: &str = "BOSUN_RUNNER";
     /// Where `bosun wal push` leaves its last failure (the archive command's).
-    pub const WAL_ERROR_FILE: &str = "BOSUN_WAL_ERROR_FILE";
+    pub const WAL_ERROR_FILE: &str = bosun_backup_model::contract::WAL_ERROR_FILE;
     /// The directory of the API's certificate, key and token (the instance Secret).
     pub const API_DIR: &str = "BOSUN_API_DIR";
     pub const API_PORT: &str = "BOSUN_API_PORT";
@@ -63,8 +63,10 @@ pub mod env {
     pub const UPGRADE_OLD: &str = "BOSUN_OLD";
     /// The archive's variables a Backup's run reads: `bosun recover` is given the
     /// recovery's instead, so these are taken out of its environment.
-    pub const ARCHIVE_ONLY: [&str; 4] =
-        ["BOSUN_BACKUP_DESTINATION", "BOSUN_BACKUP_ENDPOINT", "BOSUN_BACKUP_REGION", "BOSUN_BACKUP_NAME"];
+    pub const ARCHIVE_ONLY: [&str; 4] = {
+        use bosun_backup_model::contract::*;
+        [BACKUP_DESTINATION, BACKUP_ENDPOINT, BACKUP_REGION, BACKUP_NAME]
+    };
 }
 
 /// Default paths in the pod.

@@ -23,6 +23,7 @@ use bosun_api::backup::{
     schedule_pattern,
 };
 use bosun_api::conditions::{backup_types, reasons, types};
+use bosun_backup_model::contract;
 use bosun_backup_model::engine::Engine;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobSpec, JobTemplateSpec};
@@ -358,10 +359,10 @@ pub fn encryption_env(d: &Destination) -> Vec<EnvVar> {
     let Some(encryption) = &d.encryption else { return Vec::new() };
     let secret = &encryption.secret_ref.name;
     vec![
-        value("BOSUN_BACKUP_ENCRYPTION_KEY_FILE", format!("{ENCRYPTION_MOUNT}/{ENCRYPTION_KEY}")),
+        value(contract::BACKUP_ENCRYPTION_KEY_FILE, format!("{ENCRYPTION_MOUNT}/{ENCRYPTION_KEY}")),
         // What the runner's messages call it; the namespace by the kubelet's expansion.
         value(
-            "BOSUN_BACKUP_ENCRYPTION_KEY_NAME",
+            contract::BACKUP_ENCRYPTION_KEY_NAME,
             format!("Secret $(BOSUN_BACKUP_NAMESPACE)/{secret} (key {ENCRYPTION_KEY})"),
         ),
     ]
@@ -371,12 +372,12 @@ pub fn encryption_env(d: &Destination) -> Vec<EnvVar> {
 /// namespace is the pod's own, given by the downward API).
 pub fn reach(d: &Destination, name: &str) -> Reach {
     let mut env = vec![
-        value("BOSUN_BACKUP_DESTINATION", destination_url(d)),
-        namespace_env("BOSUN_BACKUP_NAMESPACE"),
-        value("BOSUN_BACKUP_NAME", name),
+        value(contract::BACKUP_DESTINATION, destination_url(d)),
+        namespace_env(contract::BACKUP_NAMESPACE),
+        value(contract::BACKUP_NAME, name),
     ];
-    env.extend(d.endpoint.as_ref().map(|e| value("BOSUN_BACKUP_ENDPOINT", e.clone())));
-    env.extend(d.region.as_ref().map(|r| value("BOSUN_BACKUP_REGION", r.clone())));
+    env.extend(d.endpoint.as_ref().map(|e| value(contract::BACKUP_ENDPOINT, e.clone())));
+    env.extend(d.region.as_ref().map(|r| value(contract::BACKUP_REGION, r.clone())));
     env.extend(encryption_env(d));
     let env_from = d.secret_ref.as_ref().map(|s| {
         vec![EnvFromSource {
@@ -453,7 +454,7 @@ fn run_pod(
 ) -> PodSpec {
     let Reach { env: dest_env, env_from, mut volumes, mut mounts } = reach(d, backup);
     env.extend(dest_env);
-    env.push(value("BOSUN_RESULT_FILE", RESULT_FILE));
+    env.push(value(contract::RESULT_FILE, RESULT_FILE));
     env.push(value("TMPDIR", "/tmp"));
     env.push(value("HOME", "/tmp"));
     volumes.insert(
@@ -518,14 +519,14 @@ fn run_pod(
 pub fn desired_cronjob(backup: &Backup, runner_image: &str) -> CronJob {
     let name = backup.name_any();
     let spec = &backup.spec;
-    let mut env = database_env(&spec.source, "BOSUN_BACKUP_SOURCE");
-    env.extend(spec.retention.as_ref().map(|r| value("BOSUN_BACKUP_RETENTION", r.clone())));
-    env.extend(spec.keep_last.map(|n| value("BOSUN_BACKUP_KEEP_LAST", n.to_string())));
-    env.extend(spec.keep_daily.map(|n| value("BOSUN_BACKUP_KEEP_DAILY", n.to_string())));
-    env.extend(spec.keep_weekly.map(|n| value("BOSUN_BACKUP_KEEP_WEEKLY", n.to_string())));
-    env.extend(spec.keep_monthly.map(|n| value("BOSUN_BACKUP_KEEP_MONTHLY", n.to_string())));
+    let mut env = database_env(&spec.source, contract::BACKUP_SOURCE);
+    env.extend(spec.retention.as_ref().map(|r| value(contract::BACKUP_RETENTION, r.clone())));
+    env.extend(spec.keep_last.map(|n| value(contract::BACKUP_KEEP_LAST, n.to_string())));
+    env.extend(spec.keep_daily.map(|n| value(contract::BACKUP_KEEP_DAILY, n.to_string())));
+    env.extend(spec.keep_weekly.map(|n| value(contract::BACKUP_KEEP_WEEKLY, n.to_string())));
+    env.extend(spec.keep_monthly.map(|n| value(contract::BACKUP_KEEP_MONTHLY, n.to_string())));
     if spec.method == Some(bosun_api::backup::Method::Base) {
-        env.push(value("BOSUN_BACKUP_METHOD", "base"));
+        env.push(value(contract::BACKUP_METHOD, "base"));
     }
     let pod = run_pod(BACKUP_CONTAINER, runner_image, &["backup", "run"], &spec.destination, env, &name, "OnFailure");
     let run = Scheduled {
@@ -603,10 +604,10 @@ pub fn desired_verify_cronjob(backup: &Backup, runner_image: &str, images: &Veri
         _ => ("postgres", 5432),
     };
     let mut env = vec![
-        value("BOSUN_VERIFY_TARGET", format!("{}://{user}@127.0.0.1:{port}/{VERIFY_DATABASE}", engine.as_str())),
+        value(contract::VERIFY_TARGET, format!("{}://{user}@127.0.0.1:{port}/{VERIFY_DATABASE}", engine.as_str())),
         pod_uid_env(password_variable),
     ];
-    env.extend(verify.query.as_ref().map(|q| value("BOSUN_VERIFY_QUERY", q.clone())));
+    env.extend(verify.query.as_ref().map(|q| value(contract::VERIFY_QUERY, q.clone())));
     let mut pod =
         run_pod(VERIFY_CONTAINER, runner_image, &["verify", "run"], &backup.spec.destination, env, &name, "Never");
     let (server, volume) = verify_server(engine, verify.image.as_deref(), images);
@@ -710,13 +711,13 @@ pub struct Dump<'a> {
 pub fn desired_job(restore: &bosun_api::backup::Restore, dump: &Dump<'_>, runner_image: &str) -> Job {
     let name = restore.name_any();
     let labels = standard_labels(RESTORE_APP, &name);
-    let mut env = database_env(&restore.spec.target, "BOSUN_RESTORE_TARGET");
+    let mut env = database_env(&restore.spec.target, contract::RESTORE_TARGET);
     match &dump.key {
-        Some(key) => env.push(value("BOSUN_RESTORE_KEY", key.clone())),
-        None => env.push(value("BOSUN_RESTORE_LATEST", "true")),
+        Some(key) => env.push(value(contract::RESTORE_KEY, key.clone())),
+        None => env.push(value(contract::RESTORE_LATEST, "true")),
     }
     if restore.spec.overwrite == Some(true) {
-        env.push(value("BOSUN_RESTORE_OVERWRITE", "true"));
+        env.push(value(contract::RESTORE_OVERWRITE, "true"));
     }
     let folder = dump.backup.clone().unwrap_or_else(|| name.clone());
     let pod = run_pod(RESTORE_CONTAINER, runner_image, &["restore", "run"], dump.destination, env, &folder, "Never");

@@ -52,6 +52,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use bosun_backup_model::contract;
 use bosun_instance::settings::env as instance;
 
 use crate::claims;
@@ -478,17 +479,17 @@ pub const RECOVERY_SETTINGS: &str = "/var/lib/postgresql/data/bosun-recovery.con
 /// the primary with no data).
 fn recovery_env(recovery: &Recovery, destination: &Destination) -> Vec<EnvVar> {
     let mut vars = vec![
-        crate::backup::namespace_env("BOSUN_RECOVERY_NAMESPACE"),
-        env("BOSUN_RECOVERY_DESTINATION", crate::backup::destination_url(destination)),
-        env("BOSUN_RECOVERY_NAME", backup_name_of(&recovery.source)),
-        env("BOSUN_RECOVERY_SETTINGS", RECOVERY_SETTINGS),
+        crate::backup::namespace_env(instance::RECOVERY_NAMESPACE),
+        env(instance::RECOVERY_DESTINATION, crate::backup::destination_url(destination)),
+        env(instance::RECOVERY_NAME, backup_name_of(&recovery.source)),
+        env(contract::RECOVERY_SETTINGS, RECOVERY_SETTINGS),
     ];
     let optional = [
-        ("BOSUN_RECOVERY_ENDPOINT", &destination.endpoint),
-        ("BOSUN_RECOVERY_REGION", &destination.region),
-        ("BOSUN_RECOVERY_TARGET_TIME", &recovery.target_time),
-        ("BOSUN_RECOVERY_TARGET_LSN", &recovery.target_lsn),
-        ("BOSUN_RECOVERY_TARGET_NAME", &recovery.target_name),
+        (instance::RECOVERY_ENDPOINT, &destination.endpoint),
+        (instance::RECOVERY_REGION, &destination.region),
+        (contract::RECOVERY_TARGET_TIME, &recovery.target_time),
+        (contract::RECOVERY_TARGET_LSN, &recovery.target_lsn),
+        (contract::RECOVERY_TARGET_NAME, &recovery.target_name),
     ];
     vars.extend(optional.into_iter().filter_map(|(name, value)| value.as_ref().map(|v| env(name, v.clone()))));
     vars
@@ -657,7 +658,7 @@ pub fn desired_statefulset(
             env.push(self::env(instance::WAL_ERROR_FILE, WAL_ERROR_FILE));
         } else if destination.encryption.is_some() {
             // A recovery only: its keys, named as the runs name them.
-            env.push(crate::backup::namespace_env("BOSUN_BACKUP_NAMESPACE"));
+            env.push(crate::backup::namespace_env(contract::BACKUP_NAMESPACE));
             env.extend(crate::backup::encryption_env(destination));
         }
     }

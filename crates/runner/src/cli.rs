@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use bosun_backup_model::contract;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -48,7 +49,7 @@ pub struct WalPushArgs {
     pub encryption: EncryptionArgs,
     /// Leave a failed push's error in this file (removed by the next good push), for
     /// whoever watches the server: its own statistics name only the file that failed.
-    #[arg(long, env = "BOSUN_WAL_ERROR_FILE")]
+    #[arg(long, env = contract::WAL_ERROR_FILE)]
     pub error_file: Option<PathBuf>,
 }
 
@@ -82,19 +83,19 @@ pub struct RecoverArgs {
     #[arg(long, env = "PGDATA")]
     pub pgdata: PathBuf,
     /// Where to write the server's settings for its recovering start (`name=value` lines).
-    #[arg(long, env = "BOSUN_RECOVERY_SETTINGS")]
+    #[arg(long, env = contract::RECOVERY_SETTINGS)]
     pub settings_file: PathBuf,
     /// Stop at the last transaction committed at or before this time (RFC 3339, e.g.
     /// `2026-11-26T14:03:00Z`); none of the three: recover everything archived.
-    #[arg(long, env = "BOSUN_RECOVERY_TARGET_TIME", group = "target")]
+    #[arg(long, env = contract::RECOVERY_TARGET_TIME, group = "target")]
     pub target_time: Option<String>,
     /// Stop at this WAL position (`0/5000028`).
-    #[arg(long, env = "BOSUN_RECOVERY_TARGET_LSN", group = "target")]
+    #[arg(long, env = contract::RECOVERY_TARGET_LSN, group = "target")]
     pub target_lsn: Option<String>,
     /// Stop at this restore point (`pg_create_restore_point`).
-    #[arg(long, env = "BOSUN_RECOVERY_TARGET_NAME", group = "target")]
+    #[arg(long, env = contract::RECOVERY_TARGET_NAME, group = "target")]
     pub target_name: Option<String>,
-    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    #[arg(long, env = contract::RESULT_FILE)]
     pub result_file: Option<PathBuf>,
 }
 
@@ -115,17 +116,17 @@ pub struct VerifyRunArgs {
     pub encryption: EncryptionArgs,
     /// The throwaway server's empty database (same URL form as `--source`): it is
     /// loaded with the dump, so never name a database that matters.
-    #[arg(long, env = "BOSUN_VERIFY_TARGET")]
+    #[arg(long, env = contract::VERIFY_TARGET)]
     pub target: String,
     /// SQL (one SELECT) that must return at least one row in the restored database.
-    #[arg(long, env = "BOSUN_VERIFY_QUERY")]
+    #[arg(long, env = contract::VERIFY_QUERY)]
     pub query: Option<String>,
     /// How long to wait for the target to accept connections, in seconds.
-    #[arg(long, env = "BOSUN_VERIFY_WAIT_SECONDS", default_value_t = 600)]
+    #[arg(long, env = contract::VERIFY_WAIT_SECONDS, default_value_t = 600)]
     pub wait_seconds: u64,
-    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    #[arg(long, env = contract::PASSWORD_FILE)]
     pub password_file: Option<PathBuf>,
-    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    #[arg(long, env = contract::RESULT_FILE)]
     pub result_file: Option<PathBuf>,
 }
 
@@ -139,13 +140,13 @@ pub enum RestoreCommand {
 #[derive(Args, Debug, Clone)]
 pub struct DestinationArgs {
     /// `s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `azure://CONTAINER/PREFIX` or `file:///DIR`.
-    #[arg(long, env = "BOSUN_BACKUP_DESTINATION")]
+    #[arg(long, env = contract::BACKUP_DESTINATION)]
     pub destination: String,
     /// The storage server, when not the provider's own (an S3-compatible server, an emulator).
-    #[arg(long, env = "BOSUN_BACKUP_ENDPOINT")]
+    #[arg(long, env = contract::BACKUP_ENDPOINT)]
     pub endpoint: Option<String>,
     /// The bucket's region, when the provider's variables (`AWS_REGION`) do not say.
-    #[arg(long, env = "BOSUN_BACKUP_REGION")]
+    #[arg(long, env = contract::BACKUP_REGION)]
     pub region: Option<String>,
 }
 
@@ -155,10 +156,10 @@ pub struct EncryptionArgs {
     /// An age identity file (`age-keygen`'s `AGE-SECRET-KEY-1…` lines): new dumps are
     /// encrypted to its first identity; a restore tries each. Rotate a key by putting
     /// the new identity first and keeping the old ones below it.
-    #[arg(long, env = "BOSUN_BACKUP_ENCRYPTION_KEY_FILE")]
+    #[arg(long, env = contract::BACKUP_ENCRYPTION_KEY_FILE)]
     pub encryption_key_file: Option<PathBuf>,
     /// What messages call that file (the Secret it comes from); default: its path.
-    #[arg(long, env = "BOSUN_BACKUP_ENCRYPTION_KEY_NAME", requires = "encryption_key_file")]
+    #[arg(long, env = contract::BACKUP_ENCRYPTION_KEY_NAME, requires = "encryption_key_file")]
     pub encryption_key_name: Option<String>,
 }
 
@@ -172,10 +173,10 @@ impl EncryptionArgs {
 #[derive(Args, Debug, Clone)]
 pub struct FolderArgs {
     /// The Backup's namespace.
-    #[arg(long = "namespace", env = "BOSUN_BACKUP_NAMESPACE", default_value = "default")]
+    #[arg(long = "namespace", env = contract::BACKUP_NAMESPACE, default_value = "default")]
     pub namespace: String,
     /// The Backup's name (default for `backup run`: the database's name).
-    #[arg(long = "name", env = "BOSUN_BACKUP_NAME")]
+    #[arg(long = "name", env = contract::BACKUP_NAME)]
     pub name: Option<String>,
 }
 
@@ -183,7 +184,7 @@ pub struct FolderArgs {
 pub struct BackupRunArgs {
     /// `postgresql://USER@HOST:PORT/DB`, `mysql://…` or `mongodb://…`; the password comes from
     /// `PGPASSWORD` / `MYSQL_PWD` / `MONGODB_PASSWORD` or `--password-file`.
-    #[arg(long, env = "BOSUN_BACKUP_SOURCE")]
+    #[arg(long, env = contract::BACKUP_SOURCE)]
     pub source: String,
     #[command(flatten)]
     pub destination: DestinationArgs,
@@ -192,30 +193,30 @@ pub struct BackupRunArgs {
     #[command(flatten)]
     pub encryption: EncryptionArgs,
     /// Delete dumps older than this after a good run (`30d`, `12h`, `1d12h`); none: keep all.
-    #[arg(long, env = "BOSUN_BACKUP_RETENTION")]
+    #[arg(long, env = contract::BACKUP_RETENTION)]
     pub retention: Option<String>,
     /// Keep at least this many newest good dumps whatever their age (the newest is always kept).
-    #[arg(long, env = "BOSUN_BACKUP_KEEP_LAST", default_value_t = 1)]
+    #[arg(long, env = contract::BACKUP_KEEP_LAST, default_value_t = 1)]
     pub keep_last: usize,
     /// Keep the newest good dump of each of the newest this many days (UTC) that have one.
-    #[arg(long, env = "BOSUN_BACKUP_KEEP_DAILY", default_value_t = 0)]
+    #[arg(long, env = contract::BACKUP_KEEP_DAILY, default_value_t = 0)]
     pub keep_daily: usize,
     /// … of each of the newest this many ISO weeks.
-    #[arg(long, env = "BOSUN_BACKUP_KEEP_WEEKLY", default_value_t = 0)]
+    #[arg(long, env = contract::BACKUP_KEEP_WEEKLY, default_value_t = 0)]
     pub keep_weekly: usize,
     /// … of each of the newest this many months. Every rule keeps what it keeps: a dump
     /// goes only when none keeps it (`--retention`, `--keep-last` and these).
-    #[arg(long, env = "BOSUN_BACKUP_KEEP_MONTHLY", default_value_t = 0)]
+    #[arg(long, env = contract::BACKUP_KEEP_MONTHLY, default_value_t = 0)]
     pub keep_monthly: usize,
     /// A file holding the database password.
-    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    #[arg(long, env = contract::PASSWORD_FILE)]
     pub password_file: Option<PathBuf>,
     /// Also write the result (or the error) as JSON here, e.g. /dev/termination-log.
-    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    #[arg(long, env = contract::RESULT_FILE)]
     pub result_file: Option<PathBuf>,
     /// `dump` (a logical dump, the default) or `base` (a physical base backup of a
     /// PostgreSQL server, into `<namespace>/<name>/base/`; the user needs REPLICATION).
-    #[arg(long, env = "BOSUN_BACKUP_METHOD", value_enum, default_value_t = Method::Dump)]
+    #[arg(long, env = contract::BACKUP_METHOD, value_enum, default_value_t = Method::Dump)]
     pub method: Method,
 }
 
@@ -236,20 +237,20 @@ pub struct RestoreRunArgs {
     #[command(flatten)]
     pub encryption: EncryptionArgs,
     /// The dump to load: its key in the bucket.
-    #[arg(long, env = "BOSUN_RESTORE_KEY", conflicts_with = "latest", required_unless_present = "latest")]
+    #[arg(long, env = contract::RESTORE_KEY, conflicts_with = "latest", required_unless_present = "latest")]
     pub key: Option<String>,
     /// Load the newest good backup of `--namespace`/`--name`.
-    #[arg(long, env = "BOSUN_RESTORE_LATEST")]
+    #[arg(long, env = contract::RESTORE_LATEST)]
     pub latest: bool,
     /// The database to load it into (same URL form as `--source`).
-    #[arg(long, env = "BOSUN_RESTORE_TARGET")]
+    #[arg(long, env = contract::RESTORE_TARGET)]
     pub target: String,
     /// Restore into a database that already holds tables, replacing what the dump contains.
-    #[arg(long, env = "BOSUN_RESTORE_OVERWRITE")]
+    #[arg(long, env = contract::RESTORE_OVERWRITE)]
     pub overwrite: bool,
-    #[arg(long, env = "BOSUN_PASSWORD_FILE")]
+    #[arg(long, env = contract::PASSWORD_FILE)]
     pub password_file: Option<PathBuf>,
-    #[arg(long, env = "BOSUN_RESULT_FILE")]
+    #[arg(long, env = contract::RESULT_FILE)]
     pub result_file: Option<PathBuf>,
 }
 
