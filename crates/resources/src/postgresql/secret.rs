@@ -1,0 +1,79 @@
+//! The credentials Secret: generated once, never written again; what the pods are told of it.
+
+use super::*;
+
+/// A password of [`PASSWORD_LENGTH`] characters from `random` bytes, which must come
+/// from a CSPRNG: letters and digits only (the 62 of them; bytes that would bias the
+/// choice are skipped), so it needs no quoting in a URI, a pgpass line or a shell.
+pub fn password(random: impl IntoIterator<Item = u8>) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    // 248 = 4 × 62: bytes below it map uniformly.
+    random
+        .into_iter()
+        .filter(|b| *b < 248)
+        .map(|b| char::from(ALPHABET[usize::from(b) % ALPHABET.len()]))
+        .take(PASSWORD_LENGTH)
+        .collect()
+}
+
+/// The credentials Secret, created once with `password` and `replication_password`
+/// and never written again.
+pub fn desired_secret(db: &PostgreSQL, password: &str, replication_password: &str) -> Secret {
+    let host = host(db);
+    let pgpass = format!("{host}:{PORT}:*:{SUPERUSER}:{password}\n");
+    let uri = format!("postgresql://{SUPERUSER}:{password}@{host}:{PORT}/{DATABASE}");
+    let data = [
+        (keys::USERNAME, SUPERUSER.to_owned()),
+        (keys::PASSWORD, password.to_owned()),
+        (keys::HOST, host.clone()),
+        (keys::PORT, PORT.to_string()),
+        (keys::DATABASE, DATABASE.to_owned()),
+        (keys::URI, uri),
+        (keys::PGPASS, pgpass),
+        (keys::REPLICATION_PASSWORD, replication_password.to_owned()),
+    ];
+    Secret {
+        metadata: kept_meta(db, secret_name(db)),
+        type_: Some("Opaque".to_owned()),
+        data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect()),
+        ..Secret::default()
+    }
+}
+
+/// What the credentials Secret lacks for `db` (`None`: nothing).
+pub fn missing_key(db: &PostgreSQL, secret: &Secret) -> Option<&'static str> {
+    let has = |key: &str| secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty());
+    let needed: &[&str] = if db.spec.replicas > 1 {
+        &[keys::USERNAME, keys::PASSWORD, keys::REPLICATION_PASSWORD]
+    } else {
+        &[keys::USERNAME, keys::PASSWORD]
+    };
+    needed.iter().copied().find(|k| !has(k))
+}
+
+/// A digest of a Secret's passwords: it changes when either changes, and tells
+/// nothing about them.
+pub fn credentials_digest(secret: &Secret) -> String {
+    let mut h = Sha256::new();
+    for key in [keys::USERNAME, keys::PASSWORD, keys::REPLICATION_PASSWORD] {
+        let value = secret.data.as_ref().and_then(|d| d.get(key)).map(|v| v.0.as_slice()).unwrap_or_default();
+        h.update((value.len() as u64).to_be_bytes());
+        h.update(value);
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+pub(super) fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: key.to_owned(),
+                optional: optional.then_some(true),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
