@@ -10,16 +10,18 @@
 //! rows lost are printed; `make bench-failover` repeats them for numbers.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
+mod writer;
+
 use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::PostgreSQL;
-use bosun_testing::node::images;
 use bosun_testing::{Bosun, Env, e2e};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
+use writer::{acks, outage, start_writer, unix_now};
 
 const REAL_NODE: &[&str] =
     &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
@@ -29,61 +31,6 @@ fn manifest(extra: &str) -> String {
         "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
          spec: {{version: \"15\", storage: 1Gi, replicas: 3, failoverDelay: 10s{extra}}}\n"
     )
-}
-
-/// The writer: a numbered insert through `test-db` every ~20 ms, each bounded to 2 s
-/// (a commit waiting for a lost synchronous standby is not acknowledged), logging
-/// `ack <id> <unix time>` for every acknowledged commit.
-const WRITER: &str = r#"until timeout 3 psql -X -q -c 'CREATE TABLE IF NOT EXISTS w (id bigint PRIMARY KEY)' 2>/dev/null; do sleep 0.2; done
-i=0
-while :; do
-  i=$((i+1))
-  if timeout 2 psql -X -q -c "INSERT INTO w VALUES ($i)" 2>/dev/null; then echo "ack $i $(date +%s.%N)"; fi
-  sleep 0.02
-done"#;
-
-async fn start_writer(env: &Env) {
-    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
-                "command": ["bash", "-c", WRITER],
-                "env": [
-                    {"name": "PGHOST", "value": "test-db"},
-                    {"name": "PGUSER", "valueFrom": secret("username")},
-                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
-                    {"name": "PGCONNECT_TIMEOUT", "value": "1"},
-                ],
-            }],
-        },
-    }))
-    .unwrap();
-    env.apply(&pod).await;
-    env.wait_pod_ready("writer", Duration::from_secs(120)).await;
-    wait_until("the writer's first acknowledged rows", Duration::from_secs(60), || acks(env).len() >= 10).await;
-}
-
-/// The writer's acknowledged ids with their times.
-fn acks(env: &Env) -> Vec<(i64, f64)> {
-    let (_, out) = env.kubectl(&["logs", "writer"]);
-    out.lines()
-        .filter_map(|l| l.strip_prefix("ack "))
-        .filter_map(|l| l.split_once(' '))
-        .filter_map(|(id, t)| Some((id.parse().ok()?, t.parse().ok()?)))
-        .collect()
-}
-
-/// The longest gap between acknowledged writes after `since` (Unix seconds).
-fn outage(acks: &[(i64, f64)], since: f64) -> f64 {
-    let times: Vec<f64> = acks.iter().map(|(_, t)| *t).filter(|t| *t >= since - 1.0).collect();
-    times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -198,9 +145,7 @@ fn diagnostics(env: &Env) -> String {
 
 /// The acknowledged ids missing from the table on `primary` (all writes stopped).
 fn lost(env: &Env, primary: &str, acks: &[(i64, f64)]) -> Vec<i64> {
-    let stored = psql(env, primary, "SELECT id FROM w ORDER BY id").unwrap();
-    let stored: std::collections::BTreeSet<i64> = stored.lines().filter_map(|l| l.parse().ok()).collect();
-    acks.iter().map(|(id, _)| *id).filter(|id| !stored.contains(id)).collect()
+    writer::lost(&psql(env, primary, "SELECT id FROM w ORDER BY id").unwrap(), acks)
 }
 
 async fn events(env: &Env, reason: &str) -> Vec<String> {

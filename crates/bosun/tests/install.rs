@@ -14,6 +14,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // a test fails by panicking
 
+mod writer;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -539,7 +541,7 @@ spec:
 apiVersion: database.example.com/v1
 kind: PostgreSQL
 metadata: {name: test-db}
-spec: {version: "15", storage: 1Gi, replicas: 1}
+spec: {version: "15", storage: 1Gi, replicas: 2}
 ---
 apiVersion: backup.example.com/v1
 kind: Backup
@@ -782,6 +784,8 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         let votes_before = vote_specs(&env.ns, "v1alpha1");
         // Whatever the first reconciles still settle (a status, a rollout's last word).
         tokio::time::sleep(Duration::from_secs(10)).await;
+        // A writer through test-db's read-write Service: the write outage of the move.
+        writer::start_writer(&env).await;
         let before = children(&env.ns);
         let vote_maps = ["lunch-config", "pets-config"];
         let data = |name: &str| run_ok("kubectl", &["get", "configmap", name, "-n", &env.ns, "-o", "jsonpath={.data}"]);
@@ -795,14 +799,14 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         };
         psql("test-db-0", "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('before the upgrade')");
         let databases = database_pods(&env.ns);
-        assert_eq!(databases.len(), 3, "test-db, the AppStack's and the platform's: {databases:?}");
+        assert_eq!(databases.len(), 4, "test-db's two, the AppStack's and the platform's: {databases:?}");
         let lease = Api::<Lease>::namespaced(env.client.clone(), NAMESPACE);
         let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
         let old_leader = holder(lease.get("bosun-leader").await.unwrap());
         eprintln!("install: {} children and pods under {commit}; leader {old_leader}", before.len());
 
         // The upgrade as documented: the new CRDs (Helm never upgrades crds/), then the chart.
-        let upgraded = Instant::now();
+        let (upgraded, upgraded_at) = (Instant::now(), writer::unix_now());
         run_ok("kubectl", &["apply", "--server-side", "--force-conflicts", "-f", "charts/bosun/crds/"]);
         helm_release("upgrade", "charts/bosun", IMG);
         let pods: Api<Pod> = Api::namespaced(env.client.clone(), NAMESPACE);
@@ -847,7 +851,7 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         let moved = Instant::now();
         loop {
             let now = database_pods(&env.ns);
-            if now.len() == 3 && now.iter().all(|(_, managed, ready)| *managed && *ready) {
+            if now.len() == 4 && now.iter().all(|(_, managed, ready)| *managed && *ready) {
                 break;
             }
             assert!(moved.elapsed() < Duration::from_secs(300), "the databases did not move: {now:?}");
@@ -858,6 +862,14 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
             upgraded.elapsed().as_secs_f64(),
             moved.elapsed().as_secs_f64()
         );
+        // test-db moved by a rolling restart: its standby first, then a switchover, then
+        // its old primary as a standby. The writer's longest gap is what clients saw.
+        let acked = writer::acks(&env);
+        let outage = writer::outage(&acked, upgraded_at);
+        eprintln!("install: test-db (2 instances) moved with a write outage of {outage:.2} s ({} rows acknowledged)", acked.len());
+        let primary = run_ok("kubectl", &["get", "postgresql", "test-db", "-n", &env.ns, "-o", "jsonpath={.status.currentPrimary}"]);
+        let lost = writer::lost(&psql(&primary, "SELECT id FROM w ORDER BY id"), &acked);
+        assert!(lost.is_empty(), "acknowledged rows missing on the primary {primary}: {lost:?}");
         assert_eq!(psql("test-db-0", "SELECT v FROM kept"), "before the upgrade", "the data is kept");
         // Each database also gets the Secret of its instances' API (a certificate and a
         // token bosun calls them with).

@@ -1,0 +1,78 @@
+//! The writer of the write-outage measurements (the failover tests, the upgrade from
+//! the previous release): a pod that inserts a numbered row through the read-write
+//! Service of `test-db` every ~20 ms and logs each acknowledged id with its time.
+#![allow(dead_code, clippy::unwrap_used)] // each test binary uses part of it
+
+use std::time::{Duration, Instant};
+
+use bosun_testing::Env;
+use bosun_testing::node::images;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+/// The writer: a numbered insert through `test-db` every ~20 ms, each bounded to 2 s
+/// (a commit waiting for a lost synchronous standby is not acknowledged), logging
+/// `ack <id> <unix time>` for every acknowledged commit.
+const WRITER: &str = r#"until timeout 3 psql -X -q -c 'CREATE TABLE IF NOT EXISTS w (id bigint PRIMARY KEY)' 2>/dev/null; do sleep 0.2; done
+i=0
+while :; do
+  i=$((i+1))
+  if timeout 2 psql -X -q -c "INSERT INTO w VALUES ($i)" 2>/dev/null; then echo "ack $i $(date +%s.%N)"; fi
+  sleep 0.02
+done"#;
+
+/// The writer pod, started in `env`'s namespace against the PostgreSQL `test-db`, and its
+/// first acknowledged rows awaited.
+pub async fn start_writer(env: &Env) {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", WRITER],
+                "env": [
+                    {"name": "PGHOST", "value": "test-db"},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
+                    {"name": "PGCONNECT_TIMEOUT", "value": "1"},
+                ],
+            }],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+    env.wait_pod_ready("writer", Duration::from_secs(120)).await;
+    let start = Instant::now();
+    while acks(env).len() < 10 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the writer acknowledged no rows within 60 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The writer's acknowledged ids with their times.
+pub fn acks(env: &Env) -> Vec<(i64, f64)> {
+    let (_, out) = env.kubectl(&["logs", "writer"]);
+    out.lines()
+        .filter_map(|l| l.strip_prefix("ack "))
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(id, t)| Some((id.parse().ok()?, t.parse().ok()?)))
+        .collect()
+}
+
+/// The longest gap between acknowledged writes after `since` (Unix seconds).
+pub fn outage(acks: &[(i64, f64)], since: f64) -> f64 {
+    let times: Vec<f64> = acks.iter().map(|(_, t)| *t).filter(|t| *t >= since - 1.0).collect();
+    times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
+}
+
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+/// The acknowledged ids missing from `stored` (the table's ids, one a line).
+pub fn lost(stored: &str, acks: &[(i64, f64)]) -> Vec<i64> {
+    let stored: std::collections::BTreeSet<i64> = stored.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    acks.iter().map(|(id, _)| *id).filter(|id| !stored.contains(id)).collect()
+}
