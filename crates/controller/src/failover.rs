@@ -500,7 +500,13 @@ mod tests {
         let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let reach = fake.reach(db, &names);
-        let mut sts = bosun_resources::postgresql::desired_statefulset(db, &Default::default(), None, "d");
+        let mut sts = bosun_resources::postgresql::desired_statefulset(
+            db,
+            &Default::default(),
+            None,
+            "d",
+            bosun_resources::upgrade::Running::of(db, None),
+        );
         sts.status = revision.map(|r| k8s_openapi::api::apps::v1::StatefulSetStatus {
             update_revision: Some(r.to_owned()),
             ..Default::default()

@@ -327,18 +327,7 @@ async fn serve(
     build::check(db, cached, claims).map_err(Stop::Refused)?;
     let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
     let digest = build::credentials_digest(&secret);
-    let mut desired = if running.version == db.spec.version {
-        build::desired_statefulset(db, &ctx.settings.postgres, cached, &digest)
-    } else {
-        let mut as_run = db.clone();
-        as_run.spec.version = running.version;
-        build::desired_statefulset(&as_run, &ctx.settings.postgres, cached, &digest)
-    };
-    if running.stopped
-        && let Some(spec) = desired.spec.as_mut()
-    {
-        spec.replicas = Some(0);
-    }
+    let desired = build::desired_statefulset(db, &ctx.settings.postgres, cached, &digest, running);
     let sts = apply_child(ctx, db, &children.statefulsets, desired).await?;
     let services = build::desired_services(db);
     futures::future::try_join_all(services.into_iter().map(|s| apply_child(ctx, db, &children.services, s))).await?;
@@ -534,7 +523,13 @@ mod tests {
     async fn a_lost_secret_while_the_data_exists_is_refused_and_no_password_is_made() {
         let (ctx, calls) = mock::context(api(None));
         let d = db();
-        let mut sts = build::desired_statefulset(d.as_ref(), &Default::default(), None, "");
+        let mut sts = build::desired_statefulset(
+            d.as_ref(),
+            &Default::default(),
+            None,
+            "",
+            bosun_resources::upgrade::Running::of(d.as_ref(), None),
+        );
         sts.metadata.uid = Some("uid-orders".to_owned());
         let outcome = reconcile(d, ctx, children(vec![sts])).await.unwrap();
         assert!(

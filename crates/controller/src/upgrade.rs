@@ -39,24 +39,7 @@ pub struct Seen<'a> {
     pub instances: &'a crate::instances::Instances,
 }
 
-/// How the instances run while `upgrade` is where it is: the major, and whether they
-/// are stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Running {
-    pub version: Version,
-    pub stopped: bool,
-}
-
-impl Running {
-    pub fn of(db: &PostgreSQL, upgrade: Option<&MajorUpgrade>) -> Running {
-        match upgrade {
-            Some(u) => {
-                Running { version: build::running_version(u).unwrap_or(db.spec.version), stopped: build::stopped(u) }
-            }
-            None => Running { version: db.spec.version, stopped: false },
-        }
-    }
-}
+pub use build::Running;
 
 /// Take `upgrade` one step on, if its step is done: the upgrade as it stands now.
 pub async fn advance(
@@ -384,7 +367,13 @@ mod tests {
         let reach = fake.reach(db, &[]);
         let (ctx, calls) = mock::context(respond);
         let (jobs, backups) = (mock::cache::<Job>(jobs), mock::cache::<Backup>([]));
-        let sts = pg::desired_statefulset(db, &pg::Settings::default(), None, "d");
+        let sts = pg::desired_statefulset(
+            db,
+            &pg::Settings::default(),
+            None,
+            "d",
+            bosun_resources::upgrade::Running::of(db, None),
+        );
         let seen = Seen { sts: Some(&sts), pods, jobs: &jobs, backups: &backups, instances: &reach };
         let now = "2026-11-28T12:05:00Z".parse().unwrap();
         (advance(db, &ctx, &seen, upgrade, now).await.unwrap(), calls)

@@ -137,7 +137,13 @@ impl Rendered for PostgreSQL {
     /// No Secret: its passwords are generated in the cluster, once.
     fn children(self) -> Result<Vec<Value>, String> {
         let settings = postgresql::Settings::default();
-        let mut out = values([Some(postgresql::desired_statefulset(&self, &settings, None, ""))]);
+        let mut out = values([Some(postgresql::desired_statefulset(
+            &self,
+            &settings,
+            None,
+            "",
+            crate::upgrade::Running::of(&self, None),
+        ))]);
         out.extend(values(postgresql::desired_services(&self).into_iter().map(Some)));
         out.extend(values([postgresql::desired_backup(&self)]));
         Ok(out)

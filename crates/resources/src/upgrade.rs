@@ -134,6 +134,25 @@ pub fn running_version(upgrade: &MajorUpgrade) -> Option<Version> {
     Version::parse(version)
 }
 
+/// How the instances run: the major, and whether they are stopped (an upgrade's
+/// steps); what the StatefulSet's builder is given, not a copy of the resource with
+/// its version rewritten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Running {
+    pub version: Version,
+    pub stopped: bool,
+}
+
+impl Running {
+    /// As `upgrade` says while there is one, else as the spec says.
+    pub fn of(db: &PostgreSQL, upgrade: Option<&MajorUpgrade>) -> Running {
+        match upgrade {
+            Some(u) => Running { version: running_version(u).unwrap_or(db.spec.version), stopped: stopped(u) },
+            None => Running { version: db.spec.version, stopped: false },
+        }
+    }
+}
+
 /// Whether the instances are stopped in this step.
 pub fn stopped(upgrade: &MajorUpgrade) -> bool {
     matches!(upgrade.step, UpgradeStep::Stopping | UpgradeStep::Upgrading)
@@ -405,7 +424,18 @@ mod tests {
     #[test]
     fn the_job_copies_the_old_binaries_with_the_old_image_and_upgrades_with_the_new_on_the_claim() {
         let database = db("17", 2, None);
-        let pod = desired_statefulset(&database, &Settings::default(), None, "d").spec.unwrap().template.spec.unwrap();
+        let pod = desired_statefulset(
+            &database,
+            &Settings::default(),
+            None,
+            "d",
+            crate::upgrade::Running::of(&database, None),
+        )
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
         let u = planned(&database, Version::V13);
         let job = desired_job(&database, "localhost/postgres:{version}", &pod, &u, "data-test-db-0").expect("job");
         assert_eq!(job.name_any(), "test-db-upgrade-17-2");

@@ -36,8 +36,8 @@ pub(super) const SERVING: &str = bosun_instance::api::paths::READY;
 /// behind (the setting's name changed in 13), hint bits WAL-logged so a former
 /// primary can be rewound, and the synchronous standbys of `spec.synchronous` (any
 /// `number` of them; a standby ignores it until promoted).
-pub fn server_args(db: &PostgreSQL) -> Vec<String> {
-    let keep = if db.spec.version < Version::V13 { "wal_keep_segments=64" } else { "wal_keep_size=1GB" };
+pub fn server_args(db: &PostgreSQL, version: Version) -> Vec<String> {
+    let keep = if version < Version::V13 { "wal_keep_segments=64" } else { "wal_keep_size=1GB" };
     let mut args: Vec<String> =
         ["-c", keep, "-c", "hot_standby=on", "-c", "wal_log_hints=on"].map(str::to_owned).to_vec();
     if let Some(sync) = db.spec.synchronous.as_ref().filter(|_| db.spec.replicas > 1) {
@@ -90,17 +90,19 @@ pub(super) fn runner_mount(read_only: bool) -> VolumeMount {
 /// it is, `None` for a new one: its claim template is immutable, so its storage (grown
 /// claims are patched one by one) and its major-version label (the claims are
 /// relabelled after an upgrade, [`relabel`]) stay. `digest` is
-/// [`credentials_digest`] of the Secret.
+/// [`credentials_digest`] of the Secret. `running`: the major the instances run and
+/// whether they are stopped (both as the spec says, but during a major upgrade).
 pub fn desired_statefulset(
     db: &PostgreSQL,
     settings: &Settings,
     existing: Option<&StatefulSet>,
     digest: &str,
+    running: crate::upgrade::Running,
 ) -> StatefulSet {
     let claim_storage = existing.and_then(template_storage);
     let name = db.name_any();
     let secret = secret_name(db);
-    let version = db.spec.version;
+    let version = running.version;
     let mut pod_labels = labels(db);
     let mut claim_labels = labels(db);
     claim_labels.insert(VERSION_LABEL.to_owned(), version.as_str().to_owned());
@@ -113,7 +115,7 @@ pub fn desired_statefulset(
     // container) runs the image's own entrypoint and server as its child.
     let mut command = vec![format!("{RUNNER_MOUNT}/bosun"), "instance".to_owned(), "--".to_owned()];
     command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
-    command.extend(server_args(db));
+    command.extend(server_args(db, version));
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image(&settings.image, version)),
@@ -217,7 +219,7 @@ pub fn desired_statefulset(
     StatefulSet {
         metadata: meta,
         spec: Some(StatefulSetSpec {
-            replicas: Some(crate::failover::kept_replicas(db)),
+            replicas: Some(if running.stopped { 0 } else { crate::failover::kept_replicas(db) }),
             service_name: Some(headless_name(db)),
             selector: LabelSelector { match_labels: Some(labels(db)), ..LabelSelector::default() },
             template: PodTemplateSpec {

@@ -86,7 +86,13 @@ fn the_digest_follows_the_passwords_only() {
 
 #[test]
 fn the_statefulset_runs_the_image_non_root_with_pgdata_in_a_subdirectory() {
-    let sts = desired_statefulset(&example(), &Settings::default(), None, "d1");
+    let sts = desired_statefulset(
+        &example(),
+        &Settings::default(),
+        None,
+        "d1",
+        crate::upgrade::Running::of(&example(), None),
+    );
     let spec = sts.spec.as_ref().unwrap();
     assert_eq!(sts.metadata.name.as_deref(), Some("test-db"));
     assert_eq!(spec.replicas, Some(1));
@@ -120,7 +126,7 @@ fn the_statefulset_runs_the_image_non_root_with_pgdata_in_a_subdirectory() {
 #[test]
 fn volume_permissions_are_one_chown_of_the_volume_root() {
     let settings = Settings { image: "localhost/postgres:15".into(), volume_permissions: true, ..Settings::default() };
-    let sts = desired_statefulset(&example(), &settings, None, "d");
+    let sts = desired_statefulset(&example(), &settings, None, "d", crate::upgrade::Running::of(&example(), None));
     let pod = sts.spec.unwrap().template.spec.unwrap();
     let init = &pod.init_containers.unwrap()[0];
     assert_eq!(init.command.as_ref().unwrap(), &["chown", "999:999", DATA_MOUNT]);
@@ -134,9 +140,15 @@ fn volume_permissions_are_one_chown_of_the_volume_root() {
 
 #[test]
 fn the_claim_template_keeps_its_first_size_and_deletion_is_asked_for() {
-    let first = desired_statefulset(&db(r#"{version: "13", storage: 1Gi}"#), &Settings::default(), None, "d");
+    let first = desired_statefulset(
+        &db(r#"{version: "13", storage: 1Gi}"#),
+        &Settings::default(),
+        None,
+        "d",
+        crate::upgrade::Running::of(&db(r#"{version: "13", storage: 1Gi}"#), None),
+    );
     let db = db(r#"{version: "14", storage: 5Gi, replicas: 1, deletionPolicy: Delete}"#);
-    let sts = desired_statefulset(&db, &Settings::default(), Some(&first), "d");
+    let sts = desired_statefulset(&db, &Settings::default(), Some(&first), "d", crate::upgrade::Running::of(&db, None));
     assert_eq!(sts.labels().get(VERSION_LABEL).map(String::as_str), Some("14"));
     let spec = sts.spec.unwrap();
     let template = &spec.volume_claim_templates.unwrap()[0];
@@ -147,7 +159,10 @@ fn the_claim_template_keeps_its_first_size_and_deletion_is_asked_for() {
 
 #[test]
 fn wal_is_kept_with_the_setting_of_the_version_and_synchronous_standbys_as_asked() {
-    let args = |spec: &str| server_args(&db(spec));
+    let args = |spec: &str| {
+        let d = db(spec);
+        server_args(&d, d.spec.version)
+    };
     assert!(args(r#"{version: "12", storage: 1Gi}"#).contains(&"wal_keep_segments=64".to_owned()));
     let thirteen = args(r#"{version: "13", storage: 1Gi}"#);
     assert!(thirteen.contains(&"wal_keep_size=1GB".to_owned()));
@@ -164,7 +179,8 @@ fn continuous_archiving_puts_the_runner_beside_the_server_and_reaches_the_destin
     const CONTINUOUS: &str = r#"{version: "15", storage: 1Gi, replicas: 2, backup: {enabled: true,
         destination: {type: s3, bucket: wal, prefix: team, endpoint: "http://minio:9000", secretRef: {name: s3}},
         continuous: {archiveTimeout: 2m}}}"#;
-    let plain = desired_statefulset(&example(), &Settings::default(), None, "d");
+    let plain =
+        desired_statefulset(&example(), &Settings::default(), None, "d", crate::upgrade::Running::of(&example(), None));
     let spec = plain.spec.unwrap().template.spec.unwrap();
     let init: Vec<&str> = spec.init_containers.iter().flatten().map(|c| c.name.as_str()).collect();
     assert_eq!(init, [RUNNER_CONTAINER], "every instance gets bosun, for its instance manager");
@@ -174,11 +190,11 @@ fn continuous_archiving_puts_the_runner_beside_the_server_and_reaches_the_destin
         ["/opt/bosun/bin/bosun", "instance", "--", "docker-entrypoint.sh", "postgres"]
     );
     assert!(!postgres.env_from.iter().flatten().any(|e| e.secret_ref.is_some()), "no archive: no credentials");
-    assert!(!server_args(&example()).iter().any(|a| a.starts_with("archive")));
+    assert!(!server_args(&example(), example().spec.version).iter().any(|a| a.starts_with("archive")));
 
     let db = db(CONTINUOUS);
     let settings = Settings { runner_image: "runner:1".into(), ..Settings::default() };
-    let sts = desired_statefulset(&db, &settings, None, "d");
+    let sts = desired_statefulset(&db, &settings, None, "d", crate::upgrade::Running::of(&db, None));
     let spec = sts.spec.unwrap().template.spec.unwrap();
     let init = &spec.init_containers.as_ref().unwrap()[0];
     assert_eq!((init.name.as_str(), init.image.as_deref()), (RUNNER_CONTAINER, Some("runner:1")));
@@ -237,7 +253,12 @@ const RECOVERED: &str = r#"{version: "15", storage: 1Gi, bootstrap: {recovery: {
 #[test]
 fn a_recovered_database_gets_the_runner_and_its_archive_without_archiving_itself() {
     let db = db(RECOVERED);
-    let spec = desired_statefulset(&db, &Settings::default(), None, "d").spec.unwrap().template.spec.unwrap();
+    let spec = desired_statefulset(&db, &Settings::default(), None, "d", crate::upgrade::Running::of(&db, None))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
     assert_eq!(spec.init_containers.as_ref().unwrap()[0].name, RUNNER_CONTAINER);
     let postgres = &spec.containers[0];
     let env: BTreeMap<&str, Option<&str>> =
@@ -249,7 +270,7 @@ fn a_recovered_database_gets_the_runner_and_its_archive_without_archiving_itself
     assert_eq!(env["BOSUN_RECOVERY_SETTINGS"], Some(RECOVERY_SETTINGS));
     assert!(!env.contains_key("BOSUN_BACKUP_DESTINATION"), "it does not archive: no continuous backup asked");
     assert_eq!(postgres.env_from.as_ref().unwrap()[0].secret_ref.as_ref().unwrap().name, "s3");
-    assert!(!server_args(&db).iter().any(|a| a.starts_with("archive")));
+    assert!(!server_args(&db, db.spec.version).iter().any(|a| a.starts_with("archive")));
     // Readiness waits for the promotion; liveness does not (a recovery takes its time).
     let probe = |p: &Option<Probe>| p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap();
     assert_eq!(probe(&postgres.readiness_probe), "/readyz");
@@ -260,7 +281,12 @@ fn a_recovered_database_gets_the_runner_and_its_archive_without_archiving_itself
 #[test]
 fn an_encrypted_archive_gives_the_server_and_the_recovery_the_key_and_nothing_else_of_the_secret() {
     let env_of = |db: &PostgreSQL| {
-        let spec = desired_statefulset(db, &Settings::default(), None, "d").spec.unwrap().template.spec.unwrap();
+        let spec = desired_statefulset(db, &Settings::default(), None, "d", crate::upgrade::Running::of(db, None))
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
         let postgres = spec.containers[0].clone();
         let env: BTreeMap<String, Option<String>> =
             postgres.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone())).collect();
@@ -312,7 +338,7 @@ fn a_recovery_onto_existing_data_or_through_another_secret_is_refused() {
     assert_eq!(refused.reason(), reasons::RECOVERY_REFUSED);
     assert!(refused.message().contains("data-test-db-0 already exists"), "{}", refused.message());
     assert!(check(&db, None, &[]).is_ok());
-    let sts = desired_statefulset(&db, &Settings::default(), None, "d");
+    let sts = desired_statefulset(&db, &Settings::default(), None, "d", crate::upgrade::Running::of(&db, None));
     assert!(check(&db, Some(&sts), &[&kept]).is_ok(), "its own claims, once it runs");
 
     let mut both = db.clone();
@@ -520,7 +546,8 @@ fn a_smaller_storage_or_a_lower_major_version_is_refused() {
 }
 
 fn sts(ready: i32, replicas: i32) -> StatefulSet {
-    let mut s = desired_statefulset(&example(), &Settings::default(), None, "d");
+    let mut s =
+        desired_statefulset(&example(), &Settings::default(), None, "d", crate::upgrade::Running::of(&example(), None));
     s.metadata.generation = Some(1);
     s.status = Some(StatefulSetStatus {
         observed_generation: Some(1),
@@ -613,4 +640,22 @@ fn backup_configured_follows_the_backup() {
         (cond(&s, "BackupConfigured").status.as_str(), cond(&s, "BackupConfigured").reason.as_str()),
         ("True", "Scheduled")
     );
+}
+
+#[test]
+fn the_statefulset_runs_the_major_and_the_state_it_is_given_not_the_specs() {
+    use crate::upgrade::Running;
+    // During an upgrade 12 → 15: stopped on 12, then started on the new major.
+    let db = db(r#"{version: "15", storage: 1Gi, replicas: 2}"#);
+    let stopped =
+        desired_statefulset(&db, &Settings::default(), None, "d", Running { version: Version::V12, stopped: true });
+    let spec = stopped.spec.unwrap();
+    assert_eq!(spec.replicas, Some(0));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.containers[0].image.as_deref(), Some("postgres:12"));
+    assert!(pod.containers[0].command.iter().flatten().any(|a| a == "wal_keep_segments=64"), "12's setting");
+    let started = desired_statefulset(&db, &Settings::default(), None, "d", Running::of(&db, None));
+    let spec = started.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(spec.template.spec.unwrap().containers[0].image.as_deref(), Some("postgres:15"));
 }
