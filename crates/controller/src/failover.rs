@@ -46,7 +46,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
-use crate::apply::{delete_as_seen, merge_into};
+use crate::apply::{delete_as_seen, delete_exactly, merge_into};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
@@ -139,7 +139,10 @@ pub async fn ensure(
             }
         }
     }
-    label((ctx, reach), &refs, &primary.name).await?;
+    // (A change of primary labelled every instance already, from the pods as labelled.)
+    if primary.change.is_none() {
+        label((ctx, reach), &refs, &primary.name).await?;
+    }
     if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
         let (rewinding, look_again) = follow(db, (ctx, reach), &refs, &primary.name, now).await?;
         if let Some(wait) = look_again {
@@ -344,7 +347,16 @@ async fn change_primary(
         current = label((ctx, reach), &others, to).await?;
         current.extend(pods.iter().filter(|p| p.name_any() == to).map(|p| (*p).clone()));
         let pods: Vec<&Pod> = current.iter().collect();
-        if !await_serving(reach, from, false, reach.demote_timeout).await {
+        let stopped = match pods.iter().find(|p| p.name_any() == from) {
+            // An instance of the previous release cannot say it stopped: its pod goes,
+            // which proves it, and comes back on the new template (a rolling change's
+            // next step anyway).
+            Some(old) if !bosun_resources::instances::serves_api(old) => {
+                stop_by_deleting(ctx, old, reach.demote_timeout).await?
+            }
+            _ => await_serving(reach, from, false, reach.demote_timeout).await,
+        };
+        if !stopped {
             // Never two primaries: it keeps the role it still holds.
             let note = format!(
                 "the switchover from {from} to {to} is undone: {from} still served writes {}s after it was made a standby (or could not be asked)",
@@ -381,6 +393,27 @@ async fn change_primary(
     ctx.events.primary_changed(&db.object_ref(&()), pod, (reason, warning), note);
     info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
     Ok(Some(change))
+}
+
+/// Delete the pod `old` (that very one) and wait, up to `timeout`, until it is gone: the
+/// kubelet removes a pod only once its containers have stopped.
+async fn stop_by_deleting(ctx: &Context, old: &Pod, timeout: Duration) -> Result<bool, Error> {
+    let (ns, name, uid) = (old.namespace().unwrap_or_default(), old.name_any(), old.uid());
+    info!(pod = name, "the old primary runs an instance manager without the API: its pod is deleted to stop it");
+    delete_exactly(ctx, old).await?;
+    let pods = kube::Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now =
+            pods.get_opt(&name).await.map_err(|source| Error::Read { what: format!("Pod {ns}/{name}"), source })?;
+        if now.is_none_or(|p| p.uid() != uid) {
+            return Ok(true);
+        }
+        if Instant::now() > deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Wait until instance `pod` serves writes (`serving`), or provably does not (its
@@ -468,6 +501,7 @@ mod tests {
         let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "resourceVersion": "1",
                          "labels": {"app.kubernetes.io/instance": "db", ROLE_LABEL: role}},
+            "spec": {"containers": [{"name": "postgres", "ports": [{"name": "instance-api", "containerPort": 8000}]}]},
             "status": {"podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"},
                        "lastTransitionTime": "2026-11-28T11:00:00Z"}]},
         }))
@@ -680,5 +714,31 @@ mod tests {
         let pods = vec![new("db-0", "replica"), new("db-1", "primary"), new("db-2", "replica")];
         let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2")).await;
         assert!(calls.writes().is_empty(), "{:?}", calls.writes());
+    }
+
+    #[tokio::test]
+    async fn a_primary_of_the_previous_release_is_stopped_by_deleting_its_pod_then_the_standby_takes_over() {
+        // Its instance manager has no API: it cannot say it stopped, so the switchover
+        // of a rolling change (the move to the new instance manager) proves it by
+        // deleting the pod, and promotes the standby once the pod is gone.
+        let db = db(json!({SWITCHOVER_ANNOTATION: "db-1"}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::standby("db-1", "0/5000000"));
+        let mut legacy = pod("db-0", "primary", true, false);
+        legacy.spec = None;
+        let (primary, calls) = ensure_with(&db, vec![legacy, pod("db-1", "replica", true, false)], &fake).await;
+        assert_eq!(primary.name, "db-1");
+        assert_eq!(primary.change.unwrap().kind, "Switchover");
+        let writes = calls.writes();
+        let unlabelled = position(&writes, "PATCH /api/v1/namespaces/ns/pods/db-0");
+        let deleted = position(&writes, "DELETE /api/v1/namespaces/ns/pods/db-0");
+        let gone = position(&writes, "GET /api/v1/namespaces/ns/pods/db-0");
+        let promoted = position(&writes, "PATCH /api/v1/namespaces/ns/pods/db-1");
+        assert!(unlabelled < deleted && deleted < gone && gone < promoted, "{writes:?}");
+        assert_eq!(
+            writes.iter().filter(|w| w.starts_with("PATCH /api/v1/namespaces/ns/pods/")).count(),
+            2,
+            "{writes:?}"
+        );
     }
 }

@@ -78,10 +78,11 @@ impl Instances {
     /// `db`'s instances `pods`, reached with `access` (none: its Secret is not there
     /// yet, and every call is [`AskError::Unreachable`]).
     pub fn new(db: &PostgreSQL, pods: &[&Pod], access: Option<&Access>) -> Instances {
-        // A pod on a fake node runs nothing: asking it would only wait for a timeout.
+        // A pod on a fake node runs nothing: asking it would only wait for a timeout; a
+        // pod of the previous release has no API to ask.
         let targets = pods
             .iter()
-            .filter(|p| !bosun_resources::pods::simulated(p))
+            .filter(|p| !bosun_resources::pods::simulated(p) && build::serves_api(p))
             .filter_map(|p| {
                 let ip = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
                 Some((p.name_any(), Target { ip, port: api::PORT, server_name: build::server_name(db, &p.name_any()) }))

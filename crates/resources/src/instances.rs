@@ -40,6 +40,16 @@ pub fn names(db: &PostgreSQL) -> Vec<String> {
 }
 
 /// The name bosun checks the certificate of instance `pod` against.
+/// Whether `pod` serves the instance API: its postgres container has the port. A pod of
+/// a release before the API (its instance manager was a shell script) has not, and
+/// cannot be asked anything until it restarts on the new pod template.
+pub fn serves_api(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    containers
+        .flat_map(|c| c.ports.iter().flatten())
+        .any(|p| p.name.as_deref() == Some(crate::postgresql::API_PORT_NAME))
+}
+
 pub fn server_name(db: &PostgreSQL, pod: &str) -> String {
     format!("{pod}.{}.{}.svc", crate::postgresql::headless_name(db), db.namespace().unwrap_or_default())
 }
