@@ -5,6 +5,7 @@
 //!   failed in the last seconds without delivering since), and — on the leader —
 //!   every controller's cache has synced. A standby has no caches to sync and is ready as
 //!   soon as the API answers, so a rollout can proceed while it waits for the lease.
+//!   A replica serving webhooks is not ready before its serving certificate is loaded.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct Health {
     pub api_reachable: AtomicBool,
     pub leadership: Arc<Leadership>,
     pub ctx: Arc<Context>,
+    /// The webhook server's certificate, when it serves webhooks.
+    pub webhook_certificate: Option<Arc<crate::webhook::server::Certificate>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -42,6 +45,9 @@ impl Health {
     fn ready(&self) -> Result<(), String> {
         if !self.api_reachable.load(Ordering::SeqCst) {
             return Err("the Kubernetes API is not reachable".into());
+        }
+        if self.webhook_certificate.as_ref().is_some_and(|c| !c.loaded()) {
+            return Err("the webhook server has no serving certificate yet".into());
         }
         if self.leadership.is_leader() && !self.ctx.caches.all_synced() {
             let (synced, expected) = self.ctx.caches.counts();

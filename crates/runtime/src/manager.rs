@@ -85,18 +85,27 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
 
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
-    let health =
-        Arc::new(Health { registry, api_reachable: true.into(), leadership: leadership.clone(), ctx: ctx.clone() });
+    // The webhook's serving certificate: until one is loaded, this replica is not Ready
+    // (its Service sends it no admission) and its server accepts no connection.
+    let certificate = policy.as_ref().map(|_| Arc::new(crate::webhook::server::Certificate::default()));
+    let health = Arc::new(Health {
+        registry,
+        api_reachable: true.into(),
+        leadership: leadership.clone(),
+        ctx: ctx.clone(),
+        webhook_certificate: certificate.clone(),
+    });
     let addr = http::serve(args.metrics_bind_address, health.clone(), shutdown.clone())
         .await
         .map_err(|source| Error::Http { addr: args.metrics_bind_address, source })?;
     info!(%addr, "serving /metrics, /healthz and /readyz");
     let mut withdraw = None;
-    if let Some(policy) = policy {
+    if let (Some(policy), Some(certificate)) = (policy, certificate) {
         // Every replica serves admissions; only the leader writes the CA bundle.
         let own = own_namespace(&args, &client);
+        let serving = crate::webhook::Serving { certificate, metrics: webhook_metrics };
         (_, withdraw) =
-            crate::webhook::start(&args, policy, client.clone(), own, ctx.clone(), webhook_metrics, shutdown.clone())
+            crate::webhook::start(&args, policy, client.clone(), own, ctx.clone(), serving, shutdown.clone())
                 .await
                 .map_err(Error::Webhooks)?;
     }

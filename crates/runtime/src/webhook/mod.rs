@@ -60,6 +60,14 @@ pub fn load_policy(args: &RunArgs) -> Result<Policy, String> {
     }
 }
 
+/// What the webhook server serves with: its certificate (empty until the first is
+/// loaded, which `/readyz` waits for) and its metrics.
+#[derive(Debug)]
+pub struct Serving {
+    pub certificate: Arc<Certificate>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Start the webhook server with `policy` (loaded by [`load_policy`]) and its
 /// certificate and policy keepers; returns the bound address, and what to withdraw at
 /// exit with `--webhook-remove-on-exit` and a URL.
@@ -69,7 +77,7 @@ pub async fn start(
     client: Client,
     own_namespace: String,
     ctx: Arc<Context>,
-    metrics: Arc<Metrics>,
+    Serving { certificate, metrics }: Serving,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, Option<withdraw::Withdraw>), String> {
     if let Some(url) = &args.webhook_url
@@ -89,7 +97,6 @@ pub async fn start(
         .for_each(|_| std::future::ready(()));
     tokio::spawn(watch);
 
-    let certificate = Arc::new(Certificate::default());
     let local = args.webhook_url.as_deref().and_then(url_host).is_some_and(|h| h == "127.0.0.1" || h == "localhost");
     let host = args.webhook_host.unwrap_or(if local {
         IpAddr::V4(Ipv4Addr::LOCALHOST)

@@ -40,8 +40,8 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
-/// The serving certificate of the moment; `None` until the first is loaded (a
-/// handshake before that fails, and the apiserver retries).
+/// The serving certificate of the moment; `None` until the first is loaded (no
+/// connection is accepted before that, and `/readyz` says not ready).
 #[derive(Debug, Default)]
 pub struct Certificate {
     current: RwLock<Option<(Arc<CertifiedKey>, String)>>,
@@ -66,6 +66,12 @@ impl Certificate {
         let certified = Arc::new(certified);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some((certified, cert_pem.to_owned()));
         Ok(true)
+    }
+
+    /// Whether a certificate is loaded (the server accepts connections, the replica
+    /// may be Ready).
+    pub fn loaded(&self) -> bool {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// The PEM of the certificate being served.
@@ -352,7 +358,10 @@ fn router(admission: Arc<Admission>) -> Router {
     app.with_state(admission)
 }
 
-/// Bind `addr` and serve the webhooks over TLS with `certificate` until `shutdown`.
+/// Bind `addr` (at once: a port in use fails the start) and serve the webhooks over TLS
+/// with `certificate` until `shutdown`. No connection is accepted before the first
+/// certificate is loaded: one made earlier waits in the listen queue and is served
+/// then, instead of failing its handshake (`tls: access denied`) as it did.
 pub async fn serve(
     addr: SocketAddr,
     certificate: Arc<Certificate>,
@@ -364,12 +373,19 @@ pub async fn serve(
         .with_safe_default_protocol_versions()
         .map_err(std::io::Error::other)?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Resolver(certificate)));
+        .with_cert_resolver(Arc::new(Resolver(certificate.clone())));
+    let acceptor_certificate = certificate;
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let app = router(admission);
     tokio::spawn(async move {
+        while !acceptor_certificate.loaded() {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
         loop {
             let (tcp, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -405,7 +421,7 @@ mod tests {
 
     use super::*;
 
-    fn admission() -> Admission {
+    pub(super) fn admission() -> Admission {
         let (namespaces, _writer) = kube::runtime::reflector::store();
         Admission {
             policy: Arc::new(RwLock::new(Arc::new(Policy::default()))),
@@ -494,5 +510,46 @@ mod conversion_tests {
         let (answer, result) = convert(&converted, b"{not json");
         assert_eq!(result, "errored");
         assert!(answer.response.unwrap().result.message.contains("cannot read"));
+    }
+
+    #[tokio::test]
+    async fn a_connection_before_the_certificate_waits_for_it_instead_of_failing_its_handshake() {
+        use std::time::Duration;
+        use tokio_rustls::TlsConnector;
+        use tokio_rustls::rustls::pki_types::ServerName;
+        use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+        let (now, hour) = (jiff::Timestamp::now(), Duration::from_secs(3600));
+        let (ca, ca_key) = bosun_resources::pki::new_ca(now, hour).unwrap();
+        let (cert, key) = bosun_resources::pki::new_serving(&ca, &ca_key, &["127.0.0.1".into()], now, hour).unwrap();
+        let certificate = Arc::new(Certificate::default());
+        let shutdown = CancellationToken::new();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            certificate.clone(),
+            Arc::new(super::tests::admission()),
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
+        let config = ClientConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector = TlsConnector::from(Arc::new(config));
+        let handshake = tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            connector.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await.map(drop)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!handshake.is_finished(), "answered before a certificate was loaded: {handshake:?}");
+        assert!(!certificate.loaded());
+        certificate.load(&cert, &key).unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(5), handshake).await.unwrap().unwrap();
+        assert!(done.is_ok(), "the waiting connection's handshake: {done:?}");
+        shutdown.cancel();
     }
 }
