@@ -169,7 +169,7 @@ for n in "${failed[@]}"; do
   echo
   echo "=== $n ($logs/$n.log) ==="
   # cargo's failure section: from the first "failures:" to the end.
-  sed -n '/^failures:$/,$p' "$logs/$n.log" | head -n 400
+  sed -n '/^failures:$/,$p' "$logs/$n.log" | head -n 400 || true # head closes the pipe early on long logs
 done
 log "$(( ${#exe[@]} + 1 - ${#failed[@]} )) of $(( ${#exe[@]} + 1 )) test binaries passed in $(( $(now) - started ))s"
 ((${#failed[@]} == 0))

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolumeClaim, Pod, PodSpec, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -212,10 +212,18 @@ impl Child for Secret {
 impl Child for Pod {
     /// A PostgreSQL labels each instance's pod with its role, names one that cannot
     /// start and calls its instance's API: names, labels, what tells whether it starts,
-    /// and its address are read.
+    /// its address, and its containers' ports (whether it serves the instance API, which
+    /// a pod of the previous release does not) are read.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
-        self.spec = None;
+        self.spec = self.spec.take().map(|spec| PodSpec {
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| Container { name: c.name, ports: c.ports, ..Container::default() })
+                .collect(),
+            ..PodSpec::default()
+        });
         bosun_resources::pods::slim_status(self);
     }
 }
@@ -431,6 +439,24 @@ mod tests {
             assert_eq!(cached.metadata.owner_references, m.owner_references);
             assert_eq!(cached.metadata.labels, m.labels);
         }
+    }
+
+    #[test]
+    fn a_slimmed_instance_pod_still_says_whether_it_serves_the_instance_api() {
+        let db: bosun_api::postgresql::PostgreSQL = serde_json::from_value(serde_json::json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "ns", "uid": "u"}, "spec": {"version": "15", "storage": "1Gi"},
+        }))
+        .unwrap();
+        let running = bosun_resources::upgrade::Running::of(&db, None);
+        let sts = bosun_resources::postgresql::desired_statefulset(&db, &Default::default(), None, "d", running);
+        let template = sts.spec.unwrap().template;
+        let mut pod = Pod { metadata: template.metadata.unwrap_or_default(), spec: template.spec, status: None };
+        assert!(bosun_resources::instances::serves_api(&pod));
+        pod.slim();
+        assert!(bosun_resources::instances::serves_api(&pod), "the cache must not make every pod look old");
+        let spec = pod.spec.unwrap();
+        assert!(spec.volumes.is_none() && spec.init_containers.is_none() && spec.containers[0].env.is_none());
     }
 
     #[test]
