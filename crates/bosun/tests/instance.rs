@@ -353,6 +353,8 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     let standby = block_on(api.status(&name_b, ASK)).unwrap();
     let server = standby.server.as_ref().unwrap();
     assert!(server.in_recovery && server.receive_lsn.is_some() && server.replay_lsn.is_some(), "{standby:?}");
+    assert!(server.receiving, "a streaming standby's WAL receiver: {standby:?}");
+    assert!(!primary.server.as_ref().unwrap().receiving, "a primary receives nothing");
     assert!(standby.standby_signal && !standby.analyze_pending && standby.data_major.as_deref() == Some("15"));
     let shown = serde_json::to_string(&primary).unwrap();
     assert!(!shown.contains(PASSWORD) && !shown.contains(REPLICATION_PASSWORD), "no password in a status");

@@ -115,13 +115,21 @@ pub async fn ensure(
     }
     let scale_down = build::scale_down_switchover(db, &assessment).filter(|_| backoff.is_none());
     if let (None, Some((to, why))) = (&assessment.lost, scale_down) {
-        let pair = (primary.name.as_str(), to.as_str());
-        primary.change = change_primary(controller, db, (ctx, reach), &refs, Kind::Switchover, pair, &why, now).await?;
-        if primary.change.is_some() {
-            primary.name = to;
+        if !streams(db, reach, &to).await {
+            primary.recheck = Some(primary.recheck.map_or(STREAM_RECHECK, |r| r.min(STREAM_RECHECK)));
+        } else {
+            let pair = (primary.name.as_str(), to.as_str());
+            primary.change =
+                change_primary(controller, db, (ctx, reach), &refs, Kind::Switchover, pair, &why, now).await?;
+            if primary.change.is_some() {
+                primary.name = to;
+            }
         }
     } else if let (None, Some(to)) = (&assessment.lost, switchover_target(db)) {
         match build::switchover(&assessment, to) {
+            build::Switchover::Go if !streams(db, reach, to).await => {
+                primary.recheck = Some(primary.recheck.map_or(STREAM_RECHECK, |r| r.min(STREAM_RECHECK)));
+            }
             build::Switchover::Go => {
                 let why = format!("asked for by the annotation {SWITCHOVER_ANNOTATION}");
                 let pair = (primary.name.as_str(), to);
@@ -151,9 +159,16 @@ pub async fn ensure(
         if rewinding {
             return Ok(primary);
         }
-        primary.change = roll(controller, db, (ctx, reach), (sts, &refs), &assessment, backoff.is_none(), now).await?;
-        if let Some(change) = &primary.change {
-            primary.name = change.to.clone();
+        let rolled = roll(controller, db, (ctx, reach), (sts, &refs), &assessment, backoff.is_none(), now).await?;
+        match rolled {
+            Rolled::Changed(change) => {
+                primary.name = change.to.clone();
+                primary.change = Some(change);
+            }
+            Rolled::WaitForStreaming => {
+                primary.recheck = Some(primary.recheck.map_or(STREAM_RECHECK, |r| r.min(STREAM_RECHECK)));
+            }
+            Rolled::Nothing => {}
         }
     }
     Ok(primary)
@@ -208,6 +223,30 @@ async fn follow(
     Ok((rewinding, (!behind.is_empty()).then_some(build::FOLLOW_RECHECK)))
 }
 
+/// What a look at a rolling change did.
+enum Rolled {
+    Nothing,
+    /// The primary was handed over.
+    Changed(PrimaryChange),
+    /// The standby to hand it to does not stream yet.
+    WaitForStreaming,
+}
+
+/// How soon a switchover waiting for its standby to stream looks again.
+const STREAM_RECHECK: Duration = Duration::from_secs(2);
+
+/// Whether the standby `to` streams from the primary now (its WAL receiver says so).
+/// A switchover goes only to one that does: the old primary's fast shutdown sends
+/// every WAL record to the standbys connected then, and only to those, so one still
+/// catching up (just restarted, say) would be promoted without the last commits.
+async fn streams(db: &PostgreSQL, reach: &Instances, to: &str) -> bool {
+    let receiving = reach.status(to, ASK_TIMEOUT).await.is_ok_and(|s| s.server.is_some_and(|s| s.receiving));
+    if !receiving {
+        info!(db = %db.name_any(), to, "a switchover waits: the standby does not stream from the primary yet");
+    }
+    receiving
+}
+
 /// The next step of rolling a new pod template out ([`build::roll`]): restart a
 /// standby, or hand the primary over so that its old pod restarts as a standby's.
 async fn roll(
@@ -218,30 +257,32 @@ async fn roll(
     assessment: &build::Assessment,
     may_switch_over: bool,
     now: Timestamp,
-) -> Result<Option<PrimaryChange>, Error> {
+) -> Result<Rolled, Error> {
     match build::roll(sts, pods, assessment) {
-        build::Roll::Done => Ok(None),
+        build::Roll::Done => Ok(Rolled::Nothing),
         build::Roll::Wait(why) => {
             info!(db = %db.name_any(), why, "a rolling change waits");
-            Ok(None)
+            Ok(Rolled::Nothing)
         }
         build::Roll::Restart(name, why) => {
-            let Some(pod) = pods.iter().find(|p| p.name_any() == name) else { return Ok(None) };
+            let Some(pod) = pods.iter().find(|p| p.name_any() == name) else { return Ok(Rolled::Nothing) };
             if delete_as_seen(ctx, *pod).await? {
                 info!(db = %db.name_any(), pod = name, why, "restarting an instance");
                 ctx.events.instance_restarted(&db.object_ref(&()), pod.object_ref(&()), &why);
             }
-            Ok(None)
+            Ok(Rolled::Nothing)
         }
         build::Roll::Switchover(_) if !may_switch_over => {
             info!(db = %db.name_any(), "a rolling change waits: the last switchover was undone a moment ago");
-            Ok(None)
+            Ok(Rolled::Nothing)
         }
+        build::Roll::Switchover(to) if !streams(db, reach, &to).await => Ok(Rolled::WaitForStreaming),
         build::Roll::Switchover(to) => {
             let why =
                 "a rolling change: every standby runs the new pod template, the primary restarts last, as a standby";
             let pair = (assessment.primary.as_str(), to.as_str());
-            change_primary(controller, db, (ctx, reach), pods, Kind::Switchover, pair, why, now).await
+            let change = change_primary(controller, db, (ctx, reach), pods, Kind::Switchover, pair, why, now).await?;
+            Ok(change.map_or(Rolled::Nothing, Rolled::Changed))
         }
     }
 }
@@ -688,8 +729,20 @@ mod tests {
         let (_, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
         assert!(calls.writes().is_empty(), "{:?}", calls.writes());
 
-        // Only the primary left on the old template: a switchover, the primary restarting
-        // later as a standby; no pod is deleted by this look.
+        // Only the primary left on the old template, but the standby to take over does
+        // not stream yet (it just restarted): the hand-over waits, and looks again soon.
+        let mut catching_up = fake::standby("db-1", "0/5000000");
+        catching_up.server.as_mut().unwrap().receiving = false;
+        fake.set(catching_up);
+        let pods = vec![old("db-0", "primary"), new("db-1", "replica"), new("db-2", "replica")];
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        assert_eq!((primary.name.as_str(), primary.change.is_none()), ("db-0", true));
+        assert_eq!(primary.recheck, Some(STREAM_RECHECK));
+        assert!(calls.writes().is_empty(), "{:?}", calls.writes());
+        fake.set(fake::standby("db-1", "0/5000000"));
+
+        // Streaming now: a switchover, the primary restarting later as a standby; no pod
+        // is deleted by this look.
         let pods = vec![old("db-0", "primary"), new("db-1", "replica"), new("db-2", "replica")];
         let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
         assert_eq!(primary.name, "db-1", "the lowest ready standby");

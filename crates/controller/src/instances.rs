@@ -246,6 +246,7 @@ pub mod fake {
             timeline: Some(1),
             receive_lsn: Some(receive_lsn.to_owned()),
             replay_lsn: Some(receive_lsn.to_owned()),
+            receiving: true,
             ..Server::default()
         };
         Status { name: name.to_owned(), role: Some("replica".into()), server: Some(server), ..Status::default() }

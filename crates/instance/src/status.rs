@@ -48,6 +48,9 @@ pub struct Server {
     pub current_lsn: Option<String>,
     /// A primary's standbys that stream from it now (their `application_name`s).
     pub streaming: Vec<String>,
+    /// A standby's WAL receiver streams from its primary now (`pg_stat_wal_receiver`).
+    #[serde(default)]
+    pub receiving: bool,
     /// `server_version`.
     pub version: String,
     /// A primary's archiver (`pg_stat_archiver`).
@@ -73,7 +76,8 @@ pub const SERVER_SQL: &str = "SELECT pg_is_in_recovery(), \
      pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
      CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \
      coalesce((SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE state = 'streaming'), ''), \
-     current_setting('server_version')";
+     current_setting('server_version'), \
+     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)";
 
 /// The archiver's statistics, `|`-separated, times in Unix seconds.
 pub const ARCHIVER_SQL: &str = "SELECT coalesce(last_archived_wal, ''), \
@@ -88,7 +92,11 @@ fn text(s: &str) -> Option<String> {
 /// [`SERVER_SQL`]'s answer (unaligned, `|`-separated); none when it is not that.
 pub fn parse_server(answer: &str) -> Option<Server> {
     let fields: Vec<&str> = answer.trim().split('|').collect();
-    let [recovery, timeline, receive, replay, current, streaming, version] = fields.as_slice() else { return None };
+    let (receiving, fields) = match fields.as_slice() {
+        [rest @ .., receiving] if rest.len() == 7 => (*receiving == "t", rest),
+        all => (false, all),
+    };
+    let [recovery, timeline, receive, replay, current, streaming, version] = fields else { return None };
     let in_recovery = match *recovery {
         "t" => true,
         "f" => false,
@@ -102,6 +110,7 @@ pub fn parse_server(answer: &str) -> Option<Server> {
         current_lsn: text(current),
         streaming: streaming.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
         version: (*version).to_owned(),
+        receiving,
         archiver: None,
     })
 }
@@ -133,8 +142,9 @@ mod tests {
         assert_eq!((primary.timeline, primary.current_lsn.as_deref()), (Some(3), Some("0/5000060")));
         assert_eq!(primary.streaming, ["db-1", "db-2"]);
         assert_eq!(primary.receive_lsn, None);
-        let standby = parse_server("t|2|0/5000060|0/5000000||| 17.2").unwrap_or_default();
-        assert!(standby.in_recovery && standby.streaming.is_empty());
+        let standby = parse_server("t|2|0/5000060|0/5000000||| 17.2|t").unwrap_or_default();
+        assert!(standby.in_recovery && standby.streaming.is_empty() && standby.receiving);
+        assert!(!parse_server("t|2|0/5000060|0/5000000||| 17.2|f").unwrap_or_default().receiving);
         assert_eq!(
             (standby.receive_lsn.as_deref(), standby.replay_lsn.as_deref()),
             (Some("0/5000060"), Some("0/5000000"))
