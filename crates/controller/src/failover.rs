@@ -391,8 +391,10 @@ async fn change_primary(
         let stopped = match pods.iter().find(|p| p.name_any() == from) {
             // An instance of the previous release cannot say it stopped: its pod goes,
             // which proves it, and comes back on the new template (a rolling change's
-            // next step anyway).
+            // next step anyway) — once its own demotion (a fast shutdown on the label)
+            // has sent its last WAL to the standby.
             Some(old) if !bosun_resources::instances::serves_api(old) => {
+                await_shutdown_seen_by(reach, to, reach.demote_timeout).await;
                 stop_by_deleting(ctx, old, reach.demote_timeout).await?
             }
             _ => await_serving(reach, from, false, reach.demote_timeout).await,
@@ -434,6 +436,21 @@ async fn change_primary(
     ctx.events.primary_changed(&db.object_ref(&()), pod, (reason, warning), note);
     info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
     Ok(Some(change))
+}
+
+/// Wait, up to `timeout`, until the standby `to` no longer streams: its primary's WAL
+/// senders end only at the end of a shutdown, after its sessions are ended and its last
+/// WAL record is sent. (Whether or not it comes, the pod is deleted next; a primary that
+/// did not shut down by itself is then stopped by the kubelet.)
+async fn await_shutdown_seen_by(reach: &Instances, to: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        match reach.status(to, ASK_TIMEOUT).await {
+            Ok(status) if !status.server.as_ref().is_some_and(|s| s.receiving) => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    warn!(to, "the old primary did not shut down by itself: its pod is deleted anyway");
 }
 
 /// Delete the pod `old` (that very one) and wait, up to `timeout`, until it is gone: the
