@@ -108,15 +108,20 @@ fn start(dir: &Path, pgdata: &Path, (port, api): (u16, u16), service: u16) -> Se
     let child = command(dir.join("bosun").to_str().unwrap())
         .args(["instance", "--name", &format!("instance-{port}"), "--socket-dir", dir.to_str().unwrap()])
         .args(["--port", &port_s, "--api-port", &api.to_string(), "--api-dir", dir.join("api").to_str().unwrap()])
+        .args(["--hba-file", dir.join(format!("pg_hba-{port}.conf")).to_str().unwrap()])
         .args(["--", &postgres])
         .args(server_args)
         .env("PATH", path_env())
+        // The user's home, as a pod's (libpq looks there for a client certificate).
+        .env("HOME", dir)
         .env("PGDATA", pgdata)
         .env("BOSUN_ROLE_FILE", role_file(dir, port))
         .env("BOSUN_ROLE_TOLD", told_file(dir, port))
         .env("BOSUN_PGPASS", dir.join(format!("pgpass-{port}")))
         .envs([("POSTGRES_USER", "postgres"), ("POSTGRES_PASSWORD", PASSWORD), ("REPLICATION_USER", "replicator")])
-        .envs([("REPLICATION_PASSWORD", REPLICATION_PASSWORD), ("PRIMARY_HOST", "127.0.0.1")])
+        // The primary by the Service's name (its certificate's), at the forwarder.
+        .envs([("REPLICATION_PASSWORD", REPLICATION_PASSWORD), ("PRIMARY_HOST", "host")])
+        .env("PRIMARY_HOSTADDR", "127.0.0.1")
         .env("PRIMARY_PORT", service.to_string())
         .stdout(file.try_clone().unwrap())
         .stderr(file)
@@ -168,8 +173,14 @@ fn api_credentials(dir: &Path) -> Access {
     let now = jiff::Timestamp::now();
     let data = credentials::desired_data(&database(), None, now, || "t0ken-of-the-secret".into()).unwrap().unwrap();
     std::fs::create_dir_all(dir.join("api")).unwrap();
-    for key in ["tls.crt", "tls.key", "token"] {
-        std::fs::write(dir.join("api").join(key), &data[key]).unwrap();
+    for key in ["tls.crt", "tls.key", "ca-bundle.crt", "token"] {
+        let path = dir.join("api").join(key);
+        std::fs::write(&path, &data[key]).unwrap();
+        // PostgreSQL takes a key its user alone may read (or root's, read by its group).
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        if running_as_root() {
+            ok(Command::new("chown").args(["postgres", path.to_str().unwrap()]).output().unwrap(), "chown");
+        }
     }
     credentials::access(&credentials::desired_secret(&database(), &data)).unwrap()
 }
@@ -229,6 +240,15 @@ fn sql(port: u16, user: &str, password: &str, query: &str) -> Output {
         .args(["-v", "ON_ERROR_STOP=1", "-tAc", query])
         .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "3")
+        .output()
+        .expect("psql")
+}
+
+/// `psql` with a connection string, as a client that chose its TLS would connect.
+fn psql_dsn(dsn: &str, password: &str) -> Output {
+    Command::new(format!("{BIN}/psql"))
+        .args(["-X", "-d", &format!("{dsn} user=postgres dbname=postgres connect_timeout=3"), "-tAc", "SELECT 1"])
+        .env("PGPASSWORD", password)
         .output()
         .expect("psql")
 }
@@ -333,13 +353,35 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         "senders",
     );
     assert!(senders.starts_with("replicator|streaming|"), "{senders}");
+    // Over TLS only: the standby streams over TLS 1.3; a client verifying the server
+    // by the Service's name with the CAs connects; a plaintext one is refused with
+    // PostgreSQL's own message; no rule lets anyone in from the network otherwise.
+    let streams = "SELECT s.ssl, s.version FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)";
+    assert_eq!(ok(sql(pa, "postgres", PASSWORD, streams), "replication over TLS"), "t|TLSv1.3");
+    let bundle = dir.join("api/ca-bundle.crt");
+    let verified = psql_dsn(
+        &format!("host=host hostaddr=127.0.0.1 port={pa} sslmode=verify-full sslrootcert={}", bundle.display()),
+        PASSWORD,
+    );
+    assert_eq!(ok(verified, "verify-full by the Service's name"), "1");
+    let plain = psql_dsn(&format!("host=127.0.0.1 port={pa} sslmode=disable"), PASSWORD);
+    let refused = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        !plain.status.success() && refused.contains("no pg_hba.conf entry") && refused.contains("no encryption"),
+        "{refused}"
+    );
+    let rules = ok(
+        sql(pa, "postgres", PASSWORD, "SELECT type || ' ' || auth_method FROM pg_hba_file_rules WHERE type <> 'local'"),
+        "the rules",
+    );
+    assert!(rules.lines().all(|r| r == "hostssl scram-sha-256"), "{rules}");
     // The probes answer from a connection to the server, as pg_isready would, and
     // leave nothing in its log.
     for port in [qa, qb] {
         assert_eq!((probe(port, "/healthz"), probe(port, "/readyz")), ("200".into(), "200".into()), "{port}");
     }
     let log = std::fs::read_to_string(&a.log).unwrap();
-    for noise in ["incomplete startup packet", "could not receive data", "unexpected EOF"] {
+    for noise in ["incomplete startup packet", "could not receive data", "unexpected EOF", "could not accept SSL"] {
         assert!(!log.contains(noise), "the probes leave '{noise}' in the server's log:\n{log}");
     }
     // The instance API: what bosun decides from, asked with its client.
@@ -376,7 +418,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert_eq!(in_recovery(pa), "f", "the primary is still the primary");
     assert!(!dir.join(format!("told-{pa}")).exists(), "nothing was recorded");
 
-    // A standby's setup sees to its pg_hba.conf only, and says nothing.
+    // A standby has nothing to set up, and says nothing of it.
     let log = std::fs::read_to_string(&b.log).unwrap();
     assert!(!log.contains("passwords and the replication role are set"), "{log}");
 
@@ -446,7 +488,9 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     });
     drop(b);
     drop(a);
-    let hba = std::fs::read_to_string(a_data.join("pg_hba.conf")).unwrap();
-    assert_eq!(hba.matches("host replication replicator all md5").count(), 1, "{hba}");
+    // Who may connect is the manager's file, written at each start; the data's own is
+    // not read (a clone copied it, initdb wrote it with a rule for any host).
+    let hba = std::fs::read_to_string(dir.join(format!("pg_hba-{pa}.conf"))).unwrap();
+    assert_eq!(hba, bosun_instance::access::HBA);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -274,7 +274,7 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
         assert!(password.bytes().all(|b| b.is_ascii_alphanumeric()), "{password}");
         assert_eq!(
             text(&data, "uri"),
-            format!("postgresql://postgres:{password}@test-db.{}.svc:5432/postgres", env.ns)
+            format!("postgresql://postgres:{password}@test-db.{}.svc:5432/postgres?sslmode=require", env.ns)
         );
         // Ready, as far as what waits on it goes, and said to run nothing: a fake node.
         let db = wait_simulated(&env, "test-db").await;

@@ -385,7 +385,7 @@ async fn credentials(
 
 /// The instances' API Secret ([`bosun_resources::instances`]): made when missing,
 /// renewed when its plan says so (an apply of bosun's own child), and the access it
-/// gives. Read from the apiserver when the cache does not have it, so a cache that
+/// gives; `<name>-ca` publishes its CAs. Read from the apiserver when the cache does not have it, so a cache that
 /// lags never makes a second CA.
 async fn instance_access(
     db: &PostgreSQL,
@@ -397,17 +397,22 @@ async fn instance_access(
     let existing = crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await?;
     let existing = existing.filter(|s| controlled_by(s, db));
     let data = existing.as_ref().map(instance_api::data);
-    match instance_api::desired_data(db, data.as_ref(), now, new_password) {
-        Ok(None) => Ok(existing.as_ref().and_then(instance_api::access)),
+    let access = match instance_api::desired_data(db, data.as_ref(), now, new_password) {
+        Ok(None) => existing.as_ref().and_then(instance_api::access),
         Ok(Some(data)) => {
             let applied = apply_child(ctx, db, secrets, instance_api::desired_secret(db, &data)).await?;
-            Ok(instance_api::access(&applied))
+            instance_api::access(&applied)
         }
         Err(why) => {
             tracing::warn!(db = %db.name_any(), %why, "the instances' certificates could not be made");
-            Ok(existing.as_ref().and_then(instance_api::access))
+            existing.as_ref().and_then(instance_api::access)
         }
+    };
+    // The CAs a client verifies the database with, published as they change.
+    if let Some(access) = &access {
+        apply_child(ctx, db, secrets, instance_api::desired_ca_secret(db, &access.ca_bundle)).await?;
     }
+    Ok(access)
 }
 
 /// A new password from the operating system's CSPRNG (through `rand`'s thread
@@ -541,11 +546,12 @@ mod tests {
             [
                 "GET /api/v1/namespaces/shop/secrets/orders-instance",
                 "PATCH /api/v1/namespaces/shop/secrets/orders-instance",
+                "PATCH /api/v1/namespaces/shop/secrets/orders-ca",
                 "GET /api/v1/namespaces/shop/secrets/orders-credentials",
                 "PATCH /apis/database.example.com/v1/namespaces/shop/postgresqls/orders/status"
             ],
-            "nothing but the instances' API Secret (certificates and a token, no password) and the status is \
-             written: no new passwords, the StatefulSet as it is"
+            "nothing but the instances' API Secret (certificates and a token, no password), the CA's for \
+             clients and the status is written: no new passwords, the StatefulSet as it is"
         );
         assert_eq!(mock::condition(&calls, "Ready"), "False/CredentialsMissing");
     }

@@ -43,6 +43,8 @@ pub const PORT: u16 = 8000;
 pub mod keys {
     pub const CERT: &str = "tls.crt";
     pub const KEY: &str = "tls.key";
+    /// The CAs that sign the instances' certificates (the primary's, for a standby).
+    pub const BUNDLE: &str = "ca-bundle.crt";
     pub const TOKEN: &str = "token";
 }
 pub mod paths {

@@ -42,21 +42,20 @@ pub struct Commands<'a> {
 }
 
 impl Commands<'_> {
-    /// A connection string to the primary as `user`, with the passfile's password.
-    fn to_primary(&self, user: &str) -> String {
+    /// A connection string to the primary as `user`, with the passfile's password,
+    /// over TLS as [`crate::access::to_primary`] says.
+    async fn to_primary(&self, user: &str) -> String {
         let a = self.args;
-        conninfo(&[
-            ("host", &a.primary_host),
-            ("port", &a.primary_port.to_string()),
-            ("user", user),
-            ("passfile", &a.passfile.to_string_lossy()),
-        ])
+        let (passfile, primary) = (a.passfile.to_string_lossy(), crate::access::to_primary(a).await.pairs(a));
+        let mut pairs: Vec<(&str, &str)> = primary.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        pairs.extend([("user", user), ("passfile", &passfile)]);
+        conninfo(&pairs)
     }
 }
 
 impl Postgres for Commands<'_> {
     async fn primary(&self) -> Option<u32> {
-        let dsn = format!("{} dbname=postgres connect_timeout=3", self.to_primary(&self.args.superuser));
+        let dsn = format!("{} dbname=postgres connect_timeout=3", self.to_primary(&self.args.superuser).await);
         let sql = "SELECT pg_is_in_recovery()::text || ' ' || current_setting('server_version_num')::int / 10000";
         let out = output(Command::new("psql").args(["-X", "-q", "-tA", "-d", &dsn, "-c", sql]), "psql").await.ok()?;
         match out.trim().split_once(' ')? {
@@ -66,7 +65,7 @@ impl Postgres for Commands<'_> {
     }
 
     async fn base_backup(&self, into: &Path) -> Result<(), String> {
-        let dsn = self.to_primary(&self.args.replication_user);
+        let dsn = self.to_primary(&self.args.replication_user).await;
         let mut command = Command::new("pg_basebackup");
         command.args(["--no-password", "-d", &dsn, "-D"]).arg(into).args(["-X", "stream", "-c", "fast"]);
         output(&mut command, "pg_basebackup").await.map(drop)
@@ -83,12 +82,12 @@ impl Postgres for Commands<'_> {
     }
 
     async fn checkpoint_primary(&self) -> Result<(), String> {
-        let dsn = format!("{} dbname=postgres connect_timeout=5", self.to_primary(&self.args.superuser));
+        let dsn = format!("{} dbname=postgres connect_timeout=5", self.to_primary(&self.args.superuser).await);
         output(Command::new("psql").args(["-X", "-q", "-d", &dsn, "-c", "CHECKPOINT"]), "CHECKPOINT").await.map(drop)
     }
 
     async fn rewind(&self) -> Result<(), String> {
-        let source = format!("{} dbname=postgres", self.to_primary(&self.args.superuser));
+        let source = format!("{} dbname=postgres", self.to_primary(&self.args.superuser).await);
         let mut command = Command::new("pg_rewind");
         command.arg(format!("--target-pgdata={}", self.args.pgdata.display()));
         command.arg(format!("--source-server={source}"));

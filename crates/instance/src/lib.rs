@@ -8,7 +8,8 @@
 //! role ────── the role: the label's file, or what bosun told ahead of it
 //! data ────── what the data directory holds, and what to do about it (pure)
 //! commands ── the PostgreSQL programs it runs (a trait, faked in the tests)
-//! setup ───── the primary's passwords, replication role and pg_hba.conf
+//! access ──── who may connect and how: pg_hba.conf, TLS, the way to the primary
+//! setup ───── the primary's passwords and replication role
 //! status ──── what an instance says of itself (shared with the controller)
 //! ping ────── whether the server accepts connections (the probes), without a process
 //! api ─────── the status and control API over HTTPS, for bosun only
@@ -16,6 +17,7 @@
 //! upgrade ─── `bosun upgrade`: a major upgrade's Job (pg_upgrade --link)
 //! ```
 
+pub mod access;
 pub mod api;
 pub mod commands;
 pub mod data;

@@ -14,6 +14,7 @@ use tokio::process::Child;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::access::{self, Tls, ToPrimary};
 use crate::api::Shared;
 use crate::commands::{Postgres, conninfo};
 use crate::data::{self, DataState, Step, WhileRunning};
@@ -22,6 +23,8 @@ use crate::settings::InstanceArgs;
 
 /// How often the role and the data directory are looked at.
 pub const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// Every how many looks the TLS files are compared with the loaded ones (10 s).
+const TLS_LOOK_EVERY: u32 = 50;
 /// How often the primary is asked for while a standby waits for it.
 pub const SOURCE_EVERY: Duration = Duration::from_secs(1);
 
@@ -72,7 +75,14 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
         if stop.is_cancelled() {
             return Outcome::Stopped;
         }
-        let mut server = match pg.start(&server_command(args)) {
+        if let Err(e) = access::write_hba(args) {
+            return Outcome::Failed(format!("writing {}: {e}", args.hba_file.display()));
+        }
+        let to_primary = match role {
+            Role::Replica => access::to_primary(args).await,
+            Role::Primary => access::ToPrimary::Prefer,
+        };
+        let mut server = match pg.start(&server_command(args, Tls::of(args).as_ref(), &to_primary)) {
             Ok(child) => child,
             Err(e) => return Outcome::Failed(format!("the server could not start: {e}")),
         };
@@ -254,18 +264,22 @@ async fn recover<P: Postgres>(args: &InstanceArgs, pg: &P) -> Result<(), Halt> {
     }
 }
 
-/// The server's command: the image's, then the standby's connection to the primary
-/// (a primary ignores it) and, while recovering from an archive, its settings.
-pub fn server_command(args: &InstanceArgs) -> Vec<String> {
+/// The server's command: the image's, who may connect and how ([`access`]), then the
+/// standby's connection to the primary (a primary ignores it) and, while recovering
+/// from an archive, its settings.
+pub fn server_command(args: &InstanceArgs, tls: Option<&Tls>, to_primary: &ToPrimary) -> Vec<String> {
     let mut command = args.command.clone();
-    let primary = conninfo(&[
-        ("host", &args.primary_host),
-        ("port", &args.primary_port.to_string()),
-        ("user", &args.replication_user),
-        ("passfile", &args.passfile.to_string_lossy()),
-        ("application_name", &args.name),
+    for setting in access::server_settings(args, tls) {
+        command.extend(["-c".to_owned(), setting]);
+    }
+    let (passfile, primary) = (args.passfile.to_string_lossy(), to_primary.pairs(args));
+    let mut pairs: Vec<(&str, &str)> = primary.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    pairs.extend([
+        ("user", args.replication_user.as_str()),
+        ("passfile", &passfile),
+        ("application_name", args.name.as_str()),
     ]);
-    command.extend(["-c".to_owned(), format!("primary_conninfo={primary}")]);
+    command.extend(["-c".to_owned(), format!("primary_conninfo={}", conninfo(&pairs))]);
     let recovering = args.pgdata.join(data::files::RECOVERY).exists();
     if let (true, Some(settings)) = (recovering, &args.recovery.settings)
         && let Ok(text) = std::fs::read_to_string(settings)
@@ -291,6 +305,10 @@ async fn serve<P: Postgres>(
     let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
     let mut look = tokio::time::interval(LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The TLS files as the server loaded them: reloaded when the kubelet swaps them.
+    let tls = Tls::of(args);
+    let mut loaded = tls.as_ref().map(Tls::generation);
+    let mut looks = 0u32;
     loop {
         tokio::select! {
             status = server.wait() => {
@@ -309,6 +327,15 @@ async fn serve<P: Postgres>(
             }
             () = &mut setup, if !set_up => set_up = true,
             _ = look.tick() => {
+                looks = looks.wrapping_add(1);
+                if let Some(tls) = tls.as_ref().filter(|_| looks.is_multiple_of(TLS_LOOK_EVERY)) {
+                    let now = tls.generation();
+                    if loaded.as_ref() != Some(&now) {
+                        info!("the TLS certificate changed: the server reloads it");
+                        signal(server, nix::sys::signal::Signal::SIGHUP);
+                        loaded = Some(now);
+                    }
+                }
                 let data = DataState::read(&args.pgdata);
                 match data::while_running(roles.read(), &data, demoted) {
                     WhileRunning::Nothing => {}
@@ -338,10 +365,12 @@ async fn serve<P: Postgres>(
 
 /// SIGINT to the server: PostgreSQL's fast shutdown.
 fn fast_shutdown(server: &Child) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
+    signal(server, nix::sys::signal::Signal::SIGINT);
+}
+
+fn signal(server: &Child, signal: nix::sys::signal::Signal) {
     if let Some(pid) = server.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGINT);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 

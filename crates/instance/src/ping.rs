@@ -5,11 +5,23 @@
 //! connections; no answer, or 57P03, that it does not. The probes of the pod ask it
 //! through the API ([`crate::api`]'s `/healthz` and `/readyz`), so that a probe forks
 //! nothing.
+//!
+//! The network takes only TLS (`hostssl`), so the startup message goes as a client's
+//! would: TLS asked for first (`SSLRequest`), over TLS when the server says yes. The
+//! session ends as a client's that gave up before its password does (TLS closed
+//! cleanly), so a probe leaves nothing in the server's log. The same negotiation
+//! tells whether a primary offers TLS at all ([`offers_tls`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use tokio_rustls::rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
 
 /// How long a ping waits for the server in all.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -17,14 +29,55 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 const CANNOT_CONNECT_NOW: &str = "57P03";
 /// The protocol's version 3.0.
 const PROTOCOL: i32 = 3 << 16;
+/// The `SSLRequest` message: its length, and the code 1234/5679.
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 
 /// Whether the server on `port` of this host accepts connections of `user`.
 pub async fn accepting(port: u16, user: &str) -> bool {
     tokio::time::timeout(TIMEOUT, ask(port, user)).await.ok().flatten().unwrap_or(false)
 }
 
+/// Whether the server at `host:port` (its certificate's `name`) offers TLS: `None`
+/// when it does not answer.
+pub async fn offers_tls(host: &str, name: &str, port: u16) -> Option<bool> {
+    let ask = async {
+        match negotiate(TcpStream::connect((host, port)).await.ok()?, name).await? {
+            Wire::Tls(mut tls) => {
+                let _ = tls.shutdown().await;
+                Some(true)
+            }
+            Wire::Plain(_) => Some(false),
+        }
+    };
+    tokio::time::timeout(TIMEOUT, ask).await.ok().flatten()
+}
+
+/// A connection after TLS was asked for: over TLS when the server said yes.
+enum Wire {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+async fn negotiate(mut stream: TcpStream, host: &str) -> Option<Wire> {
+    stream.write_all(&SSL_REQUEST).await.ok()?;
+    match stream.read_u8().await.ok()? {
+        b'S' => {
+            let name = ServerName::try_from(host.to_owned()).ok()?;
+            Some(Wire::Tls(Box::new(connector().connect(name, stream).await.ok()?)))
+        }
+        b'N' => Some(Wire::Plain(stream)),
+        _ => None,
+    }
+}
+
 async fn ask(port: u16, user: &str) -> Option<bool> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    match negotiate(TcpStream::connect(("127.0.0.1", port)).await.ok()?, "127.0.0.1").await? {
+        Wire::Plain(stream) => startup_answer(stream, user).await,
+        Wire::Tls(stream) => startup_answer(*stream, user).await,
+    }
+}
+
+async fn startup_answer<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, user: &str) -> Option<bool> {
     stream.write_all(&startup(user)).await.ok()?;
     let tag = stream.read_u8().await.ok()?;
     let length = usize::try_from(stream.read_i32().await.ok()?).ok()?.checked_sub(4)?;
@@ -41,6 +94,61 @@ async fn ask(port: u16, user: &str) -> Option<bool> {
     let mut rest = [0u8; 1024];
     while matches!(stream.read(&mut rest).await, Ok(n) if n > 0) {}
     Some(accepting)
+}
+
+/// A TLS client that takes any certificate: a ping sends only a user's and a
+/// database's names, and learns only whether the server answers; whoever connects
+/// for real (libpq) verifies the server with the CAs.
+fn connector() -> TlsConnector {
+    static CONFIG: std::sync::OnceLock<Arc<ClientConfig>> = std::sync::OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
+        let verifier = Arc::new(AnyCertificate(provider.clone()));
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map(|b| b.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth());
+        // The provider's defaults are always valid: no configuration is not possible.
+        Arc::new(config.unwrap_or_else(|e| unreachable!("{e}")))
+    });
+    TlsConnector::from(config.clone())
+}
+
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, tokio_rustls::rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// The startup message of `user` to the database `postgres`.

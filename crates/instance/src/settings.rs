@@ -21,12 +21,17 @@ pub mod env {
     /// The read-write Service: where the primary answers.
     pub const PRIMARY_HOST: &str = "PRIMARY_HOST";
     pub const PRIMARY_PORT: &str = "PRIMARY_PORT";
+    /// Where to reach the primary when its name does not resolve to it (libpq's
+    /// `hostaddr`: the name is still the one its certificate is verified for).
+    pub const PRIMARY_HOSTADDR: &str = "PRIMARY_HOSTADDR";
     /// The role label's downward-API file.
     pub const ROLE_FILE: &str = "BOSUN_ROLE_FILE";
     /// What bosun told the instance directly, ahead of the label's file.
     pub const ROLE_TOLD: &str = "BOSUN_ROLE_TOLD";
     /// Where the passfile of the instance's own connections is written.
     pub const PASSFILE: &str = "BOSUN_PGPASS";
+    /// Where the server's `pg_hba.conf` is written (outside the data directory).
+    pub const HBA_FILE: &str = "BOSUN_HBA_FILE";
     /// The server's Unix socket directory (the setup connects there).
     pub const SOCKET_DIR: &str = "BOSUN_SOCKET_DIR";
     /// The major the image's server runs (the image sets it).
@@ -74,6 +79,7 @@ pub mod defaults {
     pub const ROLE_FILE: &str = "/etc/bosun/role";
     pub const ROLE_TOLD: &str = "/tmp/bosun.role";
     pub const PASSFILE: &str = "/tmp/bosun.pgpass";
+    pub const HBA_FILE: &str = "/tmp/bosun.pg_hba.conf";
     pub const SOCKET_DIR: &str = "/var/run/postgresql";
     pub const TERMINATION_LOG: &str = "/dev/termination-log";
     pub const UPGRADE_OLD: &str = "/opt/bosun/old";
@@ -105,12 +111,17 @@ pub struct InstanceArgs {
     pub primary_host: String,
     #[arg(long, env = env::PRIMARY_PORT, default_value_t = 5432)]
     pub primary_port: u16,
+    #[arg(long, env = env::PRIMARY_HOSTADDR)]
+    pub primary_hostaddr: Option<String>,
     #[arg(long, env = env::ROLE_FILE, default_value = defaults::ROLE_FILE)]
     pub role_file: PathBuf,
     #[arg(long, env = env::ROLE_TOLD, default_value = defaults::ROLE_TOLD)]
     pub role_told: PathBuf,
     #[arg(long, env = env::PASSFILE, default_value = defaults::PASSFILE)]
     pub passfile: PathBuf,
+    /// The server's `pg_hba.conf`, written at each start ([`crate::access`]).
+    #[arg(long, env = env::HBA_FILE, default_value = defaults::HBA_FILE)]
+    pub hba_file: PathBuf,
     /// The major this image's server runs: a standby whose data is older re-clones.
     #[arg(long, env = env::MAJOR)]
     pub major: Option<String>,
@@ -128,7 +139,8 @@ pub struct InstanceArgs {
     /// `bosun wal push`'s last failure, which the API's status quotes.
     #[arg(long, env = env::WAL_ERROR_FILE)]
     pub wal_error_file: Option<PathBuf>,
-    /// The API's `tls.crt`, `tls.key` and `token`; none: no API.
+    /// The API's `tls.crt`, `tls.key` and `token`, and `ca-bundle.crt`; none: no API.
+    /// The server serves TLS with the same certificate and key.
     #[arg(long, env = env::API_DIR)]
     pub api_dir: Option<PathBuf>,
     #[arg(long, env = env::API_PORT, default_value_t = crate::api::PORT)]

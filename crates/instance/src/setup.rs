@@ -1,9 +1,8 @@
 //! The primary's setup, beside each start of the server and never blocking it: once
 //! the server accepts connections on its socket, the superuser's password from the
-//! Secret (so a password edited there takes effect on the next start), the
-//! replication role with its password, and `pg_hba.conf`'s lines for the replication
-//! connections; a standby has only its `pg_hba.conf` to see to (every instance has
-//! its own: a clone copies the primary's once). After a major upgrade, the indexes of
+//! Secret (so a password edited there takes effect on the next start) and the
+//! replication role with its password (who may connect is [`crate::access`]'s); a
+//! standby has nothing to set up. After a major upgrade, the indexes of
 //! databases whose collation version changed are rebuilt and every database is
 //! analyzed. Idempotent; retried until the setup timeout, then given up with a
 //! message, never stopping the server.
@@ -47,8 +46,8 @@ pub async fn run(args: &InstanceArgs) {
     }
 }
 
-/// One try: `Ok(true)` for a standby (its `pg_hba.conf` done), `Ok(false)` for a
-/// primary set up; `Err` to try again.
+/// One try: `Ok(true)` for a standby, `Ok(false)` for a primary set up; `Err` to
+/// try again.
 async fn attempt(args: &InstanceArgs) -> Result<bool, String> {
     if query(args, "SELECT pg_is_in_recovery()").await?.trim() == "t" {
         // A server recovering from an archive (recovery.signal) becomes the primary:
@@ -57,11 +56,9 @@ async fn attempt(args: &InstanceArgs) -> Result<bool, String> {
         if !datadir.join(files::STANDBY).exists() {
             return Err("recovering from the archive".into());
         }
-        hba(args).await?;
         return Ok(true);
     }
     script(args, &roles_sql(args)).await?;
-    hba(args).await?;
     Ok(false)
 }
 
@@ -79,34 +76,6 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
         sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), literal(password)));
     }
     sql
-}
-
-/// The `pg_hba.conf` lines of the replication connections: the replication role's
-/// (standbys clone and stream) and the superuser's (base backups, rewinds).
-pub fn hba_lines(args: &InstanceArgs) -> [String; 2] {
-    [&args.replication_user, &args.superuser].map(|user| format!("host replication {user} all md5"))
-}
-
-/// `pg_hba.conf` with [`hba_lines`], reloaded when one was added.
-async fn hba(args: &InstanceArgs) -> Result<(), String> {
-    let path = PathBuf::from(query(args, "SHOW hba_file").await?.trim());
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let missing: Vec<String> = hba_lines(args).into_iter().filter(|l| !text.lines().any(|have| have == l)).collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let mut file =
-        std::fs::OpenOptions::new().append(true).open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
-    let mut added = String::new();
-    if !text.is_empty() && !text.ends_with('\n') {
-        added.push('\n');
-    }
-    for line in missing {
-        added.push_str(&line);
-        added.push('\n');
-    }
-    std::io::Write::write_all(&mut file, added.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    query(args, "SELECT pg_reload_conf()").await.map(drop)
 }
 
 /// After a major upgrade (pg_upgrade carries no planner statistics): the indexes of
@@ -220,9 +189,5 @@ mod tests {
     fn without_a_replication_password_there_is_no_replication_role() {
         let sql = roles_sql(&args(&["--password", "p", "--replication-password", ""]));
         assert!(!sql.contains("replicator"), "{sql}");
-        assert_eq!(
-            hba_lines(&args(&["--password", "p"])),
-            ["host replication replicator all md5", "host replication postgres all md5"]
-        );
     }
 }

@@ -126,6 +126,7 @@ fn instance(dir: &Path, extra: &[&str]) -> InstanceArgs {
         ("--role-told", &told),
         ("--passfile", &pass),
         ("--termination-log", &term),
+        ("--hba-file", &dir.join("pg_hba.conf")),
     ] {
         argv.extend([flag.to_owned(), path.to_string_lossy().into_owned()]);
     }
@@ -194,12 +195,15 @@ async fn a_replica_clones_streams_is_promoted_then_demoted_and_rejoins() {
         until("the standby to start", &fake, || fake.count("start") == 1).await;
         let calls: Vec<String> = fake.calls().into_iter().filter(|c| c != "setup").collect();
         assert_eq!(calls[calls.len() - 2..], ["base_backup", "start"]);
+        assert_eq!(std::fs::read_to_string(dir.join("pg_hba.conf")).unwrap(), crate::access::HBA);
         assert!(args.pgdata.join("standby.signal").exists() && !dir.join("pgdata.partial").exists());
         let command = fake.started_with.borrow()[0].join(" ");
         assert!(
-            command.starts_with(
-                "postgres -c wal_log_hints=on -c primary_conninfo=host=db-rw port=5432 user=replicator passfile="
-            ),
+            command.starts_with(&format!(
+                "postgres -c wal_log_hints=on -c hba_file={} -c password_encryption=scram-sha-256 \
+                 -c primary_conninfo=host=db-rw port=5432 sslmode=prefer user=replicator passfile=",
+                dir.join("pg_hba.conf").display()
+            )),
             "{command}"
         );
         assert!(command.ends_with("application_name=db-1"), "{command}");

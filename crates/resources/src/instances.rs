@@ -1,11 +1,13 @@
 //! The credentials of a PostgreSQL's instance API (`bosun_instance::api`): the Secret
 //! `<name>-instance`, made and kept by bosun, holding a CA, a serving certificate it
-//! signs for every instance's name under the headless Service, and a token. The pods
-//! mount the certificate, its key and the token only (never the CA's key); bosun
-//! reads the CA and the token, so only a holder of that Secret can ask or tell an
-//! instance anything. The certificates are renewed and the CA rotated by
-//! [`crate::pki`]'s plan, in place (the API re-reads its files); the token is made
-//! once and kept.
+//! signs for every instance's name under the headless Service and for the database's
+//! Services (PostgreSQL serves its clients with the same certificate), the CAs to
+//! trust, and a token. The pods mount the certificate, its key, the CAs and the token
+//! only (never the CA's key); bosun reads the CA and the token, so only a holder of
+//! that Secret can ask or tell an instance anything. The certificates are renewed and
+//! the CA rotated by [`crate::pki`]'s plan, in place (the API re-reads its files, the
+//! instance manager reloads the server); the token is made once and kept. The CAs to
+//! trust are published for clients in `<name>-ca` (`ca.crt`).
 //!
 //! ```text
 //!  PostgreSQL + Secret (or none) + now ──desired_data──▶ None (kept) | the Secret's new data
@@ -32,11 +34,38 @@ pub fn secret_name(db: &PostgreSQL) -> String {
     format!("{}-instance", db.name_any())
 }
 
-/// The names the serving certificate is for: every instance's, under the headless
+/// The key of the CAs to trust, in the Secret and in the pod (the current CA, and
+/// the next or previous one while a rotation overlaps).
+pub const BUNDLE: &str = keys::BUNDLE;
+
+/// The names the serving certificate is for: the Services' (`<name>`, `<name>-ro`,
+/// each also with its namespace and cluster domain: a client with
+/// `sslmode=verify-full` may use any), and every instance's under the headless
 /// Service (a wildcard: instances come and go with `spec.replicas`).
 pub fn names(db: &PostgreSQL) -> Vec<String> {
     let (headless, ns) = (crate::postgresql::headless_name(db), db.namespace().unwrap_or_default());
-    vec![format!("*.{headless}.{ns}.svc"), format!("*.{headless}.{ns}.svc.cluster.local")]
+    let mut names = Vec::new();
+    for service in [db.name_any(), crate::postgresql::read_only_name(db)] {
+        names.extend([format!("{service}.{ns}.svc"), format!("{service}.{ns}.svc.cluster.local"), service]);
+    }
+    names.extend([format!("*.{headless}.{ns}.svc"), format!("*.{headless}.{ns}.svc.cluster.local")]);
+    names
+}
+
+/// The Secret that publishes the CAs a client verifies the database with.
+pub fn ca_secret_name(db: &PostgreSQL) -> String {
+    format!("{}-ca", db.name_any())
+}
+
+/// `<name>-ca`, owned by `db`: `ca.crt`, the CAs to trust (`bundle`).
+pub fn desired_ca_secret(db: &PostgreSQL, bundle: &str) -> Secret {
+    let labels = crate::meta::standard_labels(crate::postgresql::APP_NAME, &db.name_any());
+    Secret {
+        metadata: child_meta(db, ca_secret_name(db), labels),
+        data: Some([(pki::keys::CA_CERT.to_owned(), ByteString(bundle.as_bytes().to_vec()))].into()),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
 }
 
 /// The name bosun checks the certificate of instance `pod` against.
@@ -71,11 +100,13 @@ pub fn desired_data(
     let (names, life) = (names(db), Lifetimes::default());
     let plan = pki::plan(existing, &names, now, &life);
     let kept = existing.and_then(|d| d.get(TOKEN)).filter(|t| !t.trim().is_empty()).cloned();
-    if plan == Plan::Keep && kept.is_some() {
+    let bundled = existing.is_some_and(|d| d.get(BUNDLE).is_some_and(|b| *b == pki::bundle(d)));
+    if plan == Plan::Keep && kept.is_some() && bundled {
         return Ok(None);
     }
     let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, &life)?;
     data.insert(TOKEN.to_owned(), kept.unwrap_or_else(token));
+    data.insert(BUNDLE.to_owned(), pki::bundle(&data));
     Ok(Some(data))
 }
 
@@ -112,15 +143,16 @@ pub fn access(secret: &Secret) -> Option<Access> {
     (!ca_bundle.is_empty()).then_some(Access { ca_bundle, token })
 }
 
-/// The pod's volume of the Secret: the certificate, its key and the token, readable by
-/// the server's group only; never the CA's key.
+/// The pod's volume of the Secret: the certificate, its key, the CAs to trust and the
+/// token, readable by the server's group only (owned by root, as PostgreSQL accepts a
+/// key); never the CA's key.
 pub fn volume(db: &PostgreSQL) -> Volume {
     let item = |key: &str| KeyToPath { key: key.to_owned(), path: key.to_owned(), mode: None };
     Volume {
         name: VOLUME.to_owned(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret_name(db)),
-            items: Some(vec![item(keys::CERT), item(keys::KEY), item(TOKEN)]),
+            items: Some(vec![item(keys::CERT), item(keys::KEY), item(BUNDLE), item(TOKEN)]),
             default_mode: Some(0o440),
             optional: None,
         }),
@@ -159,10 +191,16 @@ mod tests {
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
         let made = desired_data(&db(), None, now, || "t0k3n".into()).unwrap().unwrap();
         let keys_made: Vec<&str> = made.keys().map(String::as_str).collect();
-        for key in ["ca.crt", "ca.key", "tls.crt", "tls.key", "token"] {
+        for key in ["ca.crt", "ca.key", "ca-bundle.crt", "tls.crt", "tls.key", "token"] {
             assert!(keys_made.contains(&key), "{key}: {keys_made:?}");
         }
-        assert_eq!(made["names"], "*.orders-headless.shop.svc,*.orders-headless.shop.svc.cluster.local");
+        assert_eq!(
+            made["names"],
+            "orders.shop.svc,orders.shop.svc.cluster.local,orders,\
+             orders-ro.shop.svc,orders-ro.shop.svc.cluster.local,orders-ro,\
+             *.orders-headless.shop.svc,*.orders-headless.shop.svc.cluster.local"
+        );
+        assert_eq!(made["ca-bundle.crt"], made["ca.crt"].trim_end().to_owned() + "\n");
         assert_eq!(desired_data(&db(), Some(&made), now, || unreachable!()).unwrap(), None, "kept");
         // Near the end of the serving certificate's life: a new one, the same CA and token.
         let later = now.checked_add(jiff::SignedDuration::from_hours(24 * 70)).unwrap();
@@ -175,6 +213,19 @@ mod tests {
         let remade = desired_data(&db(), Some(&broken), now, || unreachable!()).unwrap().unwrap();
         assert_eq!(remade["token"], "t0k3n");
         assert_ne!(remade["ca.key"], made["ca.key"]);
+        // A Secret of a release before the bundle: the bundle added, nothing else changed.
+        let mut older = made.clone();
+        older.remove("ca-bundle.crt");
+        let bundled = desired_data(&db(), Some(&older), now, || unreachable!()).unwrap().unwrap();
+        assert_eq!(bundled, made);
+        // While the CA rotates, both are trusted, in the bundle and in `<name>-ca`.
+        let rotating = later.checked_add(jiff::SignedDuration::from_hours(24 * 365 * 9)).unwrap();
+        let next = desired_data(&db(), Some(&renewed), rotating, || unreachable!()).unwrap().unwrap();
+        assert!(next.contains_key("next-ca.crt"));
+        assert_eq!(next["ca-bundle.crt"].matches("BEGIN CERTIFICATE").count(), 2);
+        let published = desired_ca_secret(&db(), &next["ca-bundle.crt"]);
+        assert_eq!(published.metadata.name.as_deref(), Some("orders-ca"));
+        assert_eq!(published.data.unwrap()["ca.crt"].0, next["ca-bundle.crt"].as_bytes());
     }
 
     #[test]
@@ -183,7 +234,7 @@ mod tests {
         let secret = volume.secret.unwrap();
         assert_eq!(secret.secret_name.as_deref(), Some("orders-instance"));
         let items: Vec<String> = secret.items.unwrap().into_iter().map(|i| i.key).collect();
-        assert_eq!(items, ["tls.crt", "tls.key", "token"]);
+        assert_eq!(items, ["tls.crt", "tls.key", "ca-bundle.crt", "token"]);
         assert_eq!(server_name(&db(), "orders-1"), "orders-1.orders-headless.shop.svc");
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
         let data = desired_data(&db(), None, now, || "t".into()).unwrap().unwrap();

@@ -21,7 +21,9 @@ pub fn password(random: impl IntoIterator<Item = u8>) -> String {
 pub fn desired_secret(db: &PostgreSQL, password: &str, replication_password: &str) -> Secret {
     let host = host(db);
     let pgpass = format!("{host}:{PORT}:*:{SUPERUSER}:{password}\n");
-    let uri = format!("postgresql://{SUPERUSER}:{password}@{host}:{PORT}/{DATABASE}");
+    // Always encrypted, and usable as it is by any client; one that verifies the
+    // server adds the `<name>-ca` Secret's `ca.crt` (sslmode=verify-full&sslrootcert=…).
+    let uri = format!("postgresql://{SUPERUSER}:{password}@{host}:{PORT}/{DATABASE}?sslmode=require");
     let data = [
         (keys::USERNAME, SUPERUSER.to_owned()),
         (keys::PASSWORD, password.to_owned()),

@@ -57,7 +57,7 @@ fn the_secret_holds_everything_a_client_needs_and_outlives_the_database() {
     assert_eq!(get(keys::USERNAME), "postgres");
     assert_eq!(get(keys::HOST), "test-db.shop.svc");
     assert_eq!(get(keys::PORT), "5432");
-    assert_eq!(get(keys::URI), "postgresql://postgres:p4ss@test-db.shop.svc:5432/postgres");
+    assert_eq!(get(keys::URI), "postgresql://postgres:p4ss@test-db.shop.svc:5432/postgres?sslmode=require");
     assert_eq!(get(keys::PGPASS), "test-db.shop.svc:5432:*:postgres:p4ss\n");
     assert_eq!(get(keys::REPLICATION_PASSWORD), "r3pl");
     assert_eq!(s.metadata.owner_references, None, "deleting the PostgreSQL must not take the password");
