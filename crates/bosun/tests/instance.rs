@@ -318,6 +318,10 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // The superuser's password is the one from the environment (the Secret).
     assert_eq!(ok(sql(pa, "postgres", PASSWORD, "SELECT 1"), "login with the password"), "1");
     assert!(!sql(pa, "postgres", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
+    // Stored as scram verifiers, made by the manager: the server never saw a password.
+    let stored =
+        "SELECT string_agg(left(rolpassword, 19), ',' ORDER BY rolname) FROM pg_authid WHERE rolpassword IS NOT NULL";
+    assert_eq!(ok(sql(pa, "postgres", PASSWORD, stored), "stored"), "SCRAM-SHA-256$4096:,SCRAM-SHA-256$4096:");
     ok(
         sql(
             pa,
@@ -488,6 +492,11 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     });
     drop(b);
     drop(a);
+    // No password in either instance's log (the managers' and the servers').
+    for port in [pa, pb] {
+        let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap();
+        assert!(!log.contains(PASSWORD) && !log.contains(REPLICATION_PASSWORD), "a password in the log of {port}");
+    }
     // Who may connect is the manager's file, written at each start; the data's own is
     // not read (a clone copied it, initdb wrote it with a rule for any host).
     let hba = std::fs::read_to_string(dir.join(format!("pg_hba-{pa}.conf"))).unwrap();

@@ -24,6 +24,7 @@ pub mod data;
 pub mod manager;
 pub mod ping;
 pub mod role;
+pub mod scram;
 pub mod settings;
 pub mod setup;
 pub mod status;

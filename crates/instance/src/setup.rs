@@ -63,17 +63,23 @@ async fn attempt(args: &InstanceArgs) -> Result<bool, String> {
 }
 
 /// The superuser's password, and the replication role (created when missing) with
-/// its password: SQL read by psql from its input, never from a command line.
+/// its password: SQL read by psql from its input, never from a command line. Each
+/// password goes as its scram verifier ([`crate::scram`]), so the server never sees
+/// it; a password that is not ASCII goes as it is, with this session's statements and
+/// their errors kept out of the server's log.
 pub fn roles_sql(args: &InstanceArgs) -> String {
-    let mut sql = String::from("SET standard_conforming_strings = on;\n");
-    sql.push_str(&format!("ALTER ROLE {} WITH PASSWORD {};\n", ident(&args.superuser), literal(&args.password)));
+    let mut sql = String::from(
+        "SET standard_conforming_strings = on;\nSET log_statement = 'none';\nSET log_min_error_statement = 'panic';\n",
+    );
+    let hashed = |password: &str| literal(&crate::scram::verifier(password).unwrap_or_else(|| password.to_owned()));
+    sql.push_str(&format!("ALTER ROLE {} WITH PASSWORD {};\n", ident(&args.superuser), hashed(&args.password)));
     if let Some(password) = args.replication_password() {
         let user = &args.replication_user;
         sql.push_str(&format!(
             "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
             literal(user)
         ));
-        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), literal(password)));
+        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), hashed(password)));
     }
     sql
 }
@@ -179,10 +185,14 @@ mod tests {
     fn passwords_and_names_are_quoted_whatever_they_hold() {
         let a = args(&["--password", r"it's\a; DROP", "--superuser", "su\"per", "--replication-password", "r'1"]);
         let sql = roles_sql(&a);
-        assert!(sql.contains(r#"ALTER ROLE "su""per" WITH PASSWORD 'it''s\a; DROP';"#), "{sql}");
+        assert!(sql.contains(r#"ALTER ROLE "su""per" WITH PASSWORD 'SCRAM-SHA-256$4096:"#), "{sql}");
         assert!(sql.contains("SELECT format('CREATE ROLE %I', 'replicator') WHERE NOT EXISTS"), "{sql}");
-        assert!(sql.contains(r#"ALTER ROLE "replicator" WITH REPLICATION LOGIN PASSWORD 'r''1';"#), "{sql}");
+        assert!(sql.contains(r#"ALTER ROLE "replicator" WITH REPLICATION LOGIN PASSWORD 'SCRAM-SHA-256$"#), "{sql}");
         assert!(sql.starts_with("SET standard_conforming_strings = on;"), "{sql}");
+        assert!(!sql.contains("DROP") && !sql.contains("r'1"), "no password reaches the server: {sql}");
+        // Not ASCII: as it is, quoted, with the session's logging off.
+        let sql = roles_sql(&args(&["--password", "pä'ss"]));
+        assert!(sql.contains("WITH PASSWORD 'pä''ss';") && sql.contains("SET log_min_error_statement = 'panic';"));
     }
 
     #[test]
