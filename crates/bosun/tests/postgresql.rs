@@ -64,9 +64,22 @@ fn requested(claim: &PersistentVolumeClaim) -> Option<String> {
 }
 
 /// Run `sql` with psql in a pod of its own that connects to `host` as the Secret
-/// `test-db-credentials` says (or with `password` instead of the Secret's); returns
-/// (succeeded, output).
+/// `test-db-credentials` says (or with `password` instead of the Secret's), verifying
+/// the server with the CA bosun publishes (`test-db-ca`); returns (succeeded, output).
 async fn client(env: &Env, name: &str, host: &str, sql: &str, password: Option<&str>) -> (bool, String) {
+    client_tls(env, name, host, sql, password, "verify-full").await
+}
+
+/// [`client`] with libpq's `sslmode`. The pod passes the `restricted` Pod Security
+/// Standard, as a careful user's would.
+async fn client_tls(
+    env: &Env,
+    name: &str,
+    host: &str,
+    sql: &str,
+    password: Option<&str>,
+    sslmode: &str,
+) -> (bool, String) {
     let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
     let password = match password {
         Some(p) => json!({"name": "PGPASSWORD", "value": p}),
@@ -90,8 +103,21 @@ async fn client(env: &Env, name: &str, host: &str, sql: &str, password: Option<&
                     {"name": "PGUSER", "valueFrom": secret("username")},
                     password,
                     {"name": "PGCONNECT_TIMEOUT", "value": "5"},
+                    {"name": "PGSSLMODE", "value": sslmode},
+                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
                 ],
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
             }],
+            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 999, "runAsGroup": 999,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
         },
     }))
     .unwrap();
@@ -151,6 +177,7 @@ async fn wait_simulated(env: &Env, name: &str) -> PostgreSQL {
 async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_the_user_owns() {
     e2e("postgresql-real", |env| async move {
         env.use_real_node().await;
+        env.use_restricted().await;
         let bosun = env.start_bosun(REAL_NODE).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = requests(&bosun).await;
@@ -171,6 +198,13 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
         let (ok, out) =
             client(&env, "writer", "test-db", "CREATE TABLE t (v text); INSERT INTO t VALUES ('hello')", None).await;
         assert!(ok, "the client could not write through the Service: {out}");
+        // Only over TLS: the server speaks TLS 1.3 to that client; a plaintext one is
+        // refused with PostgreSQL's own message.
+        let tls = "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+        let (ok, out) = client(&env, "tls", "test-db", tls, None).await;
+        assert!(ok && out == "t|TLSv1.3", "{out}");
+        let (ok, out) = client_tls(&env, "plaintext", "test-db", "SELECT 1", None, "disable").await;
+        assert!(!ok && out.contains("no pg_hba.conf entry") && out.contains("no encryption"), "{out}");
 
         // The user rotates the password in the Secret: bosun keeps it, restarts the
         // instance, and the database takes it — the old one stops working.
@@ -203,6 +237,7 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
 async fn three_replicas_stream_from_the_primary() {
     e2e("postgresql-replicas", |env| async move {
         env.use_real_node().await;
+        env.use_restricted().await;
         let bosun = env.start_bosun(REAL_NODE).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = requests(&bosun).await;
@@ -244,6 +279,14 @@ async fn three_replicas_stream_from_the_primary() {
             &["psql", "-U", "postgres", "-tAc", "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"],
         );
         assert!(senders.lines().any(|l| l.trim() == "2"), "the primary streams to {senders} standbys");
+        // Every replication connection is TLS; no rule admits anyone from the network
+        // but over TLS with scram.
+        let tls = "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE s.ssl";
+        let over_tls = env.exec_ok("test-db-0", &["psql", "-U", "postgres", "-tAc", tls]);
+        assert!(over_tls.lines().any(|l| l.trim() == "2"), "{over_tls} standbys stream over TLS");
+        let rules = "SELECT type, auth_method FROM pg_hba_file_rules WHERE type <> 'local'";
+        let rules = env.exec_ok("test-db-0", &["psql", "-U", "postgres", "-tAc", rules]);
+        assert!(rules.lines().filter(|l| !l.trim().is_empty()).all(|l| l.trim() == "hostssl|scram-sha-256"), "{rules}");
     })
     .await;
 }
@@ -846,6 +889,7 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
 async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
     e2e("postgresql-pitr", |env| async move {
         env.use_real_node().await;
+        env.use_restricted().await;
         bosun_testing::node::import_runner_image();
         let s3 = store_for(&env).await;
         let _bosun = env.start_bosun(REAL_NODE).await;
@@ -1178,6 +1222,7 @@ async fn upgrade_ended(env: &Env, name: &str, to: &str, reason: &'static str) ->
 async fn a_database_is_upgraded_from_13_to_15_to_17_in_place() {
     e2e("postgresql-upgrade", |env| async move {
         env.use_real_node().await;
+        env.use_restricted().await;
         bosun_testing::node::import_runner_image();
         let s3 = store_for(&env).await;
         let _bosun = env.start_bosun(EVERY_MAJOR).await;

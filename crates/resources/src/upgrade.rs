@@ -285,6 +285,12 @@ pub fn desired_job(
     };
     let (old, data, bosun) =
         (mount(OLD_VOLUME, OLD_MOUNT), mount(DATA_VOLUME, DATA_MOUNT), mount(RUNNER_VOLUME, RUNNER_MOUNT));
+    // The root file system is read-only, as the instances': the socket and /tmp are not.
+    let (writable_volumes, writable_mounts) = crate::postgresql::writable();
+    let with_writable = |mut mounts: Vec<VolumeMount>| {
+        mounts.extend(writable_mounts.iter().cloned());
+        mounts
+    };
     let step = |name: &str, version: Version, verb: &str, mounts: Vec<VolumeMount>| Container {
         name: name.to_owned(),
         image: Some(crate::postgresql::image(image_template, version)),
@@ -307,7 +313,7 @@ pub fn desired_job(
         .map(|c| Container { volume_mounts: Some(vec![data.clone()]), ..c.clone() })
         .collect();
     init.extend(pod.init_containers.iter().flatten().filter(|c| c.name == RUNNER_CONTAINER).cloned());
-    init.push(step("copy-old-binaries", from, "copy", vec![old.clone(), bosun.clone()]));
+    init.push(step("copy-old-binaries", from, "copy", with_writable(vec![old.clone(), bosun.clone()])));
     let runner = pod.volumes.iter().flatten().filter(|v| v.name == RUNNER_VOLUME).cloned();
     let volumes = vec![
         Volume {
@@ -322,6 +328,7 @@ pub fn desired_job(
     ]
     .into_iter()
     .chain(runner)
+    .chain(writable_volumes)
     .collect();
     // The Job carries the database's labels (its watch maps it back); its pod not:
     // the instances are the pods with them.
@@ -338,7 +345,7 @@ pub fn desired_job(
                 metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
                 spec: Some(PodSpec {
                     init_containers: Some(init),
-                    containers: vec![step("upgrade", to, "run", vec![data, old, bosun])],
+                    containers: vec![step("upgrade", to, "run", with_writable(vec![data, old, bosun]))],
                     volumes: Some(volumes),
                     restart_policy: Some("Never".to_owned()),
                     security_context: pod.security_context.clone(),

@@ -135,6 +135,21 @@ impl Env {
             .unwrap_or_else(|e| panic!("annotating namespace {} for the real node: {e}", self.ns));
     }
 
+    /// Enforce the `restricted` Pod Security Standard in the test's namespace: a pod
+    /// that does not pass it is refused by the apiserver (a StatefulSet's or a Job's
+    /// then never runs).
+    pub async fn use_restricted(&self) {
+        let labels = json!({
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        });
+        let patch = json!({"metadata": {"labels": labels}});
+        Api::<Namespace>::all(self.client.clone())
+            .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("labelling namespace {} restricted: {e}", self.ns));
+    }
+
     /// Wait until pod `name` is Ready; panics after `timeout` with its status and the
     /// node's view of it (events), which is what explains a pod that does not start.
     pub async fn wait_pod_ready(&self, name: &str, timeout: Duration) -> Pod {

@@ -128,6 +128,29 @@ pub const CREDENTIALS_DIGEST: &str = "database.example.com/credentials-digest";
 /// Where an instance reads its role (the downward-API volume's mount and file).
 pub const PODINFO_MOUNT: &str = "/etc/bosun";
 pub const ROLE_FILE: &str = "/etc/bosun/role";
+/// What the server and its instance manager write outside the data: the socket
+/// directory (and its lock files), and `/tmp` (the passfile, `pg_hba.conf`, a role
+/// told directly, an upgrade's private socket). emptyDirs, so that the root file
+/// system is read-only.
+pub const WRITABLE: [(&str, &str); 2] = [("run", "/var/run/postgresql"), ("tmp", "/tmp")];
+
+/// The volumes of [`WRITABLE`] and their mounts.
+pub fn writable() -> (Vec<Volume>, Vec<VolumeMount>) {
+    WRITABLE
+        .iter()
+        .map(|(name, path)| {
+            let volume = Volume {
+                name: (*name).to_owned(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            };
+            let mount =
+                VolumeMount { name: (*name).to_owned(), mount_path: (*path).to_owned(), ..VolumeMount::default() };
+            (volume, mount)
+        })
+        .unzip()
+}
+
 /// `spec.failoverDelay`'s default: long enough for a primary restarting in place (a
 /// container restart and crash recovery take seconds; the readiness probe needs ~6 s
 /// to call it not Ready) to come back without a failover, which would also force the

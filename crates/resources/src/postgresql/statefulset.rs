@@ -116,6 +116,7 @@ pub fn desired_statefulset(
     let mut command = vec![format!("{RUNNER_MOUNT}/bosun"), "instance".to_owned(), "--".to_owned()];
     command.extend(["docker-entrypoint.sh".to_owned(), "postgres".to_owned()]);
     command.extend(server_args(db, version));
+    let (writable_volumes, writable_mounts) = writable();
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image(&settings.image, version)),
@@ -142,17 +143,26 @@ pub fn desired_statefulset(
                 ..ContainerPort::default()
             },
         ]),
-        volume_mounts: Some(vec![
-            VolumeMount { name: DATA_VOLUME.to_owned(), mount_path: DATA_MOUNT.to_owned(), ..VolumeMount::default() },
-            VolumeMount {
-                name: PODINFO_VOLUME.to_owned(),
-                mount_path: PODINFO_MOUNT.to_owned(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            runner_mount(true),
-            crate::instances::mount(),
-        ]),
+        volume_mounts: Some(
+            vec![
+                VolumeMount {
+                    name: DATA_VOLUME.to_owned(),
+                    mount_path: DATA_MOUNT.to_owned(),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: PODINFO_VOLUME.to_owned(),
+                    mount_path: PODINFO_MOUNT.to_owned(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                runner_mount(true),
+                crate::instances::mount(),
+            ]
+            .into_iter()
+            .chain(writable_mounts)
+            .collect(),
+        ),
         // Cloning a large primary or replaying WAL takes as long as it takes: up to an
         // hour before liveness may restart an instance.
         startup_probe: Some(Probe { initial_delay_seconds: Some(1), ..api_probe(READY, 2, 1800) }),
@@ -161,6 +171,7 @@ pub fn desired_statefulset(
         resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
             ..SecurityContext::default()
         }),
@@ -175,6 +186,7 @@ pub fn desired_statefulset(
         ..Volume::default()
     };
     let mut volumes = vec![podinfo_volume(), runner_volume, crate::instances::volume(db)];
+    volumes.extend(writable_volumes);
     let mut container = container;
     let (continuous, recovery) = (continuous_destination(db), recovery(db));
     // The runner reaches the archive as a Backup's run does: the same variables, the

@@ -121,6 +121,25 @@ fn the_statefulset_runs_the_image_non_root_with_pgdata_in_a_subdirectory() {
     assert_eq!(template.annotations.as_ref().unwrap()[CREDENTIALS_DIGEST], "d1");
     let root = |c: &Container| c.security_context.as_ref().and_then(|s| s.run_as_user) == Some(0);
     assert!(!pod.init_containers.iter().flatten().any(root), "nothing runs as root unless configured");
+    // The restricted Pod Security Standard, and a read-only root file system: what the
+    // server writes outside its data goes to emptyDirs.
+    assert_eq!(sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()), Some("RuntimeDefault"));
+    for container in pod.containers.iter().chain(pod.init_containers.iter().flatten()) {
+        let sc = container.security_context.as_ref().unwrap();
+        assert_eq!(
+            (sc.allow_privilege_escalation, sc.read_only_root_filesystem),
+            (Some(false), Some(true)),
+            "{}",
+            container.name
+        );
+        assert_eq!(sc.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    }
+    let mounted: Vec<&str> = c.volume_mounts.iter().flatten().map(|m| m.mount_path.as_str()).collect();
+    for (name, path) in WRITABLE {
+        assert!(mounted.contains(&path), "{path}: {mounted:?}");
+        let volume = pod.volumes.iter().flatten().find(|v| v.name == name).unwrap();
+        assert!(volume.empty_dir.is_some(), "{name}");
+    }
 }
 
 #[test]
