@@ -181,6 +181,20 @@ pub struct PostgreSQLSpec {
     /// Scheduled backups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSettings>,
+    /// The application's role (default `app`): it owns `spec.database` and logs in,
+    /// over TLS only, with the password of Secret `<name>-app`, which bosun makes once
+    /// (delete it to have a new password made and set). The superuser stays the one of
+    /// `<name>-credentials`. A new name makes a new role; the old one is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
+    #[x_kube(validation = Rule::new("!self.startsWith('pg_') && !(self in ['postgres', 'replicator'])").message("spec.owner must not be postgres or replicator, nor start with pg_: PostgreSQL and bosun keep those names"))]
+    pub owner: Option<String>,
+    /// The application's database (default `app`), owned by `spec.owner`; made when it
+    /// does not exist, never dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
+    #[x_kube(validation = Rule::new("!(self in ['postgres', 'template0', 'template1'])").message("spec.database must not be postgres, template0 or template1"))]
+    pub database: Option<String>,
     /// How the database is first made: empty (`initdb`, without this), or recovered
     /// from another PostgreSQL's base backups and archived WAL. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -205,7 +205,13 @@ async fn postgres(env: &Env, name: &str, secret: &str) {
                 ],
                 "ports": [{"containerPort": 5432}],
                 "readinessProbe": {"exec": {"command": ["pg_isready", "-h", "127.0.0.1", "-U", "app"]}, "periodSeconds": 1},
+                // The namespace enforces the restricted Pod Security Standard.
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
             }],
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 999, "runAsGroup": 999,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
         },
     })))
     .await;
@@ -250,12 +256,16 @@ async fn listed(env: &Env, s3: &Minio, name: &str) -> String {
     text
 }
 
-/// What a backup test on the real node starts from: the runner image there, a MinIO
+/// What a backup test on the real node starts from, in a namespace that enforces the
+/// restricted Pod Security Standard: the runner image there, a MinIO
 /// it reaches, bosun's Backup and Restore controllers, the Secrets of the database
 /// (`test-db-credentials`) and of the bucket (`s3-credentials`), and the PostgreSQL
 /// `test-db` with its empty database `app`.
 async fn backups_on_the_real_node(env: &Env) -> (Minio, bosun_testing::Bosun) {
     env.use_real_node().await;
+    // Every run's pod (backup, restore, verification) passes the restricted Pod
+    // Security Standard, or the apiserver refuses it and the test fails.
+    env.use_restricted().await;
     import_runner_image();
     let s3 = Minio::start(BRIDGE_IP);
     // The images of the local cluster, for the throwaway servers of verifications.

@@ -27,6 +27,7 @@ use bosun_resources::instances::{self as credentials, Access};
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 const PASSWORD: &str = "Sup3r-secret";
 const REPLICATION_PASSWORD: &str = "r3pl1cation";
+const APP_PASSWORD: &str = "app-s3cret";
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -109,6 +110,8 @@ fn start(dir: &Path, pgdata: &Path, (port, api): (u16, u16), service: u16) -> Se
         .args(["instance", "--name", &format!("instance-{port}"), "--socket-dir", dir.to_str().unwrap()])
         .args(["--port", &port_s, "--api-port", &api.to_string(), "--api-dir", dir.join("api").to_str().unwrap()])
         .args(["--hba-file", dir.join(format!("pg_hba-{port}.conf")).to_str().unwrap()])
+        .args(["--credentials-dir", dir.join("credentials").to_str().unwrap(), "--app-user", "shop"])
+        .args(["--app-database", "orders"])
         .args(["--", &postgres])
         .args(server_args)
         .env("PATH", path_env())
@@ -306,6 +309,9 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     set_role(&dir, pa, "primary");
     install(&dir);
     let access = api_credentials(&dir);
+    // The application's password, as the projected Secret volume holds it.
+    std::fs::create_dir_all(dir.join("credentials")).unwrap();
+    std::fs::write(dir.join("credentials/app-password"), APP_PASSWORD).unwrap();
     let (qa, qb) = (free_port(), free_port());
     let api = client(&access, &[(pa, qa), (pb, qb)]);
     let a = start(&dir, &a_data, (pa, qa), svc);
@@ -321,7 +327,16 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // Stored as scram verifiers, made by the manager: the server never saw a password.
     let stored =
         "SELECT string_agg(left(rolpassword, 19), ',' ORDER BY rolname) FROM pg_authid WHERE rolpassword IS NOT NULL";
-    assert_eq!(ok(sql(pa, "postgres", PASSWORD, stored), "stored"), "SCRAM-SHA-256$4096:,SCRAM-SHA-256$4096:");
+    assert_eq!(ok(sql(pa, "postgres", PASSWORD, stored), "stored"), ["SCRAM-SHA-256$4096:"; 3].join(","));
+    // The application's role logs in to its own database, which it owns.
+    let owner =
+        "SELECT current_user || ' ' || pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()";
+    let app = Command::new(format!("{BIN}/psql"))
+        .args(["-X", "-h", "127.0.0.1", "-p", &pa.to_string(), "-U", "shop", "-d", "orders", "-tAc", owner])
+        .env("PGPASSWORD", APP_PASSWORD)
+        .output()
+        .unwrap();
+    assert_eq!(ok(app, "the application's login"), "shop shop");
     ok(
         sql(
             pa,
@@ -495,7 +510,9 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // No password in either instance's log (the managers' and the servers').
     for port in [pa, pb] {
         let log = std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap();
-        assert!(!log.contains(PASSWORD) && !log.contains(REPLICATION_PASSWORD), "a password in the log of {port}");
+        for password in [PASSWORD, REPLICATION_PASSWORD, APP_PASSWORD] {
+            assert!(!log.contains(password), "a password in the log of {port}");
+        }
     }
     // Who may connect is the manager's file, written at each start; the data's own is
     // not read (a clone copied it, initdb wrote it with a rule for any host).

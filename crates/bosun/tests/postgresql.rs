@@ -177,7 +177,6 @@ async fn wait_simulated(env: &Env, name: &str) -> PostgreSQL {
 async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_the_user_owns() {
     e2e("postgresql-real", |env| async move {
         env.use_real_node().await;
-        env.use_restricted().await;
         let bosun = env.start_bosun(REAL_NODE).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = requests(&bosun).await;
@@ -205,9 +204,19 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
         assert!(ok && out == "t|TLSv1.3", "{out}");
         let (ok, out) = client_tls(&env, "plaintext", "test-db", "SELECT 1", None, "disable").await;
         assert!(!ok && out.contains("no pg_hba.conf entry") && out.contains("no encryption"), "{out}");
+        // The application's role, with its own Secret's uri (verify-full) and the CA the
+        // instance has, owns its own database.
+        let app = secret_data(&env, "test-db-app").await;
+        let uri = format!("{}&sslrootcert=/etc/bosun-instance/ca-bundle.crt", text(&app, "uri"));
+        let owner =
+            "SELECT current_user || ' ' || pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()";
+        let out = env.exec_ok("test-db-0", &["psql", "-X", "-d", &uri, "-tAc", owner]);
+        assert_eq!(out.trim(), "app app");
 
-        // The user rotates the password in the Secret: bosun keeps it, restarts the
-        // instance, and the database takes it — the old one stops working.
+        // The user rotates the password in the Secret: bosun keeps it, and the
+        // database takes it without a restart (the instance reads the Secret's volume)
+        // — the old one stops working.
+        let pod_before = env.api::<Pod>().get("test-db-0").await.unwrap();
         let old = text(&secret_data(&env, "test-db-credentials").await, "password");
         let patch = json!({"stringData": {"password": "rotated-by-the-user-1"}});
         env.api::<Secret>().patch("test-db-credentials", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
@@ -217,7 +226,7 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
         loop {
             let (ok, out) = new_pw().await;
             if ok {
-                assert_eq!(out, "hello", "the data did not survive the restart");
+                assert_eq!(out, "hello", "the data did not survive the rotation");
                 break;
             }
             assert!(Instant::now() < deadline, "the rotated password never worked: {out}\n{}", bosun.log_tail(20));
@@ -229,6 +238,26 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
         let data = secret_data(&env, "test-db-credentials").await;
         assert_eq!(text(&data, "password"), "rotated-by-the-user-1", "bosun overwrote the user's password");
         wait_ready(&env, "test-db", Duration::from_secs(120)).await;
+        let pod_after = env.api::<Pod>().get("test-db-0").await.unwrap();
+        let restarts = |p: &Pod| {
+            let statuses = p.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+            statuses.iter().map(|c| c.restart_count).sum::<i32>()
+        };
+        assert_eq!(
+            (pod_after.metadata.uid.clone(), restarts(&pod_after)),
+            (pod_before.metadata.uid.clone(), restarts(&pod_before)),
+            "the rotation restarted the instance"
+        );
+        // Nothing secret in bosun's log, the instance's log or the events.
+        let (_, instance_log) = env.kubectl(&["logs", "test-db-0", "-c", "postgres"]);
+        let (_, events) = env.kubectl(&["get", "events", "-o", "yaml"]);
+        for (what, text) in
+            [("bosun's log", bosun.log_tail(100_000)), ("the instance's log", instance_log), ("the events", events)]
+        {
+            for secret in [old.as_str(), "rotated-by-the-user-1"] {
+                assert!(!text.contains(secret), "a password in {what}");
+            }
+        }
     })
     .await;
 }
@@ -237,7 +266,6 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
 async fn three_replicas_stream_from_the_primary() {
     e2e("postgresql-replicas", |env| async move {
         env.use_real_node().await;
-        env.use_restricted().await;
         let bosun = env.start_bosun(REAL_NODE).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = requests(&bosun).await;
@@ -294,6 +322,10 @@ async fn three_replicas_stream_from_the_primary() {
 #[tokio::test]
 async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything() {
     e2e("postgresql", |env| async move {
+        // The instances' pods are admitted where the restricted Pod Security Standard is
+        // enforced (the real-node tests need the root `--postgres-volume-permissions`
+        // init container for the local cluster's hostPath volumes, which it refuses).
+        env.use_restricted().await;
         let bosun = env.start_bosun(&["--controllers=postgresql,backup"]).await;
         let (ok, out) = env.kubectl_apply(TEST_DB);
         assert!(ok, "{out}");
@@ -343,17 +375,19 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
         wait_simulated(&env, "test-db").await;
         assert_eq!(secret_data(&env, "test-db-credentials").await, data, "the Secret changed");
 
-        // A password the user edits is kept, and rolls the instances (which set it).
+        // A password the user edits is kept, and restarts nothing (the instances set it
+        // from the Secret's volume); a superuser name edited rolls them.
         let digest = |s: &StatefulSet| {
             s.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()
                 ["database.example.com/credentials-digest"]
                 .clone()
         };
-        let before = digest(&env.api::<StatefulSet>().get("test-db").await.unwrap());
+        let before = env.api::<StatefulSet>().get("test-db").await.unwrap();
         let patch = json!({"stringData": {"password": "edited-by-the-user"}});
         env.api::<Secret>().patch("test-db-credentials", &PatchParams::default(), &Patch::Merge(patch)).await.unwrap();
-        env.wait_for::<StatefulSet>("test-db", "a new digest", |s| digest(s) != before).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after = env.api::<StatefulSet>().get("test-db").await.unwrap();
+        assert_eq!(digest(&after), digest(&before), "an edited password rolled the instances");
         assert_eq!(text(&secret_data(&env, "test-db-credentials").await, "password"), "edited-by-the-user");
 
         // Back to one instance: the standbys' Service goes; the claim of instance 1 stays.
@@ -889,7 +923,6 @@ async fn wal_is_archived_continuously_through_a_store_outage_and_a_switchover() 
 async fn a_new_database_recovers_to_a_point_in_time_from_the_archive() {
     e2e("postgresql-pitr", |env| async move {
         env.use_real_node().await;
-        env.use_restricted().await;
         bosun_testing::node::import_runner_image();
         let s3 = store_for(&env).await;
         let _bosun = env.start_bosun(REAL_NODE).await;
@@ -1222,7 +1255,6 @@ async fn upgrade_ended(env: &Env, name: &str, to: &str, reason: &'static str) ->
 async fn a_database_is_upgraded_from_13_to_15_to_17_in_place() {
     e2e("postgresql-upgrade", |env| async move {
         env.use_real_node().await;
-        env.use_restricted().await;
         bosun_testing::node::import_runner_image();
         let s3 = store_for(&env).await;
         let _bosun = env.start_bosun(EVERY_MAJOR).await;

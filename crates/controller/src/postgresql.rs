@@ -68,8 +68,9 @@ pub const PERMISSIONS: &[Permission] = &{
         // A Backup when backups are turned off; the `-ro` Service when one instance is left.
         Permission::new("backup.example.com", "backups", &["delete"]),
         Permission::new("", "services", &["delete"]),
-        // The credentials: created once, read (a user's own Secret is not watched), never
-        // updated. The instances' API Secret (bosun's own): created, renewed in place.
+        // The credentials and the application's: created once, read (a user's own Secret
+        // is not watched), never updated. The instances' API Secret and the CA's
+        // (bosun's own): created, renewed in place.
         Permission::new("", "secrets", &["create", "get", "list", "watch", "patch"]),
         // Data claims grown in place; the claim of dumps created once.
         Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
@@ -326,6 +327,7 @@ async fn serve(
 ) -> Result<StatefulSet, Stop> {
     build::check(db, cached, claims).map_err(Stop::Refused)?;
     let secret = credentials(db, ctx, &children.secrets, cached.is_some() || !claims.is_empty()).await?;
+    application_credentials(db, ctx, &children.secrets).await?;
     let digest = build::credentials_digest(&secret);
     let desired = build::desired_statefulset(db, &ctx.settings.postgres, cached, &digest, running);
     let sts = apply_child(ctx, db, &children.statefulsets, desired).await?;
@@ -381,6 +383,16 @@ async fn credentials(
             "Secret {name} has no (or an empty) key {key}: add it; bosun never writes to an existing Secret"
         )))),
     }
+}
+
+/// The application's Secret (`<name>-app`): made when missing, with a new password
+/// (which the instances then set on the application's role), else left as it is.
+async fn application_credentials(db: &PostgreSQL, ctx: &Context, secrets: &Owned<Secret>) -> Result<(), Error> {
+    let (ns, name) = (db.namespace().unwrap_or_default(), build::app_secret_name(db));
+    if crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await?.is_none() {
+        create_if_absent(ctx, db, &build::desired_app_secret(db, &new_password())).await?;
+    }
+    Ok(())
 }
 
 /// The instances' API Secret ([`bosun_resources::instances`]): made when missing,
@@ -512,7 +524,7 @@ mod tests {
         reconcile(db(), ctx, children(vec![])).await.unwrap();
         let writes = calls.writes();
         let made: Vec<_> = writes.iter().filter(|w| w.starts_with("POST") && w.ends_with("/secrets")).collect();
-        assert_eq!(made.len(), 1, "{writes:?}");
+        assert_eq!(made.len(), 2, "the superuser's and the application's: {writes:?}");
         let secret = calls.body("/secrets").unwrap();
         assert_eq!(secret["metadata"]["name"], "orders-credentials");
         let position =

@@ -23,8 +23,9 @@ use crate::settings::InstanceArgs;
 
 /// How often the role and the data directory are looked at.
 pub const LOOK_EVERY: Duration = Duration::from_millis(200);
-/// Every how many looks the TLS files are compared with the loaded ones (10 s).
-const TLS_LOOK_EVERY: u32 = 50;
+/// Every how many looks the TLS files and the passwords are compared with the
+/// loaded ones (10 s).
+const FILES_LOOK_EVERY: u32 = 50;
 /// How often the primary is asked for while a standby waits for it.
 pub const SOURCE_EVERY: Duration = Duration::from_secs(1);
 
@@ -305,9 +306,11 @@ async fn serve<P: Postgres>(
     let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
     let mut look = tokio::time::interval(LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The TLS files as the server loaded them: reloaded when the kubelet swaps them.
+    // The TLS files as the server loaded them: reloaded when the kubelet swaps them;
+    // and the passwords as they were set: set again when the Secret is edited.
     let tls = Tls::of(args);
     let mut loaded = tls.as_ref().map(Tls::generation);
+    let mut passwords = (args.superuser_password(), args.replication_password(), args.application());
     let mut looks = 0u32;
     loop {
         tokio::select! {
@@ -328,13 +331,23 @@ async fn serve<P: Postgres>(
             () = &mut setup, if !set_up => set_up = true,
             _ = look.tick() => {
                 looks = looks.wrapping_add(1);
-                if let Some(tls) = tls.as_ref().filter(|_| looks.is_multiple_of(TLS_LOOK_EVERY)) {
+                if let Some(tls) = tls.as_ref().filter(|_| looks.is_multiple_of(FILES_LOOK_EVERY)) {
                     let now = tls.generation();
                     if loaded.as_ref() != Some(&now) {
                         info!("the TLS certificate changed: the server reloads it");
                         signal(server, nix::sys::signal::Signal::SIGHUP);
                         loaded = Some(now);
                     }
+                }
+                let now = (args.superuser_password(), args.replication_password(), args.application());
+                if looks.is_multiple_of(FILES_LOOK_EVERY) && now != passwords {
+                    info!("a password changed in the credentials Secret: it is set without a restart");
+                    if let Err(e) = write_passfile(args) {
+                        warn!("the passfile could not be written again: {e}");
+                    }
+                    passwords = now;
+                    setup.set(pg.setup());
+                    set_up = false;
                 }
                 let data = DataState::read(&args.pgdata);
                 match data::while_running(roles.read(), &data, demoted) {
@@ -389,9 +402,9 @@ pub fn write_passfile(args: &InstanceArgs) -> std::io::Result<()> {
     let mut text = String::new();
     for (user, password) in [
         (&args.replication_user, args.replication_password().unwrap_or_default()),
-        (&args.superuser, args.password.as_str()),
+        (&args.superuser, args.superuser_password()),
     ] {
-        text.push_str(&format!("*:*:*:{}:{}\n", escape(user), escape(password)));
+        text.push_str(&format!("*:*:*:{}:{}\n", escape(user), escape(&password)));
     }
     let _ = std::fs::remove_file(&args.passfile);
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&args.passfile)?;

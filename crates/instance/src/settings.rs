@@ -15,6 +15,15 @@ pub mod env {
     /// The superuser's name and password (the credentials Secret's).
     pub const SUPERUSER: &str = "POSTGRES_USER";
     pub const PASSWORD: &str = "POSTGRES_PASSWORD";
+    /// The directory of the credentials Secret's `password` and `replication-password`,
+    /// read ahead of the two variables: the kubelet refreshes it when the Secret is
+    /// edited, and the manager sets the new passwords without a restart.
+    pub const CREDENTIALS_DIR: &str = "BOSUN_CREDENTIALS_DIR";
+    /// The application's role and database (`spec.owner`, `spec.database`); its
+    /// password is the credentials directory's [`APP_PASSWORD_FILE`].
+    pub const APP_USER: &str = "BOSUN_APP_USER";
+    pub const APP_DATABASE: &str = "BOSUN_APP_DATABASE";
+    pub const APP_PASSWORD_FILE: &str = "app-password";
     /// The replication role's name and password (the Secret's; no password: no role).
     pub const REPLICATION_USER: &str = "REPLICATION_USER";
     pub const REPLICATION_PASSWORD: &str = "REPLICATION_PASSWORD";
@@ -106,6 +115,16 @@ pub struct InstanceArgs {
     /// Empty or absent: this database has no replication role (a standby cannot clone).
     #[arg(long, env = env::REPLICATION_PASSWORD, hide_env_values = true)]
     pub replication_password: Option<String>,
+    /// Where the passwords are read first (files `password`, `replication-password`,
+    /// and the application's `app-password`).
+    #[arg(long, env = env::CREDENTIALS_DIR)]
+    pub credentials_dir: Option<PathBuf>,
+    /// The application's role, set up once its password is there.
+    #[arg(long, env = env::APP_USER)]
+    pub app_user: Option<String>,
+    /// The application's database, owned by its role.
+    #[arg(long, env = env::APP_DATABASE)]
+    pub app_database: Option<String>,
     /// The primary's address (the read-write Service).
     #[arg(long, env = env::PRIMARY_HOST)]
     pub primary_host: String,
@@ -173,9 +192,26 @@ pub struct RecoveryArgs {
 }
 
 impl InstanceArgs {
+    /// The credentials directory's file `key`, when it holds one.
+    fn credential(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.credentials_dir.as_ref()?.join(key)).ok()?;
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// The superuser's password: the credentials directory's, else the variable's.
+    pub fn superuser_password(&self) -> String {
+        self.credential("password").unwrap_or_else(|| self.password.clone())
+    }
+
+    /// The application's role, database and password, when there is all of it.
+    pub fn application(&self) -> Option<(&str, &str, String)> {
+        let (user, database) = (self.app_user.as_deref()?, self.app_database.as_deref()?);
+        Some((user, database, self.credential(env::APP_PASSWORD_FILE)?))
+    }
+
     /// The replication password, when there is one.
-    pub fn replication_password(&self) -> Option<&str> {
-        self.replication_password.as_deref().filter(|p| !p.is_empty())
+    pub fn replication_password(&self) -> Option<String> {
+        self.credential("replication-password").or_else(|| self.replication_password.clone()).filter(|p| !p.is_empty())
     }
 
     pub fn setup_timeout(&self) -> Duration {

@@ -72,14 +72,33 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
         "SET standard_conforming_strings = on;\nSET log_statement = 'none';\nSET log_min_error_statement = 'panic';\n",
     );
     let hashed = |password: &str| literal(&crate::scram::verifier(password).unwrap_or_else(|| password.to_owned()));
-    sql.push_str(&format!("ALTER ROLE {} WITH PASSWORD {};\n", ident(&args.superuser), hashed(&args.password)));
+    sql.push_str(&format!(
+        "ALTER ROLE {} WITH PASSWORD {};\n",
+        ident(&args.superuser),
+        hashed(&args.superuser_password())
+    ));
     if let Some(password) = args.replication_password() {
         let user = &args.replication_user;
         sql.push_str(&format!(
             "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
             literal(user)
         ));
-        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), hashed(password)));
+        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), hashed(&password)));
+    }
+    // The application's role, and its database (made once, never dropped; one that
+    // exists keeps its owner).
+    if let Some((user, database, password)) = args.application() {
+        sql.push_str(&format!(
+            "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
+            literal(user)
+        ));
+        sql.push_str(&format!("ALTER ROLE {} WITH LOGIN PASSWORD {};\n", ident(user), hashed(&password)));
+        sql.push_str(&format!(
+            "SELECT format('CREATE DATABASE %I OWNER %I', {0}, {1}) \
+             WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = {0}) \\gexec\n",
+            literal(database),
+            literal(user)
+        ));
     }
     sql
 }

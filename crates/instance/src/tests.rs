@@ -408,3 +408,34 @@ async fn a_signal_stops_the_server_fast_and_ends_the_manager() {
     assert!(started.elapsed() < Duration::from_secs(20), "the server (sleep 30) was stopped, not waited for");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_password_edited_in_the_secret_is_set_again_without_a_restart() {
+    let dir = temp_dir("rotate");
+    let creds = dir.join("credentials");
+    std::fs::create_dir_all(&creds).unwrap();
+    std::fs::write(creds.join("password"), "from-the-secret").unwrap();
+    let args = instance(&dir, &["--credentials-dir", creds.to_str().unwrap()]);
+    cluster(&args.pgdata, "17");
+    let fake = Fake::new(&args.pgdata);
+    set_label(&dir.join("podinfo"), 1, "primary");
+    let outcome = drive(&args, &fake, async |stop| {
+        until("the setup beside the server", &fake, || fake.count("setup") == 1).await;
+        // The file wins over the variable ("su:per").
+        let passfile = std::fs::read_to_string(&args.passfile).unwrap();
+        assert!(passfile.contains("postgres:from-the-secret"), "{passfile}");
+        // The kubelet refreshes the file: within a look of the files, the setup runs
+        // again and the passfile follows; the server is not restarted.
+        std::fs::write(creds.join("password"), "rotated").unwrap();
+        let start = std::time::Instant::now();
+        while fake.count("setup") < 2 && start.elapsed() < Duration::from_secs(15) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!((fake.count("setup"), fake.count("start")), (2, 1), "{:?}", fake.calls());
+        assert!(std::fs::read_to_string(&args.passfile).unwrap().contains("postgres:rotated"));
+        stop.cancel();
+    })
+    .await;
+    assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -292,6 +292,8 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
             failover_delay: None,
             synchronous: None,
             backup,
+            owner: None,
+            database: None,
             deletion_policy: None,
         },
     );

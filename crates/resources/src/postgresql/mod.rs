@@ -184,6 +184,26 @@ pub mod keys {
     pub const PGPASS: &str = "pgpass";
     /// The replication role's password (not a key of the spec's list: bosun's own).
     pub const REPLICATION_PASSWORD: &str = "replication-password";
+    /// The application Secret's (`<name>-app`) own keys, beside username, password,
+    /// host, port, uri and pgpass.
+    pub const DBNAME: &str = "dbname";
+    pub const JDBC_URI: &str = "jdbc-uri";
+    /// The Secret whose `ca.crt` verifies the server (`<name>-ca`).
+    pub const CA_SECRET: &str = "ca-secret";
+}
+/// `spec.owner`'s and `spec.database`'s default.
+pub const DEFAULT_APPLICATION: &str = "app";
+/// The application's role: `spec.owner`, or [`DEFAULT_APPLICATION`].
+pub fn owner(db: &PostgreSQL) -> &str {
+    db.spec.owner.as_deref().unwrap_or(DEFAULT_APPLICATION)
+}
+/// The application's database: `spec.database`, or [`DEFAULT_APPLICATION`].
+pub fn app_database(db: &PostgreSQL) -> &str {
+    db.spec.database.as_deref().unwrap_or(DEFAULT_APPLICATION)
+}
+/// The application's credentials: `<name>-app`.
+pub fn app_secret_name(db: &PostgreSQL) -> String {
+    format!("{}-app", db.name_any())
 }
 /// The image of `version`: `{version}` in `template` replaced by the major version; a
 /// template without it is used for every version.

@@ -42,6 +42,34 @@ pub fn desired_secret(db: &PostgreSQL, password: &str, replication_password: &st
     }
 }
 
+/// The application's Secret (`<name>-app`), created once with `password` and never
+/// written again: what a client of the application's database needs, its connection
+/// strings verifying the server (`sslmode=verify-full`: a client mounts `<name>-ca`'s
+/// `ca.crt` as its root certificate, `~/.postgresql/root.crt` for libpq).
+pub fn desired_app_secret(db: &PostgreSQL, password: &str) -> Secret {
+    let (host, user, dbname) = (host(db), owner(db), app_database(db));
+    let data = [
+        (keys::USERNAME, user.to_owned()),
+        (keys::PASSWORD, password.to_owned()),
+        (keys::HOST, host.clone()),
+        (keys::PORT, PORT.to_string()),
+        (keys::DBNAME, dbname.to_owned()),
+        (keys::URI, format!("postgresql://{user}:{password}@{host}:{PORT}/{dbname}?sslmode=verify-full")),
+        (
+            keys::JDBC_URI,
+            format!("jdbc:postgresql://{host}:{PORT}/{dbname}?user={user}&password={password}&sslmode=verify-full"),
+        ),
+        (keys::PGPASS, format!("{host}:{PORT}:{dbname}:{user}:{password}\n")),
+        (keys::CA_SECRET, crate::instances::ca_secret_name(db)),
+    ];
+    Secret {
+        metadata: kept_meta(db, app_secret_name(db)),
+        type_: Some("Opaque".to_owned()),
+        data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect()),
+        ..Secret::default()
+    }
+}
+
 /// What the credentials Secret lacks for `db` (`None`: nothing).
 pub fn missing_key(db: &PostgreSQL, secret: &Secret) -> Option<&'static str> {
     let has = |key: &str| secret.data.as_ref().and_then(|d| d.get(key)).is_some_and(|v| !v.0.is_empty());
@@ -53,15 +81,14 @@ pub fn missing_key(db: &PostgreSQL, secret: &Secret) -> Option<&'static str> {
     needed.iter().copied().find(|k| !has(k))
 }
 
-/// A digest of a Secret's passwords: it changes when either changes, and tells
-/// nothing about them.
+/// A digest of the Secret's superuser name, in the pod template: a name edited there
+/// restarts the instances. Passwords are not in it: an instance sets an edited
+/// password without a restart (it reads them from the Secret's volume).
 pub fn credentials_digest(secret: &Secret) -> String {
     let mut h = Sha256::new();
-    for key in [keys::USERNAME, keys::PASSWORD, keys::REPLICATION_PASSWORD] {
-        let value = secret.data.as_ref().and_then(|d| d.get(key)).map(|v| v.0.as_slice()).unwrap_or_default();
-        h.update((value.len() as u64).to_be_bytes());
-        h.update(value);
-    }
+    let name = secret.data.as_ref().and_then(|d| d.get(keys::USERNAME)).map(|v| v.0.as_slice()).unwrap_or_default();
+    h.update((name.len() as u64).to_be_bytes());
+    h.update(name);
     hex::encode(&h.finalize()[..16])
 }
 

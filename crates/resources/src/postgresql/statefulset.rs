@@ -134,6 +134,9 @@ pub fn desired_statefulset(
             env(instance::ROLE_FILE, ROLE_FILE),
             env(instance::API_DIR, crate::instances::MOUNT),
             env(instance::API_PORT, API_PORT.to_string()),
+            env(instance::CREDENTIALS_DIR, CREDENTIALS_MOUNT),
+            env(instance::APP_USER, owner(db)),
+            env(instance::APP_DATABASE, app_database(db)),
         ]),
         ports: Some(vec![
             ContainerPort { name: Some("postgres".to_owned()), container_port: PORT, ..ContainerPort::default() },
@@ -158,6 +161,12 @@ pub fn desired_statefulset(
                 },
                 runner_mount(true),
                 crate::instances::mount(),
+                VolumeMount {
+                    name: CREDENTIALS_VOLUME.to_owned(),
+                    mount_path: CREDENTIALS_MOUNT.to_owned(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
             ]
             .into_iter()
             .chain(writable_mounts)
@@ -185,7 +194,7 @@ pub fn desired_statefulset(
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Volume::default()
     };
-    let mut volumes = vec![podinfo_volume(), runner_volume, crate::instances::volume(db)];
+    let mut volumes = vec![podinfo_volume(), runner_volume, crate::instances::volume(db), credentials_volume(db)];
     volumes.extend(writable_volumes);
     let mut container = container;
     let (continuous, recovery) = (continuous_destination(db), recovery(db));
@@ -328,6 +337,36 @@ pub(super) const PODINFO_VOLUME: &str = "podinfo";
 
 /// The downward-API volume with the pod's role label as the file `role` (empty until
 /// bosun sets it).
+/// The passwords, as files the kubelet refreshes when a Secret is edited: the
+/// instance manager sets a new password without a restart. The credentials Secret's
+/// `password` and `replication-password`, and the application Secret's `password` as
+/// `app-password`. Optional: the variables from the credentials Secret are what a
+/// first start needs, and the application's role waits for its Secret.
+pub(super) const CREDENTIALS_VOLUME: &str = "credentials";
+pub(super) const CREDENTIALS_MOUNT: &str = "/etc/bosun-credentials";
+
+pub(super) fn credentials_volume(db: &PostgreSQL) -> Volume {
+    use k8s_openapi::api::core::v1::{KeyToPath, ProjectedVolumeSource, SecretProjection, VolumeProjection};
+    let item = |key: &str, path: &str| KeyToPath { key: key.to_owned(), path: path.to_owned(), mode: None };
+    let secret = |name: String, items: Vec<KeyToPath>| VolumeProjection {
+        secret: Some(SecretProjection { name, items: Some(items), optional: Some(true) }),
+        ..VolumeProjection::default()
+    };
+    let superuser =
+        vec![item(keys::PASSWORD, keys::PASSWORD), item(keys::REPLICATION_PASSWORD, keys::REPLICATION_PASSWORD)];
+    Volume {
+        name: CREDENTIALS_VOLUME.to_owned(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                secret(secret_name(db), superuser),
+                secret(app_secret_name(db), vec![item(keys::PASSWORD, instance::APP_PASSWORD_FILE)]),
+            ]),
+            default_mode: Some(0o440),
+        }),
+        ..Volume::default()
+    }
+}
+
 pub(super) fn podinfo_volume() -> Volume {
     Volume {
         name: PODINFO_VOLUME.to_owned(),

@@ -74,14 +74,53 @@ fn a_secret_without_the_replication_password_serves_one_replica_only() {
 }
 
 #[test]
-fn the_digest_follows_the_passwords_only() {
+fn the_digest_follows_the_superuser_name_only_passwords_are_set_live() {
     let a = desired_secret(&example(), "p4ss", "r3pl");
     let mut b = a.clone();
     b.data.as_mut().unwrap().insert(keys::URI.into(), ByteString(b"other".to_vec()));
-    assert_eq!(credentials_digest(&a), credentials_digest(&b));
     b.data.as_mut().unwrap().insert(keys::PASSWORD.into(), ByteString(b"edited".to_vec()));
+    assert_eq!(credentials_digest(&a), credentials_digest(&b), "an edited password restarts nothing");
+    b.data.as_mut().unwrap().insert(keys::USERNAME.into(), ByteString(b"admin".to_vec()));
     assert_ne!(credentials_digest(&a), credentials_digest(&b));
-    assert!(!credentials_digest(&a).contains("p4ss"));
+    // The instances read the passwords from the Secret's volume, which the kubelet
+    // refreshes; never the CA's or anything else.
+    let sts =
+        desired_statefulset(&example(), &Settings::default(), None, "d", crate::upgrade::Running::of(&example(), None));
+    let pod = sts.spec.unwrap().template.spec.unwrap();
+    let volume = pod.volumes.iter().flatten().find(|v| v.name == "credentials").unwrap();
+    let sources = volume.projected.as_ref().unwrap().sources.as_ref().unwrap();
+    let secret = sources[0].secret.as_ref().unwrap();
+    let items: Vec<&str> = secret.items.iter().flatten().map(|i| i.key.as_str()).collect();
+    assert_eq!((secret.name.as_str(), items), ("test-db-credentials", vec!["password", "replication-password"]));
+    // The application's password beside them, from its own Secret.
+    let app = sources[1].secret.as_ref().unwrap();
+    let paths: Vec<&str> = app.items.iter().flatten().map(|i| i.path.as_str()).collect();
+    assert_eq!((app.name.as_str(), paths), ("test-db-app", vec!["app-password"]));
+    let env = |name: &str| {
+        let var = pod.containers[0].env.iter().flatten().find(|e| e.name == name).unwrap();
+        var.value.clone().unwrap()
+    };
+    assert_eq!(env("BOSUN_CREDENTIALS_DIR"), "/etc/bosun-credentials");
+    assert_eq!((env("BOSUN_APP_USER"), env("BOSUN_APP_DATABASE")), ("app".to_owned(), "app".to_owned()));
+}
+
+#[test]
+fn the_application_secret_verifies_the_server_and_names_its_ca() {
+    let mut db = example();
+    db.spec.owner = Some("shop".into());
+    let secret = desired_app_secret(&db, "s3cret");
+    assert_eq!(secret.metadata.name.as_deref(), Some("test-db-app"));
+    assert!(secret.metadata.owner_references.is_none(), "it outlives the database, as the data does");
+    let data = secret.data.unwrap();
+    let get = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!((get("username"), get("dbname"), get("port")), ("shop".into(), "app".into(), "5432".into()));
+    assert_eq!(get("uri"), "postgresql://shop:s3cret@test-db.shop.svc:5432/app?sslmode=verify-full");
+    assert_eq!(
+        get("jdbc-uri"),
+        "jdbc:postgresql://test-db.shop.svc:5432/app?user=shop&password=s3cret&sslmode=verify-full"
+    );
+    assert_eq!(get("pgpass"), "test-db.shop.svc:5432:app:shop:s3cret\n");
+    assert_eq!(get("ca-secret"), "test-db-ca");
 }
 
 #[test]
