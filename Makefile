@@ -212,6 +212,10 @@ BENCH_UPGRADE_SCALE ?= 68
 bench-upgrade: cluster ## PostgreSQL 13 → 17 on the real node, pgbench scale BENCH_UPGRADE_SCALE (default 68, ~1 GiB): the write outage of the in-place upgrade (pg_upgrade --link) beside a dump and restore by the runner; writes target/bench/upgrade-<size>.json.
 	BENCH_UPGRADE_SCALE=$(BENCH_UPGRADE_SCALE) $(CARGO) test -p bosun --test failover -- --ignored --nocapture bench_upgrade
 
+.PHONY: bench-tls
+bench-tls: ## What TLS costs a PostgreSQL as bosun configures it, off and on in one run on this machine: a connection's set-up (pgbench -C) and bulk reads (pg_dump, pg_basebackup) in MiB/s (the programs measured are PostgreSQL's: a debug build orchestrates); writes target/bench/tls.json.
+	$(CARGO) run -q -p bosun-bench --bin tls
+
 SIZE ?= 1GiB
 DESTINATION ?= s3
 WAL ?= 1GiB
