@@ -872,12 +872,14 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         assert!(lost.is_empty(), "acknowledged rows missing on the primary {primary}: {lost:?}");
         assert_eq!(psql("test-db-0", "SELECT v FROM kept"), "before the upgrade", "the data is kept");
         // Each database also gets the Secret of its instances' API (a certificate and a
-        // token bosun calls them with).
+        // token bosun calls them with, renewed for the Services' names), the CA's for its
+        // clients and its application's.
         let rolled = |k: &str| {
             databases.iter().any(|(pod, _, _)| k == format!("Pod/{pod}"))
-                || ["test-db", "shop-db", "store-db"]
-                    .iter()
-                    .any(|db| k == format!("StatefulSet/{db}") || k == format!("Secret/{db}-instance"))
+                || ["test-db", "shop-db", "store-db"].iter().any(|db| {
+                    ["instance", "ca", "app"].iter().any(|s| k == format!("Secret/{db}-{s}"))
+                        || k == format!("StatefulSet/{db}")
+                })
         };
 
         // The new bosun has looked at everything (its first reconciles follow its start);

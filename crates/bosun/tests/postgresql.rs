@@ -1387,3 +1387,136 @@ async fn a_failed_upgrade_leaves_the_database_on_its_old_major() {
     })
     .await;
 }
+
+/// A client pod that writes a row through `host` every second for `seconds`, each on a
+/// new connection verified with the CA bosun publishes (`test-db-ca`, mounted as it is
+/// mounted by any client): `ok N` or `FAIL N <error>` a line, then whether the CAs it
+/// ended with still hold the line `$0`'s `old` of a CA (`old 0`: not).
+async fn heartbeat(env: &Env, name: &str, host: &str, seconds: u32, old: &str) {
+    const SCRIPT: &str = r#"end=$(( $(date +%s) + $0 ))
+for i in $(seq 120); do pg_isready -q -t 2 && break; sleep 0.5; done
+psql -X -qc "CREATE TABLE IF NOT EXISTS beats (n int, at timestamptz DEFAULT now())" >/dev/null
+i=0
+while [ "$(date +%s)" -lt "$end" ]; do
+  i=$((i+1))
+  if out=$(psql -X -qtAc "INSERT INTO beats (n) VALUES ($i)" 2>&1); then echo "ok $i"; else echo "FAIL $i $(date +%s) $out"; fi
+  sleep 1
+done
+echo "old $(grep -c -F "$OLD_CA_LINE" /ca/ca.crt)""#;
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "psql",
+                "image": images::POSTGRES,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", SCRIPT, seconds.to_string()],
+                "env": [
+                    {"name": "PGHOST", "value": host},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
+                    {"name": "PGCONNECT_TIMEOUT", "value": "5"},
+                    {"name": "PGSSLMODE", "value": "verify-full"},
+                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
+                    {"name": "OLD_CA_LINE", "value": old},
+                ],
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+            }],
+            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+}
+
+#[tokio::test]
+async fn the_certificates_and_the_ca_rotate_with_no_failed_client_connection() {
+    e2e("postgresql-rotation", |env| async move {
+        env.use_real_node().await;
+        // The CA's rotation starts a minute after it is made, each step 90 s after the
+        // last (the kubelet brings a changed Secret into the pods within about a minute);
+        // each new CA is due again as soon as it signs, so rotations follow one another.
+        let lifetimes = [
+            "--postgres-ca-validity=30m",
+            "--postgres-ca-renew-before=29m",
+            "--postgres-ca-overlap=90s",
+            "--postgres-cert-validity=20m",
+            "--postgres-cert-renew-before=10m",
+        ];
+        let bosun = env.start_bosun(&[REAL_NODE, &lifetimes[..]].concat()).await;
+        let started = Instant::now();
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace("replicas: 1", "replicas: 2"));
+        assert!(ok, "{out}");
+        let instance = |env: &Env| {
+            let api = env.api::<Secret>();
+            async move { api.get("test-db-instance").await.unwrap().data.unwrap_or_default() }
+        };
+        let first = env
+            .wait_for_within::<Secret>("test-db-instance", "a CA", Duration::from_secs(60), |s| {
+                s.data.as_ref().is_some_and(|d| d.contains_key("ca.crt"))
+            })
+            .await
+            .data
+            .unwrap();
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let first_ca = String::from_utf8(first["ca.crt"].0.clone()).unwrap();
+        let first_line = first_ca.lines().nth(1).unwrap().to_owned();
+        heartbeat(&env, "heartbeat", "test-db", 330, &first_line).await;
+        // Trusted beside the old one, then signing, then the old one dropped.
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(420);
+        loop {
+            let data = instance(&env).await;
+            let replaced = data.get("ca.crt") != first.get("ca.crt");
+            let phase = match (data.contains_key("next-ca.crt"), data.contains_key("previous-ca.crt")) {
+                (_, false) if replaced => "the old CA dropped",
+                (true, _) => "trusting the next CA",
+                (false, true) => "signing with the new CA, the old one trusted",
+                (false, false) => "the first CA",
+            };
+            if seen.last() != Some(&phase) {
+                eprintln!("postgresql-rotation: {:.0} s: {phase}", started.elapsed().as_secs_f64());
+                seen.push(phase);
+            }
+            if phase == "the old CA dropped" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the CA did not rotate: {seen:?}\n{}", bosun.log_tail(30));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        assert!(
+            seen.contains(&"trusting the next CA") && seen.contains(&"signing with the new CA, the old one trusted")
+        );
+        let last = instance(&env).await;
+        assert_ne!(last.get("tls.crt"), first.get("tls.crt"), "the server certificate was not renewed");
+        // Every connection of the client, one a second across the rotation, verified the
+        // server and wrote; it ended trusting the new CA alone.
+        let done = env
+            .wait_pod("heartbeat", "finished", Duration::from_secs(360), |p| {
+                matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+            })
+            .await;
+        let (_, log) = env.kubectl(&["logs", "heartbeat"]);
+        let failed: Vec<&str> = log.lines().filter(|l| l.starts_with("FAIL")).collect();
+        let written = log.lines().filter(|l| l.starts_with("ok ")).count();
+        eprintln!("postgresql-rotation: {written} connections, {} failed", failed.len());
+        assert!(failed.is_empty(), "connections failed during the rotation: {failed:?}");
+        assert!(written >= 200, "{written} connections:\n{log}");
+        assert_eq!(done.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"));
+        let published = secret_data(&env, "test-db-ca").await;
+        let ca = String::from_utf8(published["ca.crt"].0.clone()).unwrap();
+        assert!(!ca.contains(&first_line), "the first CA is still published");
+        let ended = log.lines().find(|l| l.starts_with("old ")).unwrap_or_default();
+        assert_eq!(ended, "old 0", "the client still trusted the first CA at its end");
+        // Replication went on over TLS through it.
+        let tls = "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE s.ssl";
+        let primary = env.api::<PostgreSQL>().get("test-db").await.unwrap().status.unwrap().current_primary.unwrap();
+        let over_tls = env.exec_ok(&primary, &["psql", "-U", "postgres", "-tAc", tls]);
+        assert_eq!(over_tls.trim(), "1", "the standby does not stream over TLS after the rotation");
+        drop(bosun);
+    })
+    .await;
+}

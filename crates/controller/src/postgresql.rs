@@ -149,7 +149,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
     let instances = failover::instance_pods(db, &children.pods);
-    let access = instance_access(db, &ctx, &children.secrets, now).await?;
+    let (access, certificates_due) = instance_access(db, &ctx, &children.secrets, now).await?;
     let refs: Vec<&Pod> = instances.iter().map(|p| p.as_ref()).collect();
     let reach = Instances::new(db, &refs, access.as_ref());
     // No claim, no data: a new version is simply what the instances will run.
@@ -228,8 +228,14 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             ctx.events.condition_failed(&db.object_ref(&()), related, type_, &[reason], previous, &status.conditions);
         }
     }
-    // A look the primary's stage asked for (a failover delay, a standby that may not follow).
-    let soon = |then: Duration| primary.as_ref().and_then(|p| p.recheck).map_or(then, |r| r.min(then));
+    // A look the primary's stage asked for (a failover delay, a standby that may not
+    // follow), or the certificates' next step.
+    let certificates = certificates_due
+        .map(|due| Duration::from_secs(u64::try_from((due.as_second() - now.as_second()).max(1)).unwrap_or(1)));
+    let soon = |then: Duration| {
+        let then = certificates.map_or(then, |c| c.min(then));
+        primary.as_ref().and_then(|p| p.recheck).map_or(then, |r| r.min(then))
+    };
     Ok(match (refusal, backup_conflict) {
         (Some(r), _) => Outcome::of(Some((r.reason(), r.message())), announce),
         (None, Some(message)) => Outcome::of(Some((bosun_api::conditions::reasons::NAME_CONFLICT, message)), announce),
@@ -397,34 +403,35 @@ async fn application_credentials(db: &PostgreSQL, ctx: &Context, secrets: &Owned
 
 /// The instances' API Secret ([`bosun_resources::instances`]): made when missing,
 /// renewed when its plan says so (an apply of bosun's own child), and the access it
-/// gives; `<name>-ca` publishes its CAs. Read from the apiserver when the cache does not have it, so a cache that
-/// lags never makes a second CA.
+/// gives, and when its next renewal step is due; `<name>-ca` publishes its CAs. Read
+/// from the apiserver when the cache does not have it, so a cache that lags never
+/// makes a second CA.
 async fn instance_access(
     db: &PostgreSQL,
     ctx: &Context,
     secrets: &Owned<Secret>,
     now: Timestamp,
-) -> Result<Option<instance_api::Access>, Error> {
+) -> Result<(Option<instance_api::Access>, Option<Timestamp>), Error> {
     let (ns, name) = (db.namespace().unwrap_or_default(), instance_api::secret_name(db));
     let existing = crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await?;
     let existing = existing.filter(|s| controlled_by(s, db));
     let data = existing.as_ref().map(instance_api::data);
-    let access = match instance_api::desired_data(db, data.as_ref(), now, new_password) {
-        Ok(None) => existing.as_ref().and_then(instance_api::access),
-        Ok(Some(data)) => {
-            let applied = apply_child(ctx, db, secrets, instance_api::desired_secret(db, &data)).await?;
-            instance_api::access(&applied)
-        }
+    let life = &ctx.settings.postgres.certificates;
+    let secret = match instance_api::desired_data(db, data.as_ref(), now, life, new_password) {
+        Ok(None) => existing,
+        Ok(Some(data)) => Some(apply_child(ctx, db, secrets, instance_api::desired_secret(db, &data)).await?),
         Err(why) => {
             tracing::warn!(db = %db.name_any(), %why, "the instances' certificates could not be made");
-            existing.as_ref().and_then(instance_api::access)
+            existing
         }
     };
+    let access = secret.as_ref().and_then(instance_api::access);
     // The CAs a client verifies the database with, published as they change.
     if let Some(access) = &access {
         apply_child(ctx, db, secrets, instance_api::desired_ca_secret(db, &access.ca_bundle)).await?;
     }
-    Ok(access)
+    let due = secret.as_ref().and_then(|s| bosun_resources::pki::next_due(&instance_api::data(s), life));
+    Ok((access, due))
 }
 
 /// A new password from the operating system's CSPRNG (through `rand`'s thread

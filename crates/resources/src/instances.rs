@@ -95,16 +95,17 @@ pub fn desired_data(
     db: &PostgreSQL,
     existing: Option<&Data>,
     now: jiff::Timestamp,
+    life: &Lifetimes,
     token: impl FnOnce() -> String,
 ) -> Result<Option<Data>, String> {
-    let (names, life) = (names(db), Lifetimes::default());
-    let plan = pki::plan(existing, &names, now, &life);
+    let names = names(db);
+    let plan = pki::plan(existing, &names, now, life);
     let kept = existing.and_then(|d| d.get(TOKEN)).filter(|t| !t.trim().is_empty()).cloned();
     let bundled = existing.is_some_and(|d| d.get(BUNDLE).is_some_and(|b| *b == pki::bundle(d)));
     if plan == Plan::Keep && kept.is_some() && bundled {
         return Ok(None);
     }
-    let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, &life)?;
+    let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, life)?;
     data.insert(TOKEN.to_owned(), kept.unwrap_or_else(token));
     data.insert(BUNDLE.to_owned(), pki::bundle(&data));
     Ok(Some(data))
@@ -189,7 +190,7 @@ mod tests {
     #[test]
     fn made_once_kept_and_renewed_in_place_with_its_token() {
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
-        let made = desired_data(&db(), None, now, || "t0k3n".into()).unwrap().unwrap();
+        let made = desired_data(&db(), None, now, &Lifetimes::default(), || "t0k3n".into()).unwrap().unwrap();
         let keys_made: Vec<&str> = made.keys().map(String::as_str).collect();
         for key in ["ca.crt", "ca.key", "ca-bundle.crt", "tls.crt", "tls.key", "token"] {
             assert!(keys_made.contains(&key), "{key}: {keys_made:?}");
@@ -201,26 +202,34 @@ mod tests {
              *.orders-headless.shop.svc,*.orders-headless.shop.svc.cluster.local"
         );
         assert_eq!(made["ca-bundle.crt"], made["ca.crt"].trim_end().to_owned() + "\n");
-        assert_eq!(desired_data(&db(), Some(&made), now, || unreachable!()).unwrap(), None, "kept");
+        assert_eq!(
+            desired_data(&db(), Some(&made), now, &Lifetimes::default(), || unreachable!()).unwrap(),
+            None,
+            "kept"
+        );
         // Near the end of the serving certificate's life: a new one, the same CA and token.
         let later = now.checked_add(jiff::SignedDuration::from_hours(24 * 70)).unwrap();
-        let renewed = desired_data(&db(), Some(&made), later, || unreachable!()).unwrap().unwrap();
+        let renewed =
+            desired_data(&db(), Some(&made), later, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
         assert_ne!(renewed["tls.crt"], made["tls.crt"]);
         assert_eq!((renewed["ca.crt"].as_str(), renewed["token"].as_str()), (made["ca.crt"].as_str(), "t0k3n"));
         // A Secret someone emptied of its certificates: new ones, the token kept.
         let mut broken = made.clone();
         broken.remove("ca.crt");
-        let remade = desired_data(&db(), Some(&broken), now, || unreachable!()).unwrap().unwrap();
+        let remade =
+            desired_data(&db(), Some(&broken), now, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
         assert_eq!(remade["token"], "t0k3n");
         assert_ne!(remade["ca.key"], made["ca.key"]);
         // A Secret of a release before the bundle: the bundle added, nothing else changed.
         let mut older = made.clone();
         older.remove("ca-bundle.crt");
-        let bundled = desired_data(&db(), Some(&older), now, || unreachable!()).unwrap().unwrap();
+        let bundled =
+            desired_data(&db(), Some(&older), now, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
         assert_eq!(bundled, made);
         // While the CA rotates, both are trusted, in the bundle and in `<name>-ca`.
         let rotating = later.checked_add(jiff::SignedDuration::from_hours(24 * 365 * 9)).unwrap();
-        let next = desired_data(&db(), Some(&renewed), rotating, || unreachable!()).unwrap().unwrap();
+        let next =
+            desired_data(&db(), Some(&renewed), rotating, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
         assert!(next.contains_key("next-ca.crt"));
         assert_eq!(next["ca-bundle.crt"].matches("BEGIN CERTIFICATE").count(), 2);
         let published = desired_ca_secret(&db(), &next["ca-bundle.crt"]);
@@ -237,7 +246,7 @@ mod tests {
         assert_eq!(items, ["tls.crt", "tls.key", "ca-bundle.crt", "token"]);
         assert_eq!(server_name(&db(), "orders-1"), "orders-1.orders-headless.shop.svc");
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
-        let data = desired_data(&db(), None, now, || "t".into()).unwrap().unwrap();
+        let data = desired_data(&db(), None, now, &Lifetimes::default(), || "t".into()).unwrap().unwrap();
         let access = access(&desired_secret(&db(), &data)).unwrap();
         assert_eq!(access.token, "t");
         assert!(access.ca_bundle.starts_with("-----BEGIN CERTIFICATE-----"));

@@ -128,6 +128,22 @@ pub fn plan(data: Option<&Data>, names: &[String], now: Timestamp, life: &Lifeti
     Plan::Keep
 }
 
+/// When the Secret `data` next needs a step of [`plan`] (for `names`), if it is
+/// usable: the end of an overlap, or the renewal of the serving certificate or the CA.
+pub fn next_due(data: &Data, life: &Lifetimes) -> Option<Timestamp> {
+    let seconds = |d: Duration| jiff::SignedDuration::from_secs(d.as_secs() as i64);
+    let overlap_end = since(data).and_then(|t| t.checked_add(seconds(life.overlap)).ok());
+    let ca = expires(data.get(keys::CA_CERT))?.checked_sub(seconds(life.ca_renew_before)).ok();
+    let serving = expires(data.get(keys::TLS_CERT))?.checked_sub(seconds(life.serving_renew_before)).ok();
+    // As `plan` takes them: a next CA waits for its overlap alone; a previous one is
+    // dropped at its overlap's end, and the CA is not replaced again before.
+    if data.contains_key(keys::NEXT_CA_CERT) {
+        return overlap_end;
+    }
+    let next = if data.contains_key(keys::PREVIOUS_CA_CERT) { overlap_end } else { ca };
+    [next, serving].into_iter().flatten().min()
+}
+
 /// Carry out `plan` on `data` (empty for `Create`); returns the new data.
 pub fn apply(plan: &Plan, data: &Data, names: &[String], now: Timestamp, life: &Lifetimes) -> Result<Data, String> {
     let mut data = data.clone();
@@ -308,6 +324,17 @@ mod tests {
         assert_eq!(plan(Some(&promoted), &names(), at(t + 62), &life), Plan::DropPreviousCa);
         let dropped = apply(&Plan::DropPreviousCa, &promoted, &names(), at(t + 62), &life).unwrap();
         assert_eq!(bundle(&dropped), promoted[keys::CA_CERT].trim_end().to_owned() + "\n");
+    }
+
+    #[test]
+    fn the_next_step_is_due_at_the_end_of_an_overlap_or_at_a_renewal() {
+        let life = short();
+        let data = apply(&Plan::Create, &Data::new(), &names(), at(0), &life).unwrap();
+        // Serving: 120 s, renewed 60 s before; the CA's renewal (3000 s) comes later.
+        assert_eq!(next_due(&data, &life), Some(at(60)));
+        let trusted = apply(&Plan::TrustNextCa, &data, &names(), at(10), &life).unwrap();
+        assert_eq!(next_due(&trusted, &life), Some(at(40)), "the overlap ends first");
+        assert_eq!(plan(Some(&trusted), &names(), at(40), &life), Plan::PromoteNextCa);
     }
 
     #[test]

@@ -85,6 +85,25 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_POSTGRES_IMAGE", default_value = bosun_controller::settings::DEFAULT_POSTGRES_IMAGE)]
     pub postgres_image: String,
 
+    /// Validity of each PostgreSQL's server certificate (its clients' TLS, its
+    /// instances' API), and how long before expiry it is renewed.
+    #[arg(long, env = "BOSUN_POSTGRES_CERT_VALIDITY", default_value = "2160h", value_parser = parse_duration)]
+    pub postgres_cert_validity: std::time::Duration,
+    #[arg(long, env = "BOSUN_POSTGRES_CERT_RENEW_BEFORE", default_value = "720h", value_parser = parse_duration)]
+    pub postgres_cert_renew_before: std::time::Duration,
+
+    /// Validity of each PostgreSQL's CA, and how long before expiry its rotation starts.
+    #[arg(long, env = "BOSUN_POSTGRES_CA_VALIDITY", default_value = "87600h", value_parser = parse_duration)]
+    pub postgres_ca_validity: std::time::Duration,
+    #[arg(long, env = "BOSUN_POSTGRES_CA_RENEW_BEFORE", default_value = "8760h", value_parser = parse_duration)]
+    pub postgres_ca_renew_before: std::time::Duration,
+
+    /// How long a PostgreSQL's old and new CA are trusted together while it rotates:
+    /// long enough for the kubelet to bring the new CAs into every pod that mounts
+    /// them (about a minute) before the new CA signs.
+    #[arg(long, env = "BOSUN_POSTGRES_CA_OVERLAP", default_value = "5m", value_parser = parse_duration)]
+    pub postgres_ca_overlap: std::time::Duration,
+
     /// Give each PostgreSQL data volume to the postgres user (uid 999) in an init
     /// container that runs as root with only CHOWN: for storage that ignores fsGroup,
     /// such as hostPath volumes. Off by default: the instances run as non-root only.

@@ -76,6 +76,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     ctx.settings.postgres.image = args.postgres_image.clone();
     ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
     ctx.settings.postgres.runner_image = args.runner_image.clone();
+    ctx.settings.postgres.certificates = postgres_certificates(&args).map_err(Error::Flags)?;
     ctx.settings.stack =
         bosun_resources::stacks::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
     ctx.settings.rollout_pace.settle = args.appconfig_settle;
@@ -281,4 +282,59 @@ fn spawn_signal_handler(token: CancellationToken) -> Result<(), Error> {
         token.cancel();
     });
     Ok(())
+}
+
+/// The PostgreSQL certificates' lifetimes of the flags, when they make a plan that
+/// works: each renewal before its expiry, the CA's rotation long enough for both of
+/// its overlaps.
+fn postgres_certificates(args: &RunArgs) -> Result<bosun_resources::pki::Lifetimes, String> {
+    let life = bosun_resources::pki::Lifetimes {
+        serving: args.postgres_cert_validity,
+        serving_renew_before: args.postgres_cert_renew_before,
+        ca: args.postgres_ca_validity,
+        ca_renew_before: args.postgres_ca_renew_before,
+        overlap: args.postgres_ca_overlap,
+    };
+    if life.serving_renew_before >= life.serving {
+        return Err("--postgres-cert-renew-before must be shorter than --postgres-cert-validity".to_owned());
+    }
+    if life.ca_renew_before >= life.ca {
+        return Err("--postgres-ca-renew-before must be shorter than --postgres-ca-validity".to_owned());
+    }
+    if life.ca_renew_before <= 2 * life.overlap {
+        return Err("--postgres-ca-renew-before must be longer than twice --postgres-ca-overlap".to_owned());
+    }
+    Ok(life)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn lifetimes(flags: &[&str]) -> Result<bosun_resources::pki::Lifetimes, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("bosun").chain(flags.iter().copied())).map_err(|e| e.to_string())?;
+        postgres_certificates(&cli.run)
+    }
+
+    #[test]
+    fn postgres_certificate_lifetimes_that_cannot_work_are_refused_naming_the_flag() {
+        let defaults = lifetimes(&[]).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(defaults, bosun_resources::pki::Lifetimes::default());
+        let short = ["--postgres-cert-validity=4m", "--postgres-cert-renew-before=3m", "--postgres-ca-validity=20m"];
+        let short = [&short[..], &["--postgres-ca-renew-before=19m", "--postgres-ca-overlap=2m"]].concat();
+        assert_eq!(lifetimes(&short).map(|l| l.overlap.as_secs()), Ok(120));
+        let renew = lifetimes(&["--postgres-cert-validity=1h", "--postgres-cert-renew-before=2h"]).unwrap_err();
+        assert!(renew.contains("--postgres-cert-renew-before"), "{renew}");
+        let overlap = lifetimes(&["--postgres-ca-overlap=5000h"]).unwrap_err();
+        assert!(overlap.contains("--postgres-ca-overlap"), "{overlap}");
+    }
 }

@@ -298,6 +298,9 @@ pub struct Settings {
     /// The image whose `bosun` archives WAL, copied into each instance with
     /// continuous archiving (`--runner-image`).
     pub runner_image: String,
+    /// How long each database's CA and server certificate live, and when they are
+    /// replaced (`--postgres-cert-validity` and the others).
+    pub certificates: crate::pki::Lifetimes,
 }
 
 impl Default for Settings {
@@ -306,6 +309,7 @@ impl Default for Settings {
             image: DEFAULT_IMAGE.to_owned(),
             volume_permissions: false,
             runner_image: crate::backup::DEFAULT_RUNNER_IMAGE.to_owned(),
+            certificates: crate::pki::Lifetimes::default(),
         }
     }
 }
