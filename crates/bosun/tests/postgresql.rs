@@ -70,8 +70,7 @@ async fn client(env: &Env, name: &str, host: &str, sql: &str, password: Option<&
     client_tls(env, name, host, sql, password, "verify-full").await
 }
 
-/// [`client`] with libpq's `sslmode`. The pod passes the `restricted` Pod Security
-/// Standard, as a careful user's would.
+/// [`client`] with libpq's `sslmode`.
 async fn client_tls(
     env: &Env,
     name: &str,
@@ -85,7 +84,37 @@ async fn client_tls(
         Some(p) => json!({"name": "PGPASSWORD", "value": p}),
         None => json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
     };
-    let pod: Pod = serde_json::from_value(json!({
+    // A Service whose pod just turned Ready may not be programmed into the node's
+    // kube-proxy yet (connection refused for a moment, seen in CI): wait until it
+    // accepts connections, as a real client retries.
+    let command = ["sh", "-c", WAIT_THEN_PSQL, sql];
+    let env_vars = [
+        json!({"name": "PGHOST", "value": host}),
+        json!({"name": "PGUSER", "valueFrom": secret("username")}),
+        password,
+        json!({"name": "PGCONNECT_TIMEOUT", "value": "5"}),
+        json!({"name": "PGSSLMODE", "value": sslmode}),
+    ];
+    let pod = psql_pod(name, &command, &env_vars);
+    env.apply(&pod).await;
+    let done = env
+        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .await;
+    let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
+    let (_, out) = env.kubectl(&["logs", name]);
+    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
+    (ok, out.trim().to_owned())
+}
+
+/// A pod of the postgres image that runs `command` once with `env` and the CA bosun
+/// publishes (`test-db-ca`) as libpq's root certificate, passing the `restricted` Pod
+/// Security Standard, as a careful user's would.
+fn psql_pod(name: &str, command: &[&str], env: &[Value]) -> Pod {
+    let mut env = env.to_vec();
+    env.push(json!({"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"}));
+    serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "restartPolicy": "Never",
@@ -94,18 +123,8 @@ async fn client_tls(
                 "name": "psql",
                 "image": images::POSTGRES,
                 "imagePullPolicy": "IfNotPresent",
-                // A Service whose pod just turned Ready may not be programmed into the
-                // node's kube-proxy yet (connection refused for a moment, seen in CI):
-                // wait until it accepts connections, as a real client retries.
-                "command": ["sh", "-c", WAIT_THEN_PSQL, sql],
-                "env": [
-                    {"name": "PGHOST", "value": host},
-                    {"name": "PGUSER", "valueFrom": secret("username")},
-                    password,
-                    {"name": "PGCONNECT_TIMEOUT", "value": "5"},
-                    {"name": "PGSSLMODE", "value": sslmode},
-                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
-                ],
+                "command": command,
+                "env": env,
                 "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
                 "securityContext": {
                     "allowPrivilegeEscalation": false,
@@ -120,17 +139,7 @@ async fn client_tls(
             },
         },
     }))
-    .unwrap();
-    env.apply(&pod).await;
-    let done = env
-        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
-            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-        })
-        .await;
-    let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
-    let (_, out) = env.kubectl(&["logs", name]);
-    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
-    (ok, out.trim().to_owned())
+    .unwrap()
 }
 
 /// `sh -c` script for [`client`]: up to 60 s for `$PGHOST` to accept connections
@@ -1404,31 +1413,16 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 echo "old $(grep -c -F "$OLD_CA_LINE" /ca/ca.crt)""#;
     let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "psql",
-                "image": images::POSTGRES,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", SCRIPT, seconds.to_string()],
-                "env": [
-                    {"name": "PGHOST", "value": host},
-                    {"name": "PGUSER", "valueFrom": secret("username")},
-                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
-                    {"name": "PGCONNECT_TIMEOUT", "value": "5"},
-                    {"name": "PGSSLMODE", "value": "verify-full"},
-                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
-                    {"name": "OLD_CA_LINE", "value": old},
-                ],
-                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
-            }],
-            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
-        },
-    }))
-    .unwrap();
+    let seconds = seconds.to_string();
+    let env_vars = [
+        json!({"name": "PGHOST", "value": host}),
+        json!({"name": "PGUSER", "valueFrom": secret("username")}),
+        json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
+        json!({"name": "PGCONNECT_TIMEOUT", "value": "5"}),
+        json!({"name": "PGSSLMODE", "value": "verify-full"}),
+        json!({"name": "OLD_CA_LINE", "value": old}),
+    ];
+    let pod = psql_pod(name, &["sh", "-c", SCRIPT, &seconds], &env_vars);
     env.apply(&pod).await;
 }
 

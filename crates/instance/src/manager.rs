@@ -60,6 +60,9 @@ enum Halt {
 /// Run the instance: `pg` runs the programs, `stop` is cancelled by a signal.
 pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop: &CancellationToken) -> Outcome {
     let roles = RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    if let Err(why) = clear_leftovers(args) {
+        return Outcome::Failed(why);
+    }
     if let Err(e) = write_passfile(args) {
         return Outcome::Failed(format!("writing the passfile {}: {e}", args.passfile.display()));
     }
@@ -391,6 +394,26 @@ fn signal(server: &Child, signal: nix::sys::signal::Signal) {
 fn exit_status(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+}
+
+/// What a container before this one left in the pod's emptyDirs (`/tmp`, the socket
+/// directory), which outlive a container's restart where a root file system would not:
+/// a role told to it (it never outlives its container), and the socket's lock file of
+/// a server that was killed, which the new server would refuse to start beside when its
+/// process id now belongs to another process of this container. No server of this
+/// instance runs yet: the manager starts it.
+pub fn clear_leftovers(args: &InstanceArgs) -> Result<(), String> {
+    let socket = args.socket_dir.join(format!(".s.PGSQL.{}", args.port));
+    let lock = args.socket_dir.join(format!(".s.PGSQL.{}.lock", args.port));
+    for path in [args.role_told.clone(), lock, socket] {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("removing {}, left by an earlier container: {e}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The passfile of the instance's own connections (clone, rewind, the primary's

@@ -127,6 +127,7 @@ fn instance(dir: &Path, extra: &[&str]) -> InstanceArgs {
         ("--passfile", &pass),
         ("--termination-log", &term),
         ("--hba-file", &dir.join("pg_hba.conf")),
+        ("--socket-dir", &dir.to_path_buf()),
     ] {
         argv.extend([flag.to_owned(), path.to_string_lossy().into_owned()]);
     }
@@ -437,5 +438,29 @@ async fn a_password_edited_in_the_secret_is_set_again_without_a_restart() {
     })
     .await;
     assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn what_an_earlier_container_left_in_the_emptydirs_is_cleared_before_a_start() {
+    let dir = temp_dir("leftovers");
+    let args = instance(&dir, &[]);
+    // A server killed with its container: the socket's lock names a process id that may
+    // now be another process's; and a role told to that container, beside the label's
+    // file as it still is.
+    std::fs::write(dir.join(".s.PGSQL.5432.lock"), "7\n").unwrap();
+    std::fs::write(dir.join(".s.PGSQL.5432"), "").unwrap();
+    set_label(&dir.join("podinfo"), 1, "replica");
+    let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    roles.tell(crate::role::Role::Primary).unwrap();
+    assert_eq!(roles.read_with_source(), (Some(crate::role::Role::Primary), "told"));
+    manager::clear_leftovers(&args).unwrap();
+    assert_eq!(
+        roles.read_with_source(),
+        (Some(crate::role::Role::Replica), "label"),
+        "a told role outlived its container"
+    );
+    assert!(!dir.join(".s.PGSQL.5432.lock").exists() && !dir.join(".s.PGSQL.5432").exists());
+    manager::clear_leftovers(&args).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
