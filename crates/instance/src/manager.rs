@@ -334,23 +334,25 @@ async fn serve<P: Postgres>(
             () = &mut setup, if !set_up => set_up = true,
             _ = look.tick() => {
                 looks = looks.wrapping_add(1);
-                if let Some(tls) = tls.as_ref().filter(|_| looks.is_multiple_of(FILES_LOOK_EVERY)) {
-                    let now = tls.generation();
-                    if loaded.as_ref() != Some(&now) {
-                        info!("the TLS certificate changed: the server reloads it");
-                        signal(server, nix::sys::signal::Signal::SIGHUP);
-                        loaded = Some(now);
+                if looks.is_multiple_of(FILES_LOOK_EVERY) {
+                    if let Some(tls) = &tls {
+                        let now = tls.generation();
+                        if loaded.as_ref() != Some(&now) {
+                            info!("the TLS certificate changed: the server reloads it");
+                            signal(server, nix::sys::signal::Signal::SIGHUP);
+                            loaded = Some(now);
+                        }
                     }
-                }
-                let now = (args.superuser_password(), args.replication_password(), args.application());
-                if looks.is_multiple_of(FILES_LOOK_EVERY) && now != passwords {
-                    info!("a password changed in the credentials Secret: it is set without a restart");
-                    if let Err(e) = write_passfile(args) {
-                        warn!("the passfile could not be written again: {e}");
+                    let now = (args.superuser_password(), args.replication_password(), args.application());
+                    if now != passwords {
+                        info!("a password changed in the credentials Secret: it is set without a restart");
+                        if let Err(e) = write_passfile(args) {
+                            warn!("the passfile could not be written again: {e}");
+                        }
+                        passwords = now;
+                        setup.set(pg.setup());
+                        set_up = false;
                     }
-                    passwords = now;
-                    setup.set(pg.setup());
-                    set_up = false;
                 }
                 let data = DataState::read(&args.pgdata);
                 match data::while_running(roles.read(), &data, demoted) {
