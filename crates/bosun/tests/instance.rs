@@ -29,8 +29,11 @@ const PASSWORD: &str = "Sup3r-secret";
 const REPLICATION_PASSWORD: &str = "r3pl1cation";
 const APP_PASSWORD: &str = "app-s3cret";
 
+/// A port below the kernel's range for outgoing connections: the instances connect to
+/// each other (and probe TLS) every second, and a port taken from that range could be
+/// the source port of one before its server binds it.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    bosun_testing::free_port()
 }
 
 fn running_as_root() -> bool {
