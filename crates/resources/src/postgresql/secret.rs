@@ -34,8 +34,13 @@ pub fn desired_secret(db: &PostgreSQL, password: &str, replication_password: &st
         (keys::PGPASS, pgpass),
         (keys::REPLICATION_PASSWORD, replication_password.to_owned()),
     ];
+    kept_secret(db, secret_name(db), data)
+}
+
+/// A Secret of `data` that outlives `db` (no owner), as the data it opens does.
+fn kept_secret<const N: usize>(db: &PostgreSQL, name: String, data: [(&str, String); N]) -> Secret {
     Secret {
-        metadata: kept_meta(db, secret_name(db)),
+        metadata: kept_meta(db, name),
         type_: Some("Opaque".to_owned()),
         data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect()),
         ..Secret::default()
@@ -62,12 +67,7 @@ pub fn desired_app_secret(db: &PostgreSQL, password: &str) -> Secret {
         (keys::PGPASS, format!("{host}:{PORT}:{dbname}:{user}:{password}\n")),
         (keys::CA_SECRET, crate::instances::ca_secret_name(db)),
     ];
-    Secret {
-        metadata: kept_meta(db, app_secret_name(db)),
-        type_: Some("Opaque".to_owned()),
-        data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes()))).collect()),
-        ..Secret::default()
-    }
+    kept_secret(db, app_secret_name(db), data)
 }
 
 /// What the credentials Secret lacks for `db` (`None`: nothing).
