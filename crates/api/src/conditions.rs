@@ -134,6 +134,13 @@ pub mod reasons {
     /// PostgreSQL's credentials while its data exists, a Backup's or Restore's database
     /// or destination credentials. Looked for again every 30 s.
     pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
+    /// The server certificate a PostgreSQL's `spec.certificates` names is missing,
+    /// malformed, not verified by its CA, or expired: the instances keep the one they
+    /// have. Looked at again every 30 s.
+    pub const CERTIFICATE_INVALID: &str = "CertificateInvalid";
+    /// A Warning event: the certificate a user provides expires within
+    /// `--postgres-cert-renew-before` and was not renewed.
+    pub const CERTIFICATE_EXPIRES_SOON: &str = "CertificateExpiresSoon";
     /// Backups are not asked for.
     pub const BACKUP_DISABLED: &str = "BackupDisabled";
     /// Backups wait for the database to be Ready.
@@ -147,7 +154,8 @@ pub mod reasons {
     /// Nothing was asked of the primary's archiver yet (it is not Ready).
     pub const ARCHIVER_UNKNOWN: &str = "ArchiverUnknown";
 
-    pub const RECHECKED: &[&str] = &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT, CREDENTIALS_MISSING];
+    pub const RECHECKED: &[&str] =
+        &[NAME_CONFLICT, BACKUP_NOT_FOUND, CONFLICT, CREDENTIALS_MISSING, CERTIFICATE_INVALID];
     /// The reasons of a `Ready=False` that only the user can end: a GitOps rollout
     /// fails on them at once (kstatus `Stalled`). Every other `Ready=False` is work in
     /// progress (kstatus `Reconciling`), even one that waits long (a pod that cannot
@@ -156,6 +164,7 @@ pub mod reasons {
         INVALID_SPEC,
         NAME_CONFLICT,
         CREDENTIALS_MISSING,
+        CERTIFICATE_INVALID,
         TEMPLATE_ERROR,
         CONFLICT,
         SHRINK_REFUSED,

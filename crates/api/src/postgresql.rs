@@ -195,6 +195,10 @@ pub struct PostgreSQLSpec {
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
     #[x_kube(validation = Rule::new("!(self in ['postgres', 'template0', 'template1'])").message("spec.database must not be postgres, template0 or template1"))]
     pub database: Option<String>,
+    /// The server's TLS certificate. Without it bosun issues one from a CA of its own
+    /// per database (published in `<name>-ca`) and renews it before it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<Certificates>,
     /// How the database is first made: empty (`initdb`, without this), or recovered
     /// from another PostgreSQL's base backups and archived WAL. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,6 +207,29 @@ pub struct PostgreSQLSpec {
     /// they go with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.certificates`: the server's certificate from a Secret of the user's (e.g.
+/// cert-manager's), instead of bosun's CA.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Certificates {
+    /// A Secret of type `kubernetes.io/tls` in the database's namespace: `tls.crt`
+    /// (the certificate, then any intermediates) and `tls.key`. The certificate must
+    /// name the Service `<name>` (the standbys verify the primary by it); clients need
+    /// the names they connect with (`<name>-ro`, `<name>.<namespace>.svc`, …). bosun
+    /// checks it and copies it to the instances, which reload it without a restart; a
+    /// Secret that is missing, malformed or expired is refused (`Ready=False`), and the
+    /// instances keep the certificate they have.
+    #[schemars(length(min = 1, max = 253))]
+    #[serde(rename = "serverTLSSecret")]
+    pub server_tls_secret: String,
+    /// A Secret whose `ca.crt` is the CA that signs the certificate: what the
+    /// standbys and clients trust (published in `<name>-ca`). Default: the `ca.crt`
+    /// of `serverTLSSecret`, as cert-manager writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "serverCASecret")]
+    #[schemars(length(min = 1, max = 253))]
+    pub server_ca_secret: Option<String>,
 }
 
 /// `spec.bootstrap`.
@@ -337,6 +364,9 @@ pub struct PostgreSQLStatus {
     /// The last major-version upgrade (a raise of `spec.version`), step by step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<MajorUpgrade>,
+    /// The certificate the instances serve clients with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_certificate: Option<ServerCertificate>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -346,6 +376,17 @@ impl crate::conditions::Conditioned for PostgreSQLStatus {
     fn conditions(&self) -> &[Condition] {
         &self.conditions
     }
+}
+
+/// `status.serverCertificate`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerCertificate {
+    /// The Secret it comes from: `<name>-instance` (bosun's CA) or
+    /// `spec.certificates.serverTLSSecret`.
+    pub secret_name: String,
+    /// When it expires (RFC 3339).
+    pub not_after: String,
 }
 
 /// `status.upgrade`: an in-place major upgrade with `pg_upgrade --link`.

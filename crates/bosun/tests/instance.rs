@@ -177,9 +177,16 @@ fn database() -> PostgreSQL {
 /// access they give.
 fn api_credentials(dir: &Path) -> Access {
     let now = jiff::Timestamp::now();
-    let data = credentials::desired_data(&database(), None, now, &Default::default(), || "t0ken-of-the-secret".into())
-        .unwrap()
-        .unwrap();
+    let data = credentials::desired_data(
+        &database(),
+        None,
+        now,
+        &Default::default(),
+        || "t0ken-of-the-secret".into(),
+        credentials::Server::Own,
+    )
+    .unwrap()
+    .unwrap();
     std::fs::create_dir_all(dir.join("api")).unwrap();
     for key in ["tls.crt", "tls.key", "ca-bundle.crt", "token"] {
         let path = dir.join("api").join(key);
@@ -431,9 +438,16 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert!(matches!(&denied, AskError::Unreachable(m) if m.starts_with("401")), "{denied:?}");
     let other_ca = credentials::access(&credentials::desired_secret(
         &database(),
-        &credentials::desired_data(&database(), None, jiff::Timestamp::now(), &Default::default(), || "x".into())
-            .unwrap()
-            .unwrap(),
+        &credentials::desired_data(
+            &database(),
+            None,
+            jiff::Timestamp::now(),
+            &Default::default(),
+            || "x".into(),
+            credentials::Server::Own,
+        )
+        .unwrap()
+        .unwrap(),
     ))
     .unwrap();
     let stranger = Access { token: access.token.clone(), ..other_ca };

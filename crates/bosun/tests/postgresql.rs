@@ -79,6 +79,19 @@ async fn client_tls(
     password: Option<&str>,
     sslmode: &str,
 ) -> (bool, String) {
+    client_trusting(env, name, host, sql, password, sslmode, "test-db-ca").await
+}
+
+/// [`client_tls`] that trusts the CAs of Secret `ca_secret`'s `ca.crt`.
+async fn client_trusting(
+    env: &Env,
+    name: &str,
+    host: &str,
+    sql: &str,
+    password: Option<&str>,
+    sslmode: &str,
+    ca_secret: &str,
+) -> (bool, String) {
     let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
     let password = match password {
         Some(p) => json!({"name": "PGPASSWORD", "value": p}),
@@ -95,7 +108,10 @@ async fn client_tls(
         json!({"name": "PGCONNECT_TIMEOUT", "value": "5"}),
         json!({"name": "PGSSLMODE", "value": sslmode}),
     ];
-    let pod = psql_pod(name, &command, &env_vars);
+    let mut pod = psql_pod(name, &command, &env_vars);
+    if let Some(volume) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()).and_then(|v| v.first_mut()) {
+        volume.secret.as_mut().unwrap().secret_name = Some(ca_secret.to_owned());
+    }
     env.apply(&pod).await;
     let done = env
         .wait_pod(name, "finished", Duration::from_secs(120), |p| {
@@ -1511,6 +1527,138 @@ async fn the_certificates_and_the_ca_rotate_with_no_failed_client_connection() {
         let over_tls = env.exec_ok(&primary, &["psql", "-U", "postgres", "-tAc", tls]);
         assert_eq!(over_tls.trim(), "1", "the standby does not stream over TLS after the rotation");
         drop(bosun);
+    })
+    .await;
+}
+
+/// A CA of the user's (as cert-manager's would be): its certificate and key.
+fn users_ca() -> (String, String) {
+    bosun_resources::pki::new_ca(jiff::Timestamp::now(), Duration::from_secs(365 * 86400)).unwrap()
+}
+
+/// A certificate `ca` signs for the Services of `test-db` in `ns`, valid from
+/// `days_ago` days ago for `days` days: the `data` of a `kubernetes.io/tls` Secret.
+fn users_certificate(ca: &(String, String), ns: &str, days_ago: i64, days: u64) -> Value {
+    let names: Vec<String> =
+        ["test-db", "test-db-ro", &format!("test-db.{ns}.svc")].into_iter().map(str::to_owned).collect();
+    let from = jiff::Timestamp::now().checked_sub(jiff::SignedDuration::from_hours(24 * days_ago)).unwrap();
+    let (cert, key) =
+        bosun_resources::pki::new_serving(&ca.0, &ca.1, &names, from, Duration::from_secs(days * 86400)).unwrap();
+    json!({"tls.crt": cert, "tls.key": key, "ca.crt": ca.0})
+}
+
+/// Issue 44: a certificate the user provides (a cert-manager-style Secret) is served
+/// in place of bosun's without a restart; a missing, mismatched or expired one is
+/// refused naming the field and the Secret while the instances go on serving the one
+/// they have; one near expiry is warned of, and its expiry is a gauge.
+#[tokio::test]
+async fn a_certificate_the_user_provides_is_served_and_a_bad_one_changes_nothing() {
+    e2e("postgresql-own-certificate", |env| async move {
+        env.use_real_node().await;
+        let bosun = env.start_bosun(REAL_NODE).await;
+        let ns = env.ns.clone();
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace("replicas: 1", "replicas: 2"));
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let pods = || async {
+            let mut seen = Vec::new();
+            for name in ["test-db-0", "test-db-1"] {
+                let pod = env.api::<Pod>().get(name).await.unwrap();
+                let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+                seen.push((pod.metadata.uid.clone(), statuses.iter().map(|c| c.restart_count).sum::<i32>()));
+            }
+            seen
+        };
+        let before = pods().await;
+
+        // Named before it exists: refused, naming the field and the Secret.
+        patch_spec(&env, "test-db", json!({"certificates": {"serverTLSSecret": "test-db-tls"}})).await;
+        let refused = |needle: &'static str| {
+            move |db: &PostgreSQL| {
+                is("Ready", "False", "CertificateInvalid")(db)
+                    && condition(db, "Ready").is_some_and(|c| {
+                        c.message.starts_with("spec.certificates.serverTLSSecret: Secret ")
+                            && c.message.contains("/test-db-tls")
+                            && c.message.contains(needle)
+                    })
+            }
+        };
+        let within = Duration::from_secs(120);
+        env.wait_for_within::<PostgreSQL>("test-db", "refused: missing", within, refused("does not exist")).await;
+
+        // The user's CA, published to clients in a Secret of theirs; a certificate that
+        // expires in 20 days (within the 30 days bosun renews its own before).
+        let ca = users_ca();
+        let tls_secret = |data: Value| {
+            serde_json::from_value::<Secret>(json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": "test-db-tls"}, "stringData": data,
+            }))
+            .unwrap()
+        };
+        let good = users_certificate(&ca, &ns, 1, 20);
+        env.apply(&tls_secret(good.clone())).await;
+        let ca_only: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "users-ca"}, "stringData": {"ca.crt": ca.0},
+        }))
+        .unwrap();
+        env.apply(&ca_only).await;
+        let ready = wait_ready(&env, "test-db", Duration::from_secs(120)).await;
+        let served = ready.status.as_ref().and_then(|s| s.server_certificate.clone()).expect("status.serverCertificate");
+        assert_eq!(served.secret_name, "test-db-tls");
+        let not_after = bosun_resources::pki::not_after(good["tls.crt"].as_str().unwrap()).unwrap();
+        assert_eq!(served.not_after, not_after.to_string());
+        let published = text(&secret_data(&env, "test-db-ca").await, "ca.crt");
+        assert!(published.starts_with(&ca.0), "<name>-ca does not publish the user's CA first: {published}");
+
+        // A client that trusts only the user's CA verifies the server (once the
+        // kubelet has refreshed the instances' Secret and the server reloaded it).
+        let verified = || client_trusting(&env, "own-ca", "test-db", "SELECT 1", None, "verify-full", "users-ca");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let switched = Instant::now();
+        loop {
+            let (ok, out) = verified().await;
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the user's certificate is not served: {out}\n{}", bosun.log_tail(20));
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        eprintln!("own certificate: served {:.0} s after its Secret was ready", switched.elapsed().as_secs_f64());
+        // Near its expiry: a Warning, and the gauge an alert reads.
+        assert!(warnings_counted(&env, "test-db", "CertificateExpiresSoon").await >= 1, "no CertificateExpiresSoon");
+        let (_, metrics) = bosun.http_get("/metrics").await;
+        let series = format!(
+            "bosun_postgresql_server_certificate_expiry_timestamp_seconds{{database_namespace=\"{ns}\",database=\"test-db\"}} "
+        );
+        let gauge = metrics.lines().find_map(|l| l.strip_prefix(series.as_str())).map(|v| v.trim().parse::<f64>());
+        assert_eq!(gauge, Some(Ok(not_after.as_second() as f64)), "{series}");
+
+        // A key that is not the certificate's, then an expired certificate: each refused
+        // by name; the instances keep serving the good one, unrestarted.
+        let mut mismatched = good.clone();
+        mismatched["tls.key"] = users_certificate(&ca, &ns, 1, 20)["tls.key"].clone();
+        let expired = users_certificate(&ca, &ns, 10, 2);
+        for (data, needle) in
+            [(mismatched, "tls.key is not the key of tls.crt's certificate"), (expired, "the certificate expired at")]
+        {
+            env.apply(&tls_secret(data)).await;
+            env.wait_for_within::<PostgreSQL>("test-db", needle, within, refused(needle)).await;
+            let (ok, out) = verified().await;
+            assert!(ok, "a refused certificate broke the one served: {out}");
+        }
+        // Fixed: Ready again, nothing restarted, streaming to the standby all along.
+        env.apply(&tls_secret(good)).await;
+        wait_ready(&env, "test-db", within).await;
+        assert_eq!(pods().await, before, "an instance restarted");
+        let streaming = "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid) WHERE s.ssl";
+        let primary = ready.status.as_ref().and_then(|s| s.current_primary.clone()).unwrap();
+        assert_eq!(env.exec_ok(&primary, &["psql", "-U", "postgres", "-tAc", streaming]).trim(), "1");
+        // No key in bosun's log or the events.
+        let (_, events) = env.kubectl(&["get", "events", "-o", "yaml"]);
+        for (what, text) in [("bosun's log", bosun.log_tail(100_000)), ("the events", events)] {
+            assert!(!text.contains("PRIVATE KEY"), "a private key in {what}");
+        }
     })
     .await;
 }

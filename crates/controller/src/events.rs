@@ -164,6 +164,12 @@ impl Events {
         self.warn(owner, reason, note);
     }
 
+    /// Something about `owner` needs the user soon (`reason`, e.g. a certificate that
+    /// expires): repeats fold into one series.
+    pub fn warning(&self, owner: &ObjectReference, reason: &str, note: String) {
+        self.warn(owner, reason, note);
+    }
+
     /// The spec of `owner` cannot be served; `reason` is the one on its Ready condition.
     pub fn refused(&self, owner: &ObjectReference, reason: &str, message: &str) {
         self.warn(owner, reason, message.to_owned());

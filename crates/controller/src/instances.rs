@@ -266,9 +266,10 @@ pub mod fake {
     impl FakeInstances {
         pub async fn start(db: &PostgreSQL) -> FakeInstances {
             let now = jiff::Timestamp::now();
-            let data = build::desired_data(db, None, now, &Default::default(), || "fake-token".into())
-                .unwrap_or_default()
-                .unwrap_or_default();
+            let data =
+                build::desired_data(db, None, now, &Default::default(), || "fake-token".into(), build::Server::Own)
+                    .unwrap_or_default()
+                    .unwrap_or_default();
             let access = build::access(&build::desired_secret(db, &data)).unwrap_or_else(|| unreachable!());
             let certs: Vec<CertificateDer<'static>> =
                 CertificateDer::pem_slice_iter(data["tls.crt"].as_bytes()).filter_map(Result::ok).collect();

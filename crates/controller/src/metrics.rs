@@ -84,6 +84,9 @@ pub struct Metrics {
     pub wal_archiving_failing: Family<DatabaseLabels, FloatGauge>,
     /// A PostgreSQL's `archive_timeout`, so an alert can tell lagging from idle.
     pub wal_archive_timeout: Family<DatabaseLabels, FloatGauge>,
+    /// When the certificate a PostgreSQL's instances serve clients with expires (Unix
+    /// seconds): bosun's, which it renews, or the one `spec.certificates` names.
+    pub server_certificate_expiry: Family<DatabaseLabels, FloatGauge>,
     /// WAL files a PostgreSQL's primary failed to archive, counted between bosun's
     /// looks at its archiver (`pg_stat_archiver.failed_count`'s growth), so
     /// `increase(...) > 0` sees a failure that a later push made good.
@@ -114,6 +117,7 @@ impl Default for Metrics {
             wal_archiving_failing: Family::default(),
             wal_archive_timeout: Family::default(),
             wal_archive_failures: Family::default(),
+            server_certificate_expiry: Family::default(),
             primary_changes: Family::default(),
             // 0.1 s … ~100 s
             primary_change_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.1, 2.0, 11))),
@@ -184,6 +188,11 @@ impl Metrics {
             "postgresql_wal_archive_failures",
             "WAL files the primary of each continuously archived PostgreSQL failed to archive, as bosun counted them",
             self.wal_archive_failures.clone(),
+        );
+        r.register(
+            "postgresql_server_certificate_expiry_timestamp_seconds",
+            "When the certificate each PostgreSQL's instances serve clients with expires, in Unix seconds",
+            self.server_certificate_expiry.clone(),
         );
         r.register(
             "postgresql_primary_changes",

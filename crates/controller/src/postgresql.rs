@@ -23,8 +23,10 @@ use std::time::Duration;
 
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
+use bosun_api::postgresql::ServerCertificate;
 use bosun_resources::instances as instance_api;
 use bosun_resources::postgresql::{self as build, Observed, Refusal};
+use bosun_resources::provided;
 use bosun_resources::upgrade::{Plan, data_version, plan};
 use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
@@ -149,9 +151,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().map(|c| c.as_ref()).collect();
     let backup = children.backups.get(&ns, &build::backup_name(db)).filter(|b| controlled_by(b.as_ref(), db));
     let instances = failover::instance_pods(db, &children.pods);
-    let (access, certificates_due) = instance_access(db, &ctx, &children.secrets, now).await?;
+    let certificates = instance_access(db, &ctx, &children.secrets, now).await?;
     let refs: Vec<&Pod> = instances.iter().map(|p| p.as_ref()).collect();
-    let reach = Instances::new(db, &refs, access.as_ref());
+    let reach = Instances::new(db, &refs, certificates.access.as_ref());
     // No claim, no data: a new version is simply what the instances will run.
     let data = if claim_refs.is_empty() { None } else { data_version(cached.as_deref(), &claim_refs) };
     let major = match plan(db, data, now) {
@@ -168,7 +170,12 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         _ => None,
     };
     let running = Running::of(db, major.as_ref());
-    let (sts, refusal) = match serve(db, &ctx, &children, (cached.as_deref(), &claim_refs), running).await {
+    let refused = certificates.refused.clone().map(Refusal::Certificate);
+    let served = match refused {
+        Some(refusal) => Err(Stop::Refused(refusal)),
+        None => serve(db, &ctx, &children, (cached.as_deref(), &claim_refs), running).await,
+    };
+    let (sts, refusal) = match served {
         Ok(sts) => (Some(sts), None),
         Err(Stop::Refused(refusal)) => (cached.map(|s| (*s).clone()), Some(refusal)),
         Err(Stop::Failed(err)) => return Err(err),
@@ -206,6 +213,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         last_change: primary.as_ref().and_then(|p| p.change.as_ref()),
         archiving: archiving.as_ref(),
         upgrade: major.as_ref(),
+        server_certificate: certificates.server.as_ref(),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
@@ -228,10 +236,18 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             ctx.events.condition_failed(&db.object_ref(&()), related, type_, &[reason], previous, &status.conditions);
         }
     }
+    expiring_certificate(db, &ctx, certificates.server.as_ref(), now);
     // A look the primary's stage asked for (a failover delay, a standby that may not
     // follow), or the certificates' next step.
-    let certificates = certificates_due
+    let certificates = certificates
+        .due
         .map(|due| Duration::from_secs(u64::try_from((due.as_second() - now.as_second()).max(1)).unwrap_or(1)));
+    // A Secret of the user's is not watched: looked at each minute, a renewal reaches
+    // the instances within about two (the kubelet's refresh of the volume).
+    let certificates = match db.spec.certificates {
+        Some(_) => Some(certificates.map_or(PROVIDED_RECHECK, |c| c.min(PROVIDED_RECHECK))),
+        None => certificates,
+    };
     let soon = |then: Duration| {
         let then = certificates.map_or(then, |c| c.min(then));
         primary.as_ref().and_then(|p| p.recheck).map_or(then, |r| r.min(then))
@@ -253,20 +269,57 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     })
 }
 
-/// The continuous-archiving gauges of PostgreSQLs ([`read_gauges`]).
+/// A Warning on each look while the user's certificate the server serves expires
+/// within `--postgres-cert-renew-before` (bosun renews its own by then): cert-manager
+/// or whoever provides it has not renewed it.
+fn expiring_certificate(db: &PostgreSQL, ctx: &Context, server: Option<&ServerCertificate>, now: Timestamp) {
+    let Some(server) = server.filter(|s| s.secret_name != instance_api::secret_name(db)) else { return };
+    let Ok(not_after) = server.not_after.parse::<Timestamp>() else { return };
+    let left = not_after.as_second() - now.as_second();
+    let window = ctx.settings.postgres.certificates.serving_renew_before.as_secs() as i64;
+    if left <= window && left > 0 {
+        let note = format!(
+            "the server's certificate from Secret {} (spec.certificates.serverTLSSecret) expires at {} (in {} h): \
+             renew it, or clients that verify it will fail",
+            server.secret_name,
+            server.not_after,
+            left / 3600
+        );
+        ctx.events.warning(&db.object_ref(&()), bosun_api::conditions::reasons::CERTIFICATE_EXPIRES_SOON, note);
+    }
+}
+
+/// The gauges of PostgreSQLs ([`read_gauges`]).
 fn gauges(ctx: &Context) -> Gauges<PostgreSQL, crate::metrics::DatabaseLabels> {
     let m = &ctx.metrics;
     Gauges {
-        families: vec![m.wal_last_archived.clone(), m.wal_archiving_failing.clone(), m.wal_archive_timeout.clone()],
+        families: vec![
+            m.server_certificate_expiry.clone(),
+            m.wal_last_archived.clone(),
+            m.wal_archiving_failing.clone(),
+            m.wal_archive_timeout.clone(),
+        ],
         read: read_gauges,
     }
 }
 
-/// The continuous-archiving gauges of a PostgreSQL (last archived, failing, archive
-/// timeout) from its status; none without continuous archiving.
+/// The gauges of a PostgreSQL from its status: when its server's certificate expires;
+/// with continuous archiving, the last archived, failing and archive timeout.
 fn read_gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<Option<f64>>)> {
+    let status = db.status.as_ref();
+    let expiry = status
+        .and_then(|s| s.server_certificate.as_ref())
+        .and_then(|c| c.not_after.parse::<Timestamp>().ok())
+        .map(|t| t.as_second() as f64);
+    let mut values = vec![expiry];
+    values.extend(archiving_gauges(db).unwrap_or_else(|| vec![None; 3]));
+    values.iter().any(Option::is_some).then(|| (database_labels(db), values))
+}
+
+/// The continuous-archiving gauges of a PostgreSQL (last archived, failing, archive
+/// timeout); none without continuous archiving.
+fn archiving_gauges(db: &PostgreSQL) -> Option<Vec<Option<f64>>> {
     let timeout = build::archive_timeout(db)?;
-    let labels = database_labels(db);
     let archiving = db.status.as_ref().and_then(|s| s.wal_archiving.as_ref());
     let last = archiving
         .and_then(|a| a.last_archived_time.as_deref())
@@ -274,13 +327,16 @@ fn read_gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<O
         .map(|t| t.as_second() as f64);
     // Failing as the condition is: the last file failed, or some since the last look.
     let failing = archiving.is_some_and(|a| build::archiving_fails(a) || a.recent_failures.is_some());
-    Some((labels, vec![last, Some(f64::from(u8::from(failing))), Some(timeout as f64)]))
+    Some(vec![last, Some(f64::from(u8::from(failing))), Some(timeout as f64)])
 }
 
 /// A database's labels on its own series.
 fn database_labels(db: &PostgreSQL) -> crate::metrics::DatabaseLabels {
     crate::metrics::DatabaseLabels { database_namespace: db.namespace().unwrap_or_default(), database: db.name_any() }
 }
+
+/// How often the Secrets `spec.certificates` names are read.
+pub const PROVIDED_RECHECK: Duration = Duration::from_secs(60);
 
 /// How often the primary's archiver is asked, with continuous archiving.
 pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
@@ -401,9 +457,20 @@ async fn application_credentials(db: &PostgreSQL, ctx: &Context, secrets: &Owned
     Ok(())
 }
 
+/// What the instances' Secret gives: bosun's access to their API, when its
+/// certificates are next due, the certificate the server serves with, and why the one
+/// `spec.certificates` names is not served (when it is not).
+struct InstanceAccess {
+    access: Option<instance_api::Access>,
+    due: Option<Timestamp>,
+    server: Option<ServerCertificate>,
+    refused: Option<String>,
+}
+
 /// The instances' API Secret ([`bosun_resources::instances`]): made when missing,
-/// renewed when its plan says so (an apply of bosun's own child), and the access it
-/// gives, and when its next renewal step is due; `<name>-ca` publishes its CAs. Read
+/// renewed when its plan says so (an apply of bosun's own child), with the server's
+/// certificate (bosun's, or the user's once [`provided::check`] passes: a failing one
+/// leaves the instances theirs); `<name>-ca` publishes the CAs that verify it. Read
 /// from the apiserver when the cache does not have it, so a cache that lags never
 /// makes a second CA.
 async fn instance_access(
@@ -411,13 +478,29 @@ async fn instance_access(
     ctx: &Context,
     secrets: &Owned<Secret>,
     now: Timestamp,
-) -> Result<(Option<instance_api::Access>, Option<Timestamp>), Error> {
+) -> Result<InstanceAccess, Error> {
     let (ns, name) = (db.namespace().unwrap_or_default(), instance_api::secret_name(db));
     let existing = crate::read::cached_or_get(&ctx.client, secrets, &ns, &name).await?;
     let existing = existing.filter(|s| controlled_by(s, db));
     let data = existing.as_ref().map(instance_api::data);
     let life = &ctx.settings.postgres.certificates;
-    let secret = match instance_api::desired_data(db, data.as_ref(), now, life, new_password) {
+    let checked = match provided::secret_names(db) {
+        None => None,
+        Some((tls, ca)) => {
+            let tls = crate::read::cached_or_get(&ctx.client, secrets, &ns, &tls).await?;
+            let ca = match ca {
+                Some(ca) => crate::read::cached_or_get(&ctx.client, secrets, &ns, &ca).await?,
+                None => None,
+            };
+            Some(provided::check(db, tls.as_ref(), ca.as_ref(), now))
+        }
+    };
+    let server = match &checked {
+        None => instance_api::Server::Own,
+        Some(Ok(provided)) => instance_api::Server::Provided(provided),
+        Some(Err(_)) => instance_api::Server::Kept,
+    };
+    let secret = match instance_api::desired_data(db, data.as_ref(), now, life, new_password, server) {
         Ok(None) => existing,
         Ok(Some(data)) => Some(apply_child(ctx, db, secrets, instance_api::desired_secret(db, &data)).await?),
         Err(why) => {
@@ -425,13 +508,24 @@ async fn instance_access(
             existing
         }
     };
+    let data = secret.as_ref().map(instance_api::data).unwrap_or_default();
     let access = secret.as_ref().and_then(instance_api::access);
     // The CAs a client verifies the database with, published as they change.
-    if let Some(access) = &access {
-        apply_child(ctx, db, secrets, instance_api::desired_ca_secret(db, &access.ca_bundle)).await?;
+    if let Some(ca) = instance_api::server_ca(&data).or(access.as_ref().map(|a| &a.ca_bundle)) {
+        apply_child(ctx, db, secrets, instance_api::desired_ca_secret(db, ca)).await?;
     }
-    let due = secret.as_ref().and_then(|s| bosun_resources::pki::next_due(&instance_api::data(s), life));
-    Ok((access, due))
+    // Where the served certificate comes from: bosun's own, or the user's (of now, or
+    // of before when the one named now is refused).
+    let keys = (bosun_instance::api::keys::SERVER_CERT, bosun_instance::api::keys::CERT);
+    let served = match &checked {
+        Some(Ok(provided)) => provided.secret.clone(),
+        _ if data.get(keys.0) == data.get(keys.1) => name,
+        _ => db.status.as_ref().and_then(|s| s.server_certificate.as_ref()).map_or(name, |s| s.secret_name.clone()),
+    };
+    let server = instance_api::server_not_after(&data)
+        .map(|not_after| ServerCertificate { secret_name: served, not_after: not_after.to_string() });
+    let due = bosun_resources::pki::next_due(&data, life);
+    Ok(InstanceAccess { access, due, server, refused: checked.and_then(Result::err) })
 }
 
 /// A new password from the operating system's CSPRNG (through `rand`'s thread

@@ -29,7 +29,9 @@ hostssl replication  all  all            scram-sha-256
 hostssl all          all  all            scram-sha-256
 ";
 
-/// The server's TLS files, when the instance has them (the API's directory).
+/// The server's TLS files, when the instance has them (the API's directory): the
+/// server's own (bosun's certificate, or one the user provides), else, from a Secret
+/// of a release before them, the API's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tls {
     pub cert: PathBuf,
@@ -41,7 +43,11 @@ pub struct Tls {
 impl Tls {
     pub fn of(args: &InstanceArgs) -> Option<Tls> {
         let dir = args.api_dir.as_ref()?;
-        let (cert, key, bundle) = (dir.join(keys::CERT), dir.join(keys::KEY), dir.join(keys::BUNDLE));
+        let files = |cert, key, bundle| (dir.join(cert), dir.join(key), dir.join(bundle));
+        let (cert, key, bundle) = match files(keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA) {
+            server if server.0.exists() && server.1.exists() => server,
+            _ => files(keys::CERT, keys::KEY, keys::BUNDLE),
+        };
         (cert.exists() && key.exists()).then(|| Tls { cert, key, bundle: bundle.exists().then_some(bundle) })
     }
 
@@ -182,6 +188,15 @@ mod tests {
             [("host", "db".to_owned()), ("port", "5432".to_owned()), ("sslmode", "verify-full".to_owned())]
         );
         assert_eq!(ToPrimary::Prefer.pairs(&args)[2], ("sslmode", "prefer".to_owned()));
+        // The server's own files (bosun's, or the user's certificate) when the Secret has them.
+        for key in [keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA] {
+            std::fs::write(dir.join(key), key).unwrap_or_default();
+        }
+        let tls = Tls::of(&args).unwrap_or_else(|| unreachable!("the files are there"));
+        assert_eq!(
+            (tls.cert, tls.key, tls.bundle),
+            (dir.join("server.crt"), dir.join("server.key"), Some(dir.join("server-ca.crt")))
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

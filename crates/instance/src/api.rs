@@ -46,6 +46,11 @@ pub mod keys {
     /// The CAs that sign the instances' certificates (the primary's, for a standby).
     pub const BUNDLE: &str = "ca-bundle.crt";
     pub const TOKEN: &str = "token";
+    /// The certificate and key PostgreSQL serves clients with: bosun's (the API's), or
+    /// one the user provides; and the CAs that verify it (the primary's, for a standby).
+    pub const SERVER_CERT: &str = "server.crt";
+    pub const SERVER_KEY: &str = "server.key";
+    pub const SERVER_CA: &str = "server-ca.crt";
 }
 pub mod paths {
     pub const HEALTH: &str = "/healthz";

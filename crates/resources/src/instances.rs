@@ -21,6 +21,7 @@ use kube::ResourceExt;
 
 use crate::meta::child_meta;
 use crate::pki::{self, Data, Lifetimes, Plan};
+use crate::provided::Provided;
 
 /// The key of the token in the Secret (and the file in the pod).
 pub const TOKEN: &str = keys::TOKEN;
@@ -88,27 +89,67 @@ pub fn data(secret: &Secret) -> Data {
     secret.data.iter().flatten().filter_map(|(k, v)| Some((k.clone(), String::from_utf8(v.0.clone()).ok()?))).collect()
 }
 
+/// What PostgreSQL serves clients with.
+#[derive(Clone, Copy, Debug)]
+pub enum Server<'a> {
+    /// bosun's certificate (the API's).
+    Own,
+    /// The one the user provides, checked.
+    Provided(&'a Provided),
+    /// Whatever the Secret has (a provided one that can no longer be checked is kept);
+    /// bosun's when it has none.
+    Kept,
+}
+
 /// What the Secret needs at `now` (`existing`: its data, none when there is no
 /// Secret): `Ok(None)` when it is kept as it is; else its new data, the token kept
-/// when there is one (`token` makes one when there is none).
+/// when there is one (`token` makes one when there is none), and the server's files
+/// as `server` says.
 pub fn desired_data(
     db: &PostgreSQL,
     existing: Option<&Data>,
     now: jiff::Timestamp,
     life: &Lifetimes,
     token: impl FnOnce() -> String,
+    server: Server<'_>,
 ) -> Result<Option<Data>, String> {
     let names = names(db);
     let plan = pki::plan(existing, &names, now, life);
     let kept = existing.and_then(|d| d.get(TOKEN)).filter(|t| !t.trim().is_empty()).cloned();
     let bundled = existing.is_some_and(|d| d.get(BUNDLE).is_some_and(|b| *b == pki::bundle(d)));
-    if plan == Plan::Keep && kept.is_some() && bundled {
-        return Ok(None);
+    let mut data = if plan == Plan::Keep && kept.is_some() && bundled {
+        existing.cloned().unwrap_or_default()
+    } else {
+        let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, life)?;
+        data.insert(TOKEN.to_owned(), kept.unwrap_or_else(token));
+        data.insert(BUNDLE.to_owned(), pki::bundle(&data));
+        data
+    };
+    let own = |data: &Data, key: &str| data.get(key).cloned().unwrap_or_default();
+    let files = match server {
+        // bosun's CAs stay trusted beside the user's (they sign only this database's
+        // certificates): a standby or client that sees the new CAs before the server
+        // reloads still verifies it.
+        Server::Provided(p) => {
+            [p.cert.clone(), p.key.clone(), format!("{}\n{}", p.ca.trim_end(), own(&data, BUNDLE).trim_start())]
+        }
+        Server::Kept if data.contains_key(keys::SERVER_CERT) => return Ok(Some(data).filter(|d| Some(d) != existing)),
+        Server::Own | Server::Kept => [own(&data, keys::CERT), own(&data, keys::KEY), own(&data, BUNDLE)],
+    };
+    for (key, value) in [keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA].into_iter().zip(files) {
+        data.insert(key.to_owned(), value);
     }
-    let mut data = pki::apply(&plan, &existing.cloned().unwrap_or_default(), &names, now, life)?;
-    data.insert(TOKEN.to_owned(), kept.unwrap_or_else(token));
-    data.insert(BUNDLE.to_owned(), pki::bundle(&data));
-    Ok(Some(data))
+    Ok(Some(data).filter(|d| Some(d) != existing))
+}
+
+/// When the server's certificate in the Secret's `data` expires.
+pub fn server_not_after(data: &Data) -> Option<jiff::Timestamp> {
+    pki::not_after(data.get(keys::SERVER_CERT)?)
+}
+
+/// The CAs that verify the server's certificate, for clients (`<name>-ca`).
+pub fn server_ca(data: &Data) -> Option<&String> {
+    data.get(keys::SERVER_CA).filter(|ca| !ca.trim().is_empty())
 }
 
 /// The Secret with `data`, owned by `db`.
@@ -145,15 +186,19 @@ pub fn access(secret: &Secret) -> Option<Access> {
 }
 
 /// The pod's volume of the Secret: the certificate, its key, the CAs to trust and the
-/// token, readable by the server's group only (owned by root, as PostgreSQL accepts a
-/// key); never the CA's key.
+/// token, and the server's certificate, key and CAs, readable by the server's group
+/// only (owned by root, as PostgreSQL accepts a key); never the CA's key.
 pub fn volume(db: &PostgreSQL) -> Volume {
     let item = |key: &str| KeyToPath { key: key.to_owned(), path: key.to_owned(), mode: None };
     Volume {
         name: VOLUME.to_owned(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret_name(db)),
-            items: Some(vec![item(keys::CERT), item(keys::KEY), item(BUNDLE), item(TOKEN)]),
+            items: Some(
+                [keys::CERT, keys::KEY, BUNDLE, TOKEN, keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA]
+                    .map(item)
+                    .to_vec(),
+            ),
             default_mode: Some(0o440),
             optional: None,
         }),
@@ -190,9 +235,10 @@ mod tests {
     #[test]
     fn made_once_kept_and_renewed_in_place_with_its_token() {
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
-        let made = desired_data(&db(), None, now, &Lifetimes::default(), || "t0k3n".into()).unwrap().unwrap();
+        let made =
+            desired_data(&db(), None, now, &Lifetimes::default(), || "t0k3n".into(), Server::Own).unwrap().unwrap();
         let keys_made: Vec<&str> = made.keys().map(String::as_str).collect();
-        for key in ["ca.crt", "ca.key", "ca-bundle.crt", "tls.crt", "tls.key", "token"] {
+        for key in ["ca.crt", "ca.key", "ca-bundle.crt", "tls.crt", "tls.key", "token", "server.crt", "server.key"] {
             assert!(keys_made.contains(&key), "{key}: {keys_made:?}");
         }
         assert_eq!(
@@ -203,33 +249,37 @@ mod tests {
         );
         assert_eq!(made["ca-bundle.crt"], made["ca.crt"].trim_end().to_owned() + "\n");
         assert_eq!(
-            desired_data(&db(), Some(&made), now, &Lifetimes::default(), || unreachable!()).unwrap(),
+            desired_data(&db(), Some(&made), now, &Lifetimes::default(), || unreachable!(), Server::Own).unwrap(),
             None,
             "kept"
         );
         // Near the end of the serving certificate's life: a new one, the same CA and token.
         let later = now.checked_add(jiff::SignedDuration::from_hours(24 * 70)).unwrap();
-        let renewed =
-            desired_data(&db(), Some(&made), later, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
+        let renewed = desired_data(&db(), Some(&made), later, &Lifetimes::default(), || unreachable!(), Server::Own)
+            .unwrap()
+            .unwrap();
         assert_ne!(renewed["tls.crt"], made["tls.crt"]);
         assert_eq!((renewed["ca.crt"].as_str(), renewed["token"].as_str()), (made["ca.crt"].as_str(), "t0k3n"));
         // A Secret someone emptied of its certificates: new ones, the token kept.
         let mut broken = made.clone();
         broken.remove("ca.crt");
-        let remade =
-            desired_data(&db(), Some(&broken), now, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
+        let remade = desired_data(&db(), Some(&broken), now, &Lifetimes::default(), || unreachable!(), Server::Own)
+            .unwrap()
+            .unwrap();
         assert_eq!(remade["token"], "t0k3n");
         assert_ne!(remade["ca.key"], made["ca.key"]);
         // A Secret of a release before the bundle: the bundle added, nothing else changed.
         let mut older = made.clone();
         older.remove("ca-bundle.crt");
-        let bundled =
-            desired_data(&db(), Some(&older), now, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
+        let bundled = desired_data(&db(), Some(&older), now, &Lifetimes::default(), || unreachable!(), Server::Own)
+            .unwrap()
+            .unwrap();
         assert_eq!(bundled, made);
         // While the CA rotates, both are trusted, in the bundle and in `<name>-ca`.
         let rotating = later.checked_add(jiff::SignedDuration::from_hours(24 * 365 * 9)).unwrap();
-        let next =
-            desired_data(&db(), Some(&renewed), rotating, &Lifetimes::default(), || unreachable!()).unwrap().unwrap();
+        let next = desired_data(&db(), Some(&renewed), rotating, &Lifetimes::default(), || unreachable!(), Server::Own)
+            .unwrap()
+            .unwrap();
         assert!(next.contains_key("next-ca.crt"));
         assert_eq!(next["ca-bundle.crt"].matches("BEGIN CERTIFICATE").count(), 2);
         let published = desired_ca_secret(&db(), &next["ca-bundle.crt"]);
@@ -238,15 +288,56 @@ mod tests {
     }
 
     #[test]
+    fn the_server_serves_bosuns_certificate_or_the_users_and_keeps_it_when_it_cannot_be_checked() {
+        let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
+        let life = Lifetimes::default();
+        let made = desired_data(&db(), None, now, &life, || "t".into(), Server::Own).unwrap().unwrap();
+        assert_eq!((&made["server.crt"], &made["server.key"]), (&made["tls.crt"], &made["tls.key"]));
+        assert_eq!(server_ca(&made), Some(&made["ca-bundle.crt"]));
+        assert_eq!(server_not_after(&made), pki::not_after(&made["tls.crt"]));
+        let (ca, ca_key) = pki::new_ca(now, std::time::Duration::from_secs(86400 * 365)).unwrap();
+        let (cert, key) =
+            pki::new_serving(&ca, &ca_key, &["orders".into()], now, std::time::Duration::from_secs(86400 * 30))
+                .unwrap();
+        let not_after = pki::not_after(&cert).unwrap();
+        let provided =
+            Provided { secret: "orders-tls".into(), cert: cert.clone(), key: key.clone(), ca: ca.clone(), not_after };
+        let switched = desired_data(&db(), Some(&made), now, &life, || unreachable!(), Server::Provided(&provided))
+            .unwrap()
+            .unwrap();
+        assert_eq!((&switched["server.crt"], &switched["server.key"]), (&cert, &key));
+        assert_eq!(switched["server-ca.crt"], format!("{}\n{}", ca.trim_end(), made["ca-bundle.crt"]), "both trusted");
+        assert_eq!((&switched["tls.crt"], &switched["token"]), (&made["tls.crt"], &made["token"]), "the API's kept");
+        assert_eq!(
+            desired_data(&db(), Some(&switched), now, &life, || unreachable!(), Server::Provided(&provided)).unwrap(),
+            None
+        );
+        // A provided certificate that no longer checks out: the instances keep it.
+        assert_eq!(desired_data(&db(), Some(&switched), now, &life, || unreachable!(), Server::Kept).unwrap(), None);
+        // Back to bosun's own.
+        let back = desired_data(&db(), Some(&switched), now, &life, || unreachable!(), Server::Own).unwrap().unwrap();
+        assert_eq!(back["server.crt"], made["tls.crt"]);
+        // A Secret of a release before the server's files: bosun's added.
+        let mut older = made.clone();
+        for key in ["server.crt", "server.key", "server-ca.crt"] {
+            older.remove(key);
+        }
+        assert_eq!(desired_data(&db(), Some(&older), now, &life, || unreachable!(), Server::Kept).unwrap(), Some(made));
+    }
+
+    #[test]
     fn the_pods_get_the_certificate_and_token_never_the_cas_key() {
         let volume = volume(&db());
         let secret = volume.secret.unwrap();
         assert_eq!(secret.secret_name.as_deref(), Some("orders-instance"));
         let items: Vec<String> = secret.items.unwrap().into_iter().map(|i| i.key).collect();
-        assert_eq!(items, ["tls.crt", "tls.key", "ca-bundle.crt", "token"]);
+        assert_eq!(
+            items,
+            ["tls.crt", "tls.key", "ca-bundle.crt", "token", "server.crt", "server.key", "server-ca.crt"]
+        );
         assert_eq!(server_name(&db(), "orders-1"), "orders-1.orders-headless.shop.svc");
         let now: jiff::Timestamp = "2026-11-28T12:00:00Z".parse().unwrap();
-        let data = desired_data(&db(), None, now, &Lifetimes::default(), || "t".into()).unwrap().unwrap();
+        let data = desired_data(&db(), None, now, &Lifetimes::default(), || "t".into(), Server::Own).unwrap().unwrap();
         let access = access(&desired_secret(&db(), &data)).unwrap();
         assert_eq!(access.token, "t");
         assert!(access.ca_bundle.starts_with("-----BEGIN CERTIFICATE-----"));

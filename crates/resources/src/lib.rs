@@ -18,6 +18,7 @@ pub mod meta;
 pub mod pki;
 pub mod pods;
 pub mod postgresql;
+pub mod provided;
 pub mod quantity;
 pub mod render;
 pub mod stacks;

@@ -294,6 +294,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
             backup,
             owner: None,
             database: None,
+            certificates: None,
             deletion_policy: None,
         },
     );

@@ -17,6 +17,8 @@ pub enum Refusal {
     NameConflict(String),
     /// `spec.bootstrap.recovery` cannot be done as asked.
     Recovery(String),
+    /// The certificate `spec.certificates` names cannot be served ([`crate::provided`]).
+    Certificate(String),
 }
 
 impl Refusal {
@@ -28,6 +30,7 @@ impl Refusal {
             Refusal::InvalidSpec(_) => reasons::INVALID_SPEC,
             Refusal::NameConflict(_) => reasons::NAME_CONFLICT,
             Refusal::Recovery(_) => reasons::RECOVERY_REFUSED,
+            Refusal::Certificate(_) => reasons::CERTIFICATE_INVALID,
         }
     }
 
@@ -48,13 +51,14 @@ impl Refusal {
             Refusal::CredentialsMissing(message)
             | Refusal::InvalidSpec(message)
             | Refusal::NameConflict(message)
-            | Refusal::Recovery(message) => message.clone(),
+            | Refusal::Recovery(message)
+            | Refusal::Certificate(message) => message.clone(),
         }
     }
 
     /// Whether the database is left running as it was (the refusal is about a change).
     pub(super) fn keeps_running(&self) -> bool {
-        matches!(self, Refusal::Shrink { .. } | Refusal::VersionChange { .. })
+        matches!(self, Refusal::Shrink { .. } | Refusal::VersionChange { .. } | Refusal::Certificate(_))
     }
 }
 

@@ -44,8 +44,8 @@ use bosun_api::backup::{
 };
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{
-    DeletionPolicy, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, UpgradeStep, Version,
-    WalArchiving,
+    DeletionPolicy, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, ServerCertificate,
+    UpgradeStep, Version, WalArchiving,
 };
 use jiff::Timestamp;
 use k8s_openapi::ByteString;

@@ -41,6 +41,8 @@ pub struct Observed<'a> {
     /// The major upgrade ([`crate::upgrade`]) as it stands after this look, if one is
     /// in progress or failed for the current spec.
     pub upgrade: Option<&'a MajorUpgrade>,
+    /// The certificate the instances serve with, as the instance Secret holds it.
+    pub server_certificate: Option<&'a ServerCertificate>,
 }
 
 /// The status a PostgreSQL should have.
@@ -117,6 +119,10 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
         wal_archiving,
         secret_name: Some(secret_name(db)),
         upgrade: observed.upgrade.cloned().or_else(|| previous_status(db)?.upgrade.clone()),
+        server_certificate: observed
+            .server_certificate
+            .cloned()
+            .or_else(|| previous_status(db)?.server_certificate.clone()),
         conditions: conditions::merge(
             previous,
             [Some(ready), Some(backup_configured(db, observed.backup, observed.backup_conflict)), archiving_condition]
