@@ -146,6 +146,8 @@ pub struct Continuous {
         .message("spec.bootstrap.recovery needs a destination: spec.bootstrap.recovery.destination, or spec.backup.destination when the archive is there"),
     validation = Rule::new("has(self.spec.bootstrap) == has(oldSelf.spec.bootstrap) && (!has(self.spec.bootstrap) || self.spec.bootstrap == oldSelf.spec.bootstrap)")
         .message("spec.bootstrap is immutable: it says how the database was first made; create a new PostgreSQL to recover again"),
+    validation = Rule::new("!has(self.spec.enableSuperuserAccess) || self.spec.enableSuperuserAccess || !has(self.spec.backup) || !self.spec.backup.enabled")
+        .message("spec.enableSuperuserAccess: false cannot go with spec.backup.enabled: true: the backups (dumps and base backups) connect as the superuser over the network; keep the superuser's access, or turn backups off"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -195,6 +197,14 @@ pub struct PostgreSQLSpec {
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
     #[x_kube(validation = Rule::new("!(self in ['postgres', 'template0', 'template1'])").message("spec.database must not be postgres, template0 or template1"))]
     pub database: Option<String>,
+    /// Whether the superuser of `<name>-credentials` may log in over the network (with
+    /// its password, over TLS). Default `true`: the PostgreSQL contract gives clients
+    /// that Secret, and backups (dumps) connect with it. `false`: it logs in through
+    /// the instances' socket only (`kubectl exec … psql`); the instances' own
+    /// connections go as the replication role; `spec.backup.enabled` is refused, as
+    /// dumps need it. Applications should use `<name>-app` either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_superuser_access: Option<bool>,
     /// The server's TLS certificate. Without it bosun issues one from a CA of its own
     /// per database (published in `<name>-ca`) and renews it before it expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -115,6 +115,9 @@ fn start(dir: &Path, pgdata: &Path, (port, api): (u16, u16), service: u16) -> Se
         .args(["--hba-file", dir.join(format!("pg_hba-{port}.conf")).to_str().unwrap()])
         .args(["--credentials-dir", dir.join("credentials").to_str().unwrap(), "--app-user", "shop"])
         .args(["--app-database", "orders"])
+        // As spec.enableSuperuserAccess: false (the default path is the e2e tests'):
+        // the instances' own connections to the primary go as the replication role.
+        .args(["--superuser-network", "false"])
         .args(["--", &postgres])
         .args(server_args)
         .env("PATH", path_env())
@@ -249,9 +252,25 @@ fn probe(api: u16, path: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The instances' socket directory (the superuser logs in there only).
+static SOCKETS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// `query` as `user` on the server at `port`: the superuser through the socket,
+/// anyone else over TCP.
 fn sql(port: u16, user: &str, password: &str, query: &str) -> Output {
+    match SOCKETS.get().filter(|_| user == "postgres") {
+        Some(dir) => psql_at(dir.to_str().unwrap(), port, user, password, query),
+        None => sql_tcp(port, user, password, query),
+    }
+}
+
+fn sql_tcp(port: u16, user: &str, password: &str, query: &str) -> Output {
+    psql_at("127.0.0.1", port, user, password, query)
+}
+
+fn psql_at(host: &str, port: u16, user: &str, password: &str, query: &str) -> Output {
     Command::new(format!("{BIN}/psql"))
-        .args(["-X", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", user, "-d", "postgres"])
+        .args(["-X", "-h", host, "-p", &port.to_string(), "-U", user, "-d", "postgres"])
         .args(["-v", "ON_ERROR_STOP=1", "-tAc", query])
         .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "3")
@@ -260,10 +279,10 @@ fn sql(port: u16, user: &str, password: &str, query: &str) -> Output {
 }
 
 /// `psql` with a connection string, as a client that chose its TLS would connect.
-fn psql_dsn(dsn: &str, password: &str) -> Output {
+fn psql_dsn(dsn: &str) -> Output {
     Command::new(format!("{BIN}/psql"))
-        .args(["-X", "-d", &format!("{dsn} user=postgres dbname=postgres connect_timeout=3"), "-tAc", "SELECT 1"])
-        .env("PGPASSWORD", password)
+        .args(["-X", "-d", &format!("{dsn} user=shop dbname=orders connect_timeout=3"), "-tAc", "SELECT 1"])
+        .env("PGPASSWORD", APP_PASSWORD)
         .output()
         .expect("psql")
 }
@@ -292,6 +311,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         "PostgreSQL 15 is not installed at {BIN} (hack/prerequisites.sh installs it)"
     );
     let dir = std::env::temp_dir().join(format!("bosun-replication-{}", std::process::id()));
+    SOCKETS.set(dir.clone()).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     if running_as_root() {
@@ -333,9 +353,13 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     wait_until("the primary's setup", &a, Duration::from_secs(60), || {
         std::fs::read_to_string(&a.log).unwrap_or_default().contains("passwords and the replication role are set")
     });
-    // The superuser's password is the one from the environment (the Secret).
-    assert_eq!(ok(sql(pa, "postgres", PASSWORD, "SELECT 1"), "login with the password"), "1");
-    assert!(!sql(pa, "postgres", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
+    // Without superuser access from the network, its password opens nothing over TCP
+    // (the rule turns it away before any password); the socket still lets it in.
+    let turned_away = sql_tcp(pa, "postgres", PASSWORD, "SELECT 1");
+    let why = String::from_utf8_lossy(&turned_away.stderr);
+    assert!(!turned_away.status.success() && why.contains("pg_hba.conf rejects connection"), "{why}");
+    assert_eq!(ok(sql(pa, "postgres", PASSWORD, "SELECT 1"), "the superuser through the socket"), "1");
+    assert!(!sql_tcp(pa, "shop", "wrong", "SELECT 1").status.success(), "a wrong password was accepted");
     // Stored as scram verifiers, made by the manager: the server never saw a password.
     let stored =
         "SELECT string_agg(left(rolpassword, 19), ',' ORDER BY rolname) FROM pg_authid WHERE rolpassword IS NOT NULL";
@@ -390,12 +414,12 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     let streams = "SELECT s.ssl, s.version FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)";
     assert_eq!(ok(sql(pa, "postgres", PASSWORD, streams), "replication over TLS"), "t|TLSv1.3");
     let bundle = dir.join("api/ca-bundle.crt");
-    let verified = psql_dsn(
-        &format!("host=host hostaddr=127.0.0.1 port={pa} sslmode=verify-full sslrootcert={}", bundle.display()),
-        PASSWORD,
-    );
+    let verified = psql_dsn(&format!(
+        "host=host hostaddr=127.0.0.1 port={pa} sslmode=verify-full sslrootcert={}",
+        bundle.display()
+    ));
     assert_eq!(ok(verified, "verify-full by the Service's name"), "1");
-    let plain = psql_dsn(&format!("host=127.0.0.1 port={pa} sslmode=disable"), PASSWORD);
+    let plain = psql_dsn(&format!("host=127.0.0.1 port={pa} sslmode=disable"));
     let refused = String::from_utf8_lossy(&plain.stderr);
     assert!(
         !plain.status.success() && refused.contains("no pg_hba.conf entry") && refused.contains("no encryption"),
@@ -405,7 +429,8 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
         sql(pa, "postgres", PASSWORD, "SELECT type || ' ' || auth_method FROM pg_hba_file_rules WHERE type <> 'local'"),
         "the rules",
     );
-    assert!(rules.lines().all(|r| r == "hostssl scram-sha-256"), "{rules}");
+    let rules: Vec<&str> = rules.lines().collect();
+    assert_eq!(rules, ["hostssl reject", "hostssl reject", "hostssl scram-sha-256", "hostssl scram-sha-256"]);
     // The probes answer from a connection to the server, as pg_isready would, and
     // leave nothing in its log.
     for port in [qa, qb] {
@@ -538,6 +563,12 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // Who may connect is the manager's file, written at each start; the data's own is
     // not read (a clone copied it, initdb wrote it with a rule for any host).
     let hba = std::fs::read_to_string(dir.join(format!("pg_hba-{pa}.conf"))).unwrap();
-    assert_eq!(hba, bosun_instance::access::HBA);
+    assert!(hba.contains("hostssl all          \"postgres\"  all  reject\n"), "{hba}");
+    let others: String = hba
+        .lines()
+        .filter(|l| !l.contains("reject") && !l.contains("enableSuperuserAccess"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(others, bosun_instance::access::HBA);
     let _ = std::fs::remove_dir_all(&dir);
 }

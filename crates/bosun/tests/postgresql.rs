@@ -507,6 +507,7 @@ async fn bad_input_is_refused_naming_the_field() {
             ("replicas: 6", "spec.replicas"),
             (r#"backup: {enabled: true, schedule: "61 * * * *"}"#, "spec.backup.schedule"),
             ("backup: {enabled: true, retention: forever}", "spec.backup.retention"),
+            ("enableSuperuserAccess: false, backup: {enabled: true}", "spec.enableSuperuserAccess"),
         ] {
             let spec = match bad.split(':').next().unwrap() {
                 "version" => format!(r#"{{{bad}, storage: 1Gi, replicas: 1}}"#),

@@ -78,9 +78,29 @@ pub fn server_settings(args: &InstanceArgs, tls: Option<&Tls>) -> Vec<String> {
     settings
 }
 
-/// Write [`HBA`] where the server reads it.
+/// The rules: [`HBA`], after a rule that turns the superuser away from the network
+/// when it may not log in there.
+pub fn hba(args: &InstanceArgs) -> String {
+    if args.superuser_network {
+        return HBA.to_owned();
+    }
+    let user = format!("\"{}\"", args.superuser.replace('"', "\"\""));
+    let mut rules = String::from(HBA);
+    let at = rules.find("hostssl").unwrap_or(rules.len());
+    rules.insert_str(
+        at,
+        &format!(
+            "# The superuser only through the socket (spec.enableSuperuserAccess: false).\n\
+             hostssl replication  {user}  all  reject\n\
+             hostssl all          {user}  all  reject\n"
+        ),
+    );
+    rules
+}
+
+/// Write [`hba`] where the server reads it.
 pub fn write_hba(args: &InstanceArgs) -> std::io::Result<()> {
-    std::fs::write(&args.hba_file, HBA)
+    std::fs::write(&args.hba_file, hba(args))
 }
 
 /// How this instance connects to its primary: libpq's TLS settings.
@@ -147,6 +167,40 @@ mod tests {
         assert!(rules.iter().any(|r| r[..2] == ["hostssl", "replication"]));
         let methods: Vec<&str> = rules.iter().filter_map(|r| r.last().copied()).collect();
         assert!(!methods.iter().any(|m| ["md5", "password"].contains(m)), "{methods:?}");
+    }
+
+    #[test]
+    fn without_superuser_access_the_superuser_is_turned_away_from_the_network_first() {
+        let args = |network: &str| {
+            crate::settings::tests::parse([
+                "bosun",
+                "--pgdata",
+                "/d",
+                "--password",
+                "p",
+                "--primary-host",
+                "db",
+                "--superuser",
+                "admin",
+                "--superuser-network",
+                network,
+                "--",
+                "postgres",
+            ])
+        };
+        assert_eq!(hba(&args("true")), HBA);
+        let rules = hba(&args("false"));
+        let network: Vec<&str> = rules.lines().filter(|l| l.starts_with("host")).collect();
+        assert_eq!(
+            network.iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect::<Vec<_>>(),
+            [
+                "hostssl replication \"admin\" all reject",
+                "hostssl all \"admin\" all reject",
+                "hostssl replication all all scram-sha-256",
+                "hostssl all all all scram-sha-256",
+            ]
+        );
+        assert!(rules.starts_with("# Written by bosun"), "{rules}");
     }
 
     #[test]

@@ -44,6 +44,13 @@ pub struct Commands<'a> {
 impl Commands<'_> {
     /// A connection string to the primary as `user`, with the passfile's password,
     /// over TLS as [`crate::access::to_primary`] says.
+    /// The role of this instance's own connections to its primary's databases: the
+    /// superuser, or the replication role when the superuser may not log in over the
+    /// network (it is granted what pg_rewind reads, and CHECKPOINT from PostgreSQL 15).
+    fn own_user(&self) -> &str {
+        if self.args.superuser_network { &self.args.superuser } else { &self.args.replication_user }
+    }
+
     async fn to_primary(&self, user: &str) -> String {
         let a = self.args;
         let (passfile, primary) = (a.passfile.to_string_lossy(), crate::access::to_primary(a).await.pairs(a));
@@ -55,7 +62,7 @@ impl Commands<'_> {
 
 impl Postgres for Commands<'_> {
     async fn primary(&self) -> Option<u32> {
-        let dsn = format!("{} dbname=postgres connect_timeout=3", self.to_primary(&self.args.superuser).await);
+        let dsn = format!("{} dbname=postgres connect_timeout=3", self.to_primary(self.own_user()).await);
         let sql = "SELECT pg_is_in_recovery()::text || ' ' || current_setting('server_version_num')::int / 10000";
         let out = output(Command::new("psql").args(["-X", "-q", "-tA", "-d", &dsn, "-c", sql]), "psql").await.ok()?;
         match out.trim().split_once(' ')? {
@@ -82,12 +89,12 @@ impl Postgres for Commands<'_> {
     }
 
     async fn checkpoint_primary(&self) -> Result<(), String> {
-        let dsn = format!("{} dbname=postgres connect_timeout=5", self.to_primary(&self.args.superuser).await);
+        let dsn = format!("{} dbname=postgres connect_timeout=5", self.to_primary(self.own_user()).await);
         output(Command::new("psql").args(["-X", "-q", "-d", &dsn, "-c", "CHECKPOINT"]), "CHECKPOINT").await.map(drop)
     }
 
     async fn rewind(&self) -> Result<(), String> {
-        let source = format!("{} dbname=postgres", self.to_primary(&self.args.superuser).await);
+        let source = format!("{} dbname=postgres", self.to_primary(self.own_user()).await);
         let mut command = Command::new("pg_rewind");
         command.arg(format!("--target-pgdata={}", self.args.pgdata.display()));
         command.arg(format!("--source-server={source}"));

@@ -41,6 +41,8 @@ pub mod env {
     pub const PASSFILE: &str = "BOSUN_PGPASS";
     /// Where the server's `pg_hba.conf` is written (outside the data directory).
     pub const HBA_FILE: &str = "BOSUN_HBA_FILE";
+    /// `false`: the superuser logs in through the socket only (`spec.enableSuperuserAccess`).
+    pub const SUPERUSER_NETWORK: &str = "BOSUN_SUPERUSER_NETWORK";
     /// The server's Unix socket directory (the setup connects there).
     pub const SOCKET_DIR: &str = "BOSUN_SOCKET_DIR";
     /// The major the image's server runs (the image sets it).
@@ -110,6 +112,11 @@ pub struct InstanceArgs {
     pub superuser: String,
     #[arg(long, env = env::PASSWORD, hide_env_values = true)]
     pub password: String,
+    /// Whether the superuser may log in over the network (with its password, over
+    /// TLS); `false`: only through the socket, and this instance's own connections to
+    /// its primary go as the replication role.
+    #[arg(long, env = env::SUPERUSER_NETWORK, default_value_t = true, action = clap::ArgAction::Set)]
+    pub superuser_network: bool,
     #[arg(long, env = env::REPLICATION_USER, default_value = "replicator")]
     pub replication_user: String,
     /// Empty or absent: this database has no replication role (a standby cannot clone).

@@ -84,6 +84,20 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
             literal(user)
         ));
         sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), hashed(&password)));
+        // What pg_rewind reads of the primary, and CHECKPOINT (a role of its own from
+        // PostgreSQL 15): the instances' own connections go as this role when the
+        // superuser may not log in over the network. It may copy every file already.
+        sql.push_str(&format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_ls_dir(text, boolean, boolean), \
+             pg_catalog.pg_stat_file(text, boolean), pg_catalog.pg_read_binary_file(text), \
+             pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO {};\n",
+            ident(user)
+        ));
+        sql.push_str(&format!(
+            "SELECT format('GRANT pg_checkpoint TO %I', {}) WHERE EXISTS (SELECT FROM pg_roles WHERE rolname = \
+             'pg_checkpoint') \\gexec\n",
+            literal(user)
+        ));
     }
     // The application's role, and its database (made once, never dropped; one that
     // exists keeps its owner).
@@ -208,6 +222,8 @@ mod tests {
         assert!(sql.contains("SELECT format('CREATE ROLE %I', 'replicator') WHERE NOT EXISTS"), "{sql}");
         assert!(sql.contains(r#"ALTER ROLE "replicator" WITH REPLICATION LOGIN PASSWORD 'SCRAM-SHA-256$"#), "{sql}");
         assert!(sql.starts_with("SET standard_conforming_strings = on;"), "{sql}");
+        assert!(sql.contains(r#"pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean) TO "replicator";"#));
+        assert!(sql.contains("SELECT format('GRANT pg_checkpoint TO %I', 'replicator') WHERE EXISTS"), "{sql}");
         assert!(!sql.contains("DROP") && !sql.contains("r'1"), "no password reaches the server: {sql}");
         // Not ASCII: as it is, quoted, with the session's logging off.
         let sql = roles_sql(&args(&["--password", "pä'ss"]));

@@ -238,6 +238,12 @@ pub fn pod_name(db: &PostgreSQL, ordinal: i32) -> String {
     format!("{}-{ordinal}", db.name_any())
 }
 /// The primary's address inside the cluster.
+/// Whether the superuser may log in over the network (`spec.enableSuperuserAccess`,
+/// default true: the contract's `<name>-credentials` is for clients).
+pub fn superuser_access(db: &PostgreSQL) -> bool {
+    db.spec.enable_superuser_access.unwrap_or(true)
+}
+
 pub fn host(db: &PostgreSQL) -> String {
     format!("{}.{}.svc", db.name_any(), db.namespace().unwrap_or_default())
 }

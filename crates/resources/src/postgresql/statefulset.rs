@@ -122,22 +122,27 @@ pub fn desired_statefulset(
         image: Some(image(&settings.image, version)),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(command),
-        env: Some(vec![
-            secret_env(instance::SUPERUSER, &secret, keys::USERNAME, false),
-            secret_env(instance::PASSWORD, &secret, keys::PASSWORD, false),
-            env(instance::REPLICATION_USER, REPLICATION_USER),
-            secret_env(instance::REPLICATION_PASSWORD, &secret, keys::REPLICATION_PASSWORD, true),
-            env(instance::PGDATA, PGDATA),
-            env(instance::PORT, PORT.to_string()),
-            env(instance::PRIMARY_HOST, name.clone()),
-            env(instance::PRIMARY_PORT, PORT.to_string()),
-            env(instance::ROLE_FILE, ROLE_FILE),
-            env(instance::API_DIR, crate::instances::MOUNT),
-            env(instance::API_PORT, API_PORT.to_string()),
-            env(instance::CREDENTIALS_DIR, CREDENTIALS_MOUNT),
-            env(instance::APP_USER, owner(db)),
-            env(instance::APP_DATABASE, app_database(db)),
-        ]),
+        env: Some(
+            vec![
+                secret_env(instance::SUPERUSER, &secret, keys::USERNAME, false),
+                secret_env(instance::PASSWORD, &secret, keys::PASSWORD, false),
+                env(instance::REPLICATION_USER, REPLICATION_USER),
+                secret_env(instance::REPLICATION_PASSWORD, &secret, keys::REPLICATION_PASSWORD, true),
+                env(instance::PGDATA, PGDATA),
+                env(instance::PORT, PORT.to_string()),
+                env(instance::PRIMARY_HOST, name.clone()),
+                env(instance::PRIMARY_PORT, PORT.to_string()),
+                env(instance::ROLE_FILE, ROLE_FILE),
+                env(instance::API_DIR, crate::instances::MOUNT),
+                env(instance::API_PORT, API_PORT.to_string()),
+                env(instance::CREDENTIALS_DIR, CREDENTIALS_MOUNT),
+                env(instance::APP_USER, owner(db)),
+                env(instance::APP_DATABASE, app_database(db)),
+            ]
+            .into_iter()
+            .chain((!superuser_access(db)).then(|| env(instance::SUPERUSER_NETWORK, "false")))
+            .collect(),
+        ),
         ports: Some(vec![
             ContainerPort { name: Some("postgres".to_owned()), container_port: PORT, ..ContainerPort::default() },
             ContainerPort {

@@ -717,3 +717,17 @@ fn the_statefulset_runs_the_major_and_the_state_it_is_given_not_the_specs() {
     assert_eq!(spec.replicas, Some(2));
     assert_eq!(spec.template.spec.unwrap().containers[0].image.as_deref(), Some("postgres:15"));
 }
+
+#[test]
+fn the_instances_are_told_when_the_superuser_may_not_log_in_over_the_network() {
+    let told = |db: &PostgreSQL| {
+        let sts = desired_statefulset(db, &Settings::default(), None, "d", crate::upgrade::Running::of(db, None));
+        let pod = sts.spec.unwrap().template.spec.unwrap();
+        let env = pod.containers[0].env.clone().unwrap_or_default();
+        env.iter().find(|e| e.name == instance::SUPERUSER_NETWORK).and_then(|e| e.value.clone())
+    };
+    assert_eq!(told(&example()), None, "the default (network access) changes nothing in the pod");
+    let off = db(r#"{version: "14", storage: 1Gi, enableSuperuserAccess: false}"#);
+    assert!(!superuser_access(&off));
+    assert_eq!(told(&off).as_deref(), Some("false"));
+}
