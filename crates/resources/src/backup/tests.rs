@@ -257,6 +257,13 @@ fn a_verification_pod_runs_its_server_beside_the_runner_on_the_loopback_only() {
     assert_eq!(uid(runner, "PGPASSWORD").as_deref(), Some("metadata.uid"));
     let data = pod.volumes.iter().flatten().find(|v| v.name == "verify-data").expect("its data volume");
     assert_eq!(data.empty_dir, Some(EmptyDirVolumeSource::default()), "the data goes with the pod");
+    // A read-only root: what the server writes outside its data is on emptyDirs.
+    let written = |server: &Container| {
+        let sc = server.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        server.volume_mounts.iter().flatten().map(|m| m.mount_path.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(written(server), ["/var/lib/postgresql/data", "/var/run/postgresql", "/tmp"]);
 
     let mysql = verified("mysql", json!({"schedule": "@weekly", "image": "mariadb:11", "activeDeadlineSeconds": 3600}));
     let job = desired_verify_cronjob(&mysql, "img", &IMAGES()).unwrap().spec.unwrap().job_template.spec.unwrap();
@@ -266,6 +273,7 @@ fn a_verification_pod_runs_its_server_beside_the_runner_on_the_loopback_only() {
     assert_eq!(server.image.as_deref(), Some("mariadb:11"), "spec.verify.image wins");
     assert!(server.args.iter().flatten().any(|a| a == "--bind-address=127.0.0.1"));
     assert_eq!(uid(server, "MYSQL_ROOT_PASSWORD").as_deref(), Some("metadata.uid"));
+    assert_eq!(written(server), ["/var/lib/mysql", "/run/mysqld", "/tmp"]);
     assert_eq!(env_value(&pod, "BOSUN_VERIFY_TARGET"), Some("mysql://root@127.0.0.1:3306/verify"));
     assert_eq!(env_value(&pod, "BOSUN_VERIFY_QUERY"), None);
 }

@@ -33,9 +33,9 @@ pub fn desired_verify_cronjob(backup: &Backup, runner_image: &str, images: &Veri
     env.extend(verify.query.as_ref().map(|q| value(contract::VERIFY_QUERY, q.clone())));
     let mut pod =
         run_pod(VERIFY_CONTAINER, runner_image, &["verify", "run"], &backup.spec.destination, env, &name, "Never");
-    let (server, volume) = verify_server(engine, verify.image.as_deref(), images);
+    let (server, volumes) = verify_server(engine, verify.image.as_deref(), images);
     pod.init_containers = Some(vec![server]);
-    pod.volumes.get_or_insert_with(Vec::new).push(volume);
+    pod.volumes.get_or_insert_with(Vec::new).extend(volumes);
     let run = Scheduled {
         app: VERIFY_APP,
         name: verify_cronjob_name(&name),
@@ -57,14 +57,21 @@ pub(super) fn pod_uid_env(name: &str) -> EnvVar {
     EnvVar { name: name.to_owned(), value: None, value_from: Some(uid) }
 }
 
-/// The throwaway server of a verification of `engine`'s dumps, and its data volume.
-pub(super) fn verify_server(engine: SourceType, image: Option<&str>, images: &VerifyImages) -> (Container, Volume) {
-    let (default_image, env, args, data) = match engine {
+/// The throwaway server of a verification of `engine`'s dumps, and its volumes: its
+/// data, and the directories it writes outside it (its socket's, `/tmp`), as its root
+/// filesystem is read-only.
+pub(super) fn verify_server(
+    engine: SourceType,
+    image: Option<&str>,
+    images: &VerifyImages,
+) -> (Container, Vec<Volume>) {
+    let (default_image, env, args, data, run) = match engine {
         SourceType::Mysql => (
             &images.mysql,
             vec![pod_uid_env("MYSQL_ROOT_PASSWORD"), value("MYSQL_DATABASE", VERIFY_DATABASE)],
             vec!["--bind-address=127.0.0.1", "--skip-name-resolve", "--innodb-flush-log-at-trx-commit=0"],
             "/var/lib/mysql",
+            "/run/mysqld",
         ),
         _ => (
             &images.postgresql,
@@ -86,8 +93,10 @@ pub(super) fn verify_server(engine: SourceType, image: Option<&str>, images: &Ve
                 "full_page_writes=off",
             ],
             "/var/lib/postgresql/data",
+            "/var/run/postgresql",
         ),
     };
+    let writable = [("verify-data", data), ("verify-run", run), ("verify-tmp", "/tmp")];
     let container = Container {
         name: VERIFY_SERVER_CONTAINER.to_owned(),
         image: Some(image.unwrap_or(default_image).to_owned()),
@@ -96,27 +105,36 @@ pub(super) fn verify_server(engine: SourceType, image: Option<&str>, images: &Ve
         restart_policy: Some("Always".to_owned()),
         args: Some(args.into_iter().map(str::to_owned).collect()),
         env: Some(env),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "verify-data".to_owned(),
-            mount_path: data.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(
+            writable
+                .iter()
+                .map(|(name, path)| VolumeMount {
+                    name: (*name).to_owned(),
+                    mount_path: (*path).to_owned(),
+                    ..VolumeMount::default()
+                })
+                .collect(),
+        ),
         resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
         security_context: Some(SecurityContext {
             run_as_user: Some(DATABASE_UID),
             run_as_group: Some(DATABASE_UID),
             allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
             capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), add: None }),
             ..SecurityContext::default()
         }),
         ..Container::default()
     };
-    let volume = Volume {
-        name: "verify-data".to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Volume::default()
-    };
-    (container, volume)
+    let volumes = writable
+        .iter()
+        .map(|(name, _)| Volume {
+            name: (*name).to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        })
+        .collect();
+    (container, volumes)
 }
 
 /// Whether the status already tells of the verification `job`.
