@@ -197,6 +197,9 @@ pub struct PostgreSQLSpec {
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
     #[x_kube(validation = Rule::new("!(self in ['postgres', 'template0', 'template1'])").message("spec.database must not be postgres, template0 or template1"))]
     pub database: Option<String>,
+    /// Where the instances go: apart from one another (on different nodes) by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
     /// Whether the superuser of `<name>-credentials` may log in over the network (with
     /// its password, over TLS). Default `true`: the PostgreSQL contract gives clients
     /// that Secret, and backups (dumps) connect with it. `false`: it logs in through
@@ -217,6 +220,35 @@ pub struct PostgreSQLSpec {
     /// they go with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.affinity`: the instances kept apart, so that losing one node loses one instance.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Affinity {
+    /// Keep the instances apart (default `true`): no two on nodes with the same
+    /// `topologyKey` label when it can be helped (`podAntiAffinityType`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_pod_anti_affinity: Option<bool>,
+    /// `preferred` (default): apart while there are enough nodes, together rather
+    /// than not running; `required`: an instance with no node of its own waits
+    /// (Pending, named in the status) — for databases that must survive a node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity_type: Option<AntiAffinityType>,
+    /// The node label that tells nodes apart: `kubernetes.io/hostname` (default), or
+    /// e.g. `topology.kubernetes.io/zone` to keep instances in different zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 316))]
+    pub topology_key: Option<String>,
+}
+
+/// `spec.affinity.podAntiAffinityType`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AntiAffinityType {
+    #[default]
+    Preferred,
+    Required,
 }
 
 /// `spec.certificates`: the server's certificate from a Secret of the user's (e.g.
@@ -377,6 +409,9 @@ pub struct PostgreSQLStatus {
     /// The certificate the instances serve clients with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_certificate: Option<ServerCertificate>,
+    /// Each instance: its node, its role and whether it is ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceStatus>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -386,6 +421,21 @@ impl crate::conditions::Conditioned for PostgreSQLStatus {
     fn conditions(&self) -> &[Condition] {
         &self.conditions
     }
+}
+
+/// An instance of `status.instances`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceStatus {
+    /// Its pod.
+    pub name: String,
+    /// The node it runs on (none while it waits for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// `primary` or `replica`, as its role label says (none before bosun labels it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    pub ready: bool,
 }
 
 /// `status.serverCertificate`.

@@ -358,6 +358,29 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
         let sts = env.wait_for::<StatefulSet>("test-db", "the StatefulSet", |_| true).await;
         let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         assert_eq!(pod.containers[0].image.as_deref(), Some("postgres:14"), "the official image of the version");
+        // A major upgrade's Job, made from this pod template as bosun would make it, is
+        // admitted here too (a server-side dry run: the admission is the apiserver's).
+        let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        let upgrade = bosun_api::postgresql::MajorUpgrade {
+            from: "14".into(),
+            to: "15".into(),
+            step: bosun_api::postgresql::UpgradeStep::Upgrading,
+            failed_step: None,
+            message: None,
+            started: "2026-11-28T12:00:00Z".into(),
+            finished: None,
+            backup_job: None,
+            generation: 1,
+        };
+        let job = bosun_resources::upgrade::desired_job(&db, "postgres:{version}", pod, &upgrade, "data-test-db-0")
+            .expect("the upgrade's Job");
+        let mut upgrade_pod: Pod = Pod::default();
+        upgrade_pod.metadata.name = Some("upgrade-admitted".into());
+        upgrade_pod.spec = job.spec.unwrap().template.spec;
+        let dry_run = kube::api::PostParams { dry_run: true, ..Default::default() };
+        if let Err(refused) = env.api::<Pod>().create(&dry_run, &upgrade_pod).await {
+            panic!("the upgrade's pod is refused where the restricted standard is enforced: {refused}");
+        }
         let claim = env
             .wait_for::<PersistentVolumeClaim>("data-test-db-0", "Bound, 1Gi", |c| {
                 c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
@@ -1660,6 +1683,40 @@ async fn a_certificate_the_user_provides_is_served_and_a_bad_one_changes_nothing
         for (what, text) in [("bosun's log", bosun.log_tail(100_000)), ("the events", events)] {
             assert!(!text.contains("PRIVATE KEY"), "a private key in {what}");
         }
+    })
+    .await;
+}
+
+/// Issue 45: instances kept apart. With `required`, three instances on the two fake
+/// nodes: two run on different nodes, the third waits and is named; the status shows
+/// each instance's node.
+#[tokio::test]
+async fn instances_are_kept_on_different_nodes_and_the_status_says_where() {
+    e2e("postgresql-spread", |env| async move {
+        let bosun = env.start_bosun(&["--controllers=postgresql"]).await;
+        let spec = r#"{version: "14", storage: 1Gi, replicas: 3, affinity: {podAntiAffinityType: required}}"#;
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace(r#"{version: "14", storage: 1Gi, replicas: 1}"#, spec));
+        assert!(ok, "{out}");
+        let placed = |db: &PostgreSQL| {
+            let instances = db.status.as_ref().map(|s| s.instances.clone()).unwrap_or_default();
+            instances.len() == 3 && instances.iter().filter(|i| i.node.is_some()).count() == 2
+        };
+        let db = env
+            .wait_for_within::<PostgreSQL>("test-db", "two instances placed", Duration::from_secs(120), placed)
+            .await;
+        let instances = db.status.unwrap().instances;
+        let nodes: std::collections::BTreeSet<&str> = instances.iter().filter_map(|i| i.node.as_deref()).collect();
+        assert_eq!(nodes.len(), 2, "two instances on one node: {instances:?}");
+        // The one with no node of its own waits, and the status says why.
+        let waiting = instances.iter().find(|i| i.node.is_none()).unwrap().name.clone();
+        let named = |db: &PostgreSQL| {
+            condition(db, "Ready").is_some_and(|c| c.reason == "InstanceStuck" && c.message.contains(&waiting))
+        };
+        let db = env
+            .wait_for_within::<PostgreSQL>("test-db", "the waiting instance named", Duration::from_secs(120), named)
+            .await;
+        let message = condition(&db, "Ready").unwrap().message.clone();
+        assert!(message.contains("anti-affinity"), "{message}\n{}", bosun.log_tail(20));
     })
     .await;
 }

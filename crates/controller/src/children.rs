@@ -212,11 +212,12 @@ impl Child for Secret {
 impl Child for Pod {
     /// A PostgreSQL labels each instance's pod with its role, names one that cannot
     /// start and calls its instance's API: names, labels, what tells whether it starts,
-    /// its address, and its containers' ports (whether it serves the instance API, which
-    /// a pod of the previous release does not) are read.
+    /// its address, its node (`status.instances`), and its containers' ports (whether it
+    /// serves the instance API, which a pod of the previous release does not) are read.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
         self.spec = self.spec.take().map(|spec| PodSpec {
+            node_name: spec.node_name,
             containers: spec
                 .containers
                 .into_iter()

@@ -214,6 +214,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         archiving: archiving.as_ref(),
         upgrade: major.as_ref(),
         server_certificate: certificates.server.as_ref(),
+        instances: &build::instances_status(instances.iter().map(|p| p.as_ref())),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;

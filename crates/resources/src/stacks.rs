@@ -295,6 +295,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
             owner: None,
             database: None,
             certificates: None,
+            affinity: None,
             enable_superuser_access: None,
             deletion_policy: None,
         },

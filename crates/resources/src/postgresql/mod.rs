@@ -44,14 +44,15 @@ use bosun_api::backup::{
 };
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{
-    DeletionPolicy, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange, Recovery, ServerCertificate,
-    UpgradeStep, Version, WalArchiving,
+    AntiAffinityType, DeletionPolicy, InstanceStatus, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange,
+    Recovery, ServerCertificate, UpgradeStep, Version, WalArchiving,
 };
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
+use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm, PodAntiAffinity, WeightedPodAffinityTerm};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
     PersistentVolumeClaim, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,

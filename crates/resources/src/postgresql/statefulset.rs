@@ -92,6 +92,37 @@ pub(super) fn runner_mount(read_only: bool) -> VolumeMount {
 /// relabelled after an upgrade, [`relabel`]) stay. `digest` is
 /// [`credentials_digest`] of the Secret. `running`: the major the instances run and
 /// whether they are stopped (both as the spec says, but during a major upgrade).
+/// The node label instances are kept apart by, unless `spec.affinity.topologyKey` says.
+pub const DEFAULT_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
+/// The instances kept apart (`spec.affinity`): no two of this database's on nodes with
+/// the same topology label, preferred (default) or required; none when turned off.
+pub fn anti_affinity(db: &PostgreSQL) -> Option<Affinity> {
+    let spec = db.spec.affinity.clone().unwrap_or_default();
+    if !spec.enable_pod_anti_affinity.unwrap_or(true) {
+        return None;
+    }
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector { match_labels: Some(labels(db)), ..LabelSelector::default() }),
+        topology_key: spec.topology_key.unwrap_or_else(|| DEFAULT_TOPOLOGY_KEY.to_owned()),
+        ..PodAffinityTerm::default()
+    };
+    let apart = match spec.pod_anti_affinity_type.unwrap_or_default() {
+        AntiAffinityType::Preferred => PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![WeightedPodAffinityTerm {
+                weight: 100,
+                pod_affinity_term: term,
+            }]),
+            ..PodAntiAffinity::default()
+        },
+        AntiAffinityType::Required => PodAntiAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![term]),
+            ..PodAntiAffinity::default()
+        },
+    };
+    Some(Affinity { pod_anti_affinity: Some(apart), ..Affinity::default() })
+}
+
 pub fn desired_statefulset(
     db: &PostgreSQL,
     settings: &Settings,
@@ -255,6 +286,7 @@ pub fn desired_statefulset(
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
+                    affinity: anti_affinity(db),
                     init_containers: (!init_containers.is_empty()).then_some(init_containers),
                     containers: vec![container],
                     volumes: Some(volumes),

@@ -1,6 +1,7 @@
 //! The world → PostgreSQLStatus.
 
 use super::*;
+use k8s_openapi::api::core::v1::Pod;
 
 /// Whether every instance of the StatefulSet runs the current spec and is ready.
 pub(super) fn all_ready(db: &PostgreSQL, sts: &StatefulSet) -> bool {
@@ -43,6 +44,23 @@ pub struct Observed<'a> {
     pub upgrade: Option<&'a MajorUpgrade>,
     /// The certificate the instances serve with, as the instance Secret holds it.
     pub server_certificate: Option<&'a ServerCertificate>,
+    /// The instances' pods.
+    pub instances: &'a [InstanceStatus],
+}
+
+/// `status.instances` of `pods` (the database's instances'), by name.
+pub fn instances_status<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<InstanceStatus> {
+    let mut instances: Vec<InstanceStatus> = pods
+        .into_iter()
+        .map(|pod| InstanceStatus {
+            name: pod.name_any(),
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            role: pod.labels().get(ROLE_LABEL).cloned(),
+            ready: crate::failover::pod_ready(pod),
+        })
+        .collect();
+    instances.sort_by(|a, b| a.name.cmp(&b.name));
+    instances
 }
 
 /// The status a PostgreSQL should have.
@@ -123,6 +141,7 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
             .server_certificate
             .cloned()
             .or_else(|| previous_status(db)?.server_certificate.clone()),
+        instances: observed.instances.to_vec(),
         conditions: conditions::merge(
             previous,
             [Some(ready), Some(backup_configured(db, observed.backup, observed.backup_conflict)), archiving_condition]

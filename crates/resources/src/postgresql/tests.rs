@@ -731,3 +731,27 @@ fn the_instances_are_told_when_the_superuser_may_not_log_in_over_the_network() {
     assert!(!superuser_access(&off));
     assert_eq!(told(&off).as_deref(), Some("false"));
 }
+
+#[test]
+fn the_instances_are_kept_apart_preferred_by_default_required_on_request() {
+    let pod_affinity = |db: &PostgreSQL| {
+        let sts = desired_statefulset(db, &Settings::default(), None, "d", crate::upgrade::Running::of(db, None));
+        sts.spec.unwrap().template.spec.unwrap().affinity
+    };
+    let preferred = pod_affinity(&example()).unwrap().pod_anti_affinity.unwrap();
+    let weighted = &preferred.preferred_during_scheduling_ignored_during_execution.unwrap()[0];
+    assert_eq!(weighted.weight, 100);
+    assert_eq!(weighted.pod_affinity_term.topology_key, "kubernetes.io/hostname");
+    let selector = weighted.pod_affinity_term.label_selector.clone().unwrap().match_labels.unwrap();
+    assert_eq!(selector, labels(&example()), "this database's instances only");
+    assert!(preferred.required_during_scheduling_ignored_during_execution.is_none());
+    let zones = db(
+        r#"{version: "14", storage: 1Gi, affinity: {podAntiAffinityType: required, topologyKey: topology.kubernetes.io/zone}}"#,
+    );
+    let required = pod_affinity(&zones).unwrap().pod_anti_affinity.unwrap();
+    let term = &required.required_during_scheduling_ignored_during_execution.unwrap()[0];
+    assert_eq!(term.topology_key, "topology.kubernetes.io/zone");
+    assert!(required.preferred_during_scheduling_ignored_during_execution.is_none());
+    let together = db(r#"{version: "14", storage: 1Gi, affinity: {enablePodAntiAffinity: false}}"#);
+    assert_eq!(pod_affinity(&together), None);
+}
