@@ -67,22 +67,10 @@ fn requested(claim: &PersistentVolumeClaim) -> Option<String> {
 /// `test-db-credentials` says (or with `password` instead of the Secret's), verifying
 /// the server with the CA bosun publishes (`test-db-ca`); returns (succeeded, output).
 async fn client(env: &Env, name: &str, host: &str, sql: &str, password: Option<&str>) -> (bool, String) {
-    client_tls(env, name, host, sql, password, "verify-full").await
+    client_trusting(env, name, host, sql, password, "verify-full", "test-db-ca").await
 }
 
-/// [`client`] with libpq's `sslmode`.
-async fn client_tls(
-    env: &Env,
-    name: &str,
-    host: &str,
-    sql: &str,
-    password: Option<&str>,
-    sslmode: &str,
-) -> (bool, String) {
-    client_trusting(env, name, host, sql, password, sslmode, "test-db-ca").await
-}
-
-/// [`client_tls`] that trusts the CAs of Secret `ca_secret`'s `ca.crt`.
+/// [`client`] with libpq's `sslmode`, trusting the CAs of Secret `ca_secret`'s `ca.crt`.
 async fn client_trusting(
     env: &Env,
     name: &str,
@@ -227,7 +215,7 @@ async fn the_example_runs_a_real_database_that_clients_reach_and_whose_password_
         let tls = "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
         let (ok, out) = client(&env, "tls", "test-db", tls, None).await;
         assert!(ok && out == "t|TLSv1.3", "{out}");
-        let (ok, out) = client_tls(&env, "plaintext", "test-db", "SELECT 1", None, "disable").await;
+        let (ok, out) = client_trusting(&env, "plaintext", "test-db", "SELECT 1", None, "disable", "test-db-ca").await;
         assert!(!ok && out.contains("no pg_hba.conf entry") && out.contains("no encryption"), "{out}");
         // The application's role, with its own Secret's uri (verify-full) and the CA the
         // instance has, owns its own database.

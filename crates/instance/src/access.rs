@@ -150,6 +150,14 @@ pub async fn to_primary(args: &InstanceArgs) -> ToPrimary {
 mod tests {
     use super::*;
 
+    /// The instance's arguments: the required ones, then `extra`.
+    fn args(extra: &[&str]) -> InstanceArgs {
+        let mut argv = vec!["bosun", "--pgdata", "/d", "--password", "p", "--primary-host", "db"];
+        argv.extend(extra);
+        argv.extend(["--", "postgres"]);
+        crate::settings::tests::parse(argv)
+    }
+
     #[test]
     fn the_network_takes_only_tls_and_scram() {
         let rules: Vec<Vec<&str>> = HBA
@@ -171,23 +179,7 @@ mod tests {
 
     #[test]
     fn without_superuser_access_the_superuser_is_turned_away_from_the_network_first() {
-        let args = |network: &str| {
-            crate::settings::tests::parse([
-                "bosun",
-                "--pgdata",
-                "/d",
-                "--password",
-                "p",
-                "--primary-host",
-                "db",
-                "--superuser",
-                "admin",
-                "--superuser-network",
-                network,
-                "--",
-                "postgres",
-            ])
-        };
+        let args = |network: &str| args(&["--superuser", "admin", "--superuser-network", network]);
         assert_eq!(hba(&args("true")), HBA);
         let rules = hba(&args("false"));
         let network: Vec<&str> = rules.lines().filter(|l| l.starts_with("host")).collect();
@@ -207,21 +199,7 @@ mod tests {
     fn tls_settings_name_the_files_and_tls_1_3() {
         let dir = std::env::temp_dir().join(format!("bosun-access-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_default();
-        let args = crate::settings::tests::parse([
-            "bosun",
-            "--pgdata",
-            "/d",
-            "--password",
-            "p",
-            "--primary-host",
-            "db",
-            "--hba-file",
-            "/run/hba.conf",
-            "--api-dir",
-            dir.to_str().unwrap_or_default(),
-            "--",
-            "postgres",
-        ]);
+        let args = args(&["--hba-file", "/run/hba.conf", "--api-dir", dir.to_str().unwrap_or_default()]);
         assert_eq!(Tls::of(&args), None, "no certificate yet");
         assert_eq!(server_settings(&args, None), ["hba_file=/run/hba.conf", "password_encryption=scram-sha-256"]);
         for key in [keys::CERT, keys::KEY] {
