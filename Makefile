@@ -45,9 +45,17 @@ fmt: ## Format the code.
 	$(CARGO) fmt --all
 
 .PHONY: lint
-lint: ## Check formatting, run clippy with warnings as errors, shellcheck every shell program (hack/ and CI: none goes into a pod), and actionlint the GitHub workflows.
+# cargo-deny, built once from crates.io into the cache, keyed by its version.
+CARGO_DENY_VERSION := 0.20.2
+CARGO_DENY := $(HOME)/.cache/bosun/tools/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
+$(CARGO_DENY):
+	$(CARGO) install cargo-deny --version $(CARGO_DENY_VERSION) --locked --root $(dir $(@D))
+
+lint: $(CARGO_DENY) ## Check formatting, run clippy with warnings as errors, cargo deny (licenses, banned crates, sources: deny.toml), shellcheck every shell program (hack/ and CI: none goes into a pod), and actionlint the GitHub workflows.
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# Advisories need RustSec's database from GitHub, which these machines do not reach.
+	$(CARGO_DENY) --offline check --hide-inclusion-graph licenses bans sources
 	shellcheck -x -S warning .ci/run $$(git ls-files 'hack/*.sh')
 	# actionlint (built once into the cache) also shellchecks the workflows' run: blocks.
 	"$$(hack/backends/build.sh actionlint)/actionlint" .github/workflows/*.yaml
