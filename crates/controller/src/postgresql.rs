@@ -515,14 +515,9 @@ async fn instance_access(
     if let Some(ca) = instance_api::server_ca(&data).or(access.as_ref().map(|a| &a.ca_bundle)) {
         apply_child(ctx, db, secrets, instance_api::desired_ca_secret(db, ca)).await?;
     }
-    // Where the served certificate comes from: bosun's own, or the user's (of now, or
-    // of before when the one named now is refused).
-    let keys = (bosun_instance::api::keys::SERVER_CERT, bosun_instance::api::keys::CERT);
-    let served = match &checked {
-        Some(Ok(provided)) => provided.secret.clone(),
-        _ if data.get(keys.0) == data.get(keys.1) => name,
-        _ => db.status.as_ref().and_then(|s| s.server_certificate.as_ref()).map_or(name, |s| s.secret_name.clone()),
-    };
+    // Where the served certificate comes from (the user's of before, when the one
+    // named now is refused), as the Secret records it.
+    let served = instance_api::server_source(&data).cloned().unwrap_or(name);
     let server = instance_api::server_not_after(&data)
         .map(|not_after| ServerCertificate { secret_name: served, not_after: not_after.to_string() });
     let due = bosun_resources::pki::next_due(&data, life);

@@ -130,16 +130,30 @@ pub fn desired_data(
         // bosun's CAs stay trusted beside the user's (they sign only this database's
         // certificates): a standby or client that sees the new CAs before the server
         // reloads still verifies it.
-        Server::Provided(p) => {
-            [p.cert.clone(), p.key.clone(), format!("{}\n{}", p.ca.trim_end(), own(&data, BUNDLE).trim_start())]
-        }
+        Server::Provided(p) => [
+            p.cert.clone(),
+            p.key.clone(),
+            format!("{}\n{}", p.ca.trim_end(), own(&data, BUNDLE).trim_start()),
+            p.secret.clone(),
+        ],
         Server::Kept if data.contains_key(keys::SERVER_CERT) => return Ok(Some(data).filter(|d| Some(d) != existing)),
-        Server::Own | Server::Kept => [own(&data, keys::CERT), own(&data, keys::KEY), own(&data, BUNDLE)],
+        Server::Own | Server::Kept => {
+            [own(&data, keys::CERT), own(&data, keys::KEY), own(&data, BUNDLE), secret_name(db)]
+        }
     };
-    for (key, value) in [keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA].into_iter().zip(files) {
+    for (key, value) in [keys::SERVER_CERT, keys::SERVER_KEY, keys::SERVER_CA, SERVER_SOURCE].into_iter().zip(files) {
         data.insert(key.to_owned(), value);
     }
     Ok(Some(data).filter(|d| Some(d) != existing))
+}
+
+/// The key of the Secret the server's certificate comes from (this one, or the user's);
+/// not mounted in the pods.
+pub const SERVER_SOURCE: &str = "server-source";
+
+/// The Secret the server's certificate in the Secret's `data` comes from.
+pub fn server_source(data: &Data) -> Option<&String> {
+    data.get(SERVER_SOURCE)
 }
 
 /// When the server's certificate in the Secret's `data` expires.
@@ -295,6 +309,7 @@ mod tests {
         assert_eq!((&made["server.crt"], &made["server.key"]), (&made["tls.crt"], &made["tls.key"]));
         assert_eq!(server_ca(&made), Some(&made["ca-bundle.crt"]));
         assert_eq!(server_not_after(&made), pki::not_after(&made["tls.crt"]));
+        assert_eq!(server_source(&made).map(String::as_str), Some("orders-instance"));
         let (ca, ca_key) = pki::new_ca(now, std::time::Duration::from_secs(86400 * 365)).unwrap();
         let (cert, key) =
             pki::new_serving(&ca, &ca_key, &["orders".into()], now, std::time::Duration::from_secs(86400 * 30))
@@ -308,6 +323,7 @@ mod tests {
         assert_eq!((&switched["server.crt"], &switched["server.key"]), (&cert, &key));
         assert_eq!(switched["server-ca.crt"], format!("{}\n{}", ca.trim_end(), made["ca-bundle.crt"]), "both trusted");
         assert_eq!((&switched["tls.crt"], &switched["token"]), (&made["tls.crt"], &made["token"]), "the API's kept");
+        assert_eq!(server_source(&switched).map(String::as_str), Some("orders-tls"));
         assert_eq!(
             desired_data(&db(), Some(&switched), now, &life, || unreachable!(), Server::Provided(&provided)).unwrap(),
             None
@@ -317,9 +333,10 @@ mod tests {
         // Back to bosun's own.
         let back = desired_data(&db(), Some(&switched), now, &life, || unreachable!(), Server::Own).unwrap().unwrap();
         assert_eq!(back["server.crt"], made["tls.crt"]);
+        assert_eq!(server_source(&back).map(String::as_str), Some("orders-instance"));
         // A Secret of a release before the server's files: bosun's added.
         let mut older = made.clone();
-        for key in ["server.crt", "server.key", "server-ca.crt"] {
+        for key in ["server.crt", "server.key", "server-ca.crt", "server-source"] {
             older.remove(key);
         }
         assert_eq!(desired_data(&db(), Some(&older), now, &life, || unreachable!(), Server::Kept).unwrap(), Some(made));
