@@ -73,6 +73,9 @@ enum Command {
     /// Job's containers: `copy` in the old major's image, `run` in the new one's).
     #[command(subcommand)]
     Upgrade(bosun_instance::upgrade::UpgradeCommand),
+    /// bosun's kubectl plugin (`kubectl bosun …` when this binary is on PATH as
+    /// `kubectl-bosun`): status, switchover, backup, verify, psql, logs, report.
+    Kubectl(bosun_plugin::PluginCli),
     /// Copy this binary to PATH: how a database pod gets `bosun wal` without a change
     /// to its image (an init container of the runner image runs it).
     Install {
@@ -84,8 +87,14 @@ enum Command {
 fn main() -> anyhow::Result<std::process::ExitCode> {
     let started = std::time::Instant::now();
     use bosun_runner::cli::{self as runner, BackupCommand, RestoreCommand, VerifyCommand, WalCommand};
+    // Run as `kubectl-bosun` (kubectl's plugin), the arguments are the plugin's.
+    let called = std::env::args_os().next().map(PathBuf::from);
+    if called.as_ref().and_then(|p| p.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("kubectl-bosun")) {
+        return Ok(bosun_plugin::main(bosun_plugin::PluginCli::parse()));
+    }
     let cli = Cli::parse();
     match cli.command {
+        Command::Kubectl(plugin) => return Ok(bosun_plugin::main(plugin)),
         Command::Crd { out_dir: None } => print!("{}", bosun_controller::kinds::crds_yaml()?),
         Command::Crd { out_dir: Some(dir) } => write_crds(&dir)?,
         Command::Manifests { config_dir, docs_dir } => {

@@ -142,7 +142,7 @@ impl Instances {
 }
 
 /// A TLS connector that trusts `access`'s CAs only, and its token.
-fn connector(access: &Access) -> Result<(TlsConnector, Arc<String>), String> {
+pub fn connector(access: &Access) -> Result<(TlsConnector, Arc<String>), String> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(access.ca_bundle.as_bytes()) {
         let cert = cert.map_err(|e| format!("the instance Secret's CA: {e}"))?;
@@ -166,17 +166,36 @@ pub async fn request(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<Bytes, AskError> {
+    let tcp = tokio::net::TcpStream::connect((target.ip, target.port))
+        .await
+        .map_err(|e| AskError::Unreachable(e.to_string()))?;
+    request_over(tcp, connector, token, &target.server_name, method, path, body).await
+}
+
+/// One request over `stream` (a TCP connection, a port-forward's stream), the
+/// instance's certificate checked for `server_name`.
+pub async fn request_over<S>(
+    stream: S,
+    connector: &TlsConnector,
+    token: &str,
+    server_name: &str,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<Bytes, AskError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let unreachable = |e: &dyn std::fmt::Display| AskError::Unreachable(e.to_string());
-    let name = ServerName::try_from(target.server_name.clone()).map_err(|e| unreachable(&e))?;
-    let tcp = tokio::net::TcpStream::connect((target.ip, target.port)).await.map_err(|e| unreachable(&e))?;
-    let tls = connector.connect(name, tcp).await.map_err(|e| unreachable(&e))?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| unreachable(&e))?;
+    let tls = connector.connect(name, stream).await.map_err(|e| unreachable(&e))?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
     tokio::spawn(connection);
     let mut request = Request::builder()
         .method(method)
         .uri(path)
-        .header(hyper::header::HOST, target.server_name.as_str())
+        .header(hyper::header::HOST, server_name)
         .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
     if body.is_some() {
         request = request.header(hyper::header::CONTENT_TYPE, "application/json");

@@ -314,10 +314,11 @@ impl Api {
             Ok(answer) => match status::parse_server(&answer) {
                 Some(mut server) => {
                     if !server.in_recovery {
-                        server.archiver = crate::setup::query(&self.args, status::ARCHIVER_SQL)
-                            .await
-                            .ok()
-                            .and_then(|a| status::parse_archiver(&a));
+                        let primary = crate::setup::query(&self.args, status::ARCHIVER_SQL).await;
+                        if let Some((archiver, replication)) = primary.ok().and_then(|a| status::parse_primary(&a)) {
+                            server.archiver = Some(archiver);
+                            server.replication = replication;
+                        }
                     }
                     (Some(server), None)
                 }

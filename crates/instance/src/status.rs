@@ -55,6 +55,27 @@ pub struct Server {
     pub version: String,
     /// A primary's archiver (`pg_stat_archiver`).
     pub archiver: Option<Archiver>,
+    /// A primary's replication connections (`pg_stat_replication`), one per standby;
+    /// absent from an instance manager of a release before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replication: Vec<Replication>,
+}
+
+/// One standby as its primary sees it (`pg_stat_replication`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replication {
+    /// The standby's `application_name` (its pod's name).
+    pub name: String,
+    /// `streaming`, `catchup`, `startup`, `backup` or `stopping`.
+    pub state: String,
+    /// `sync`, `quorum`, `potential` or `async`.
+    pub sync_state: String,
+    /// The last WAL position the standby replayed, as the primary last heard.
+    pub replay_lsn: Option<String>,
+    /// The time from a commit on the primary to its replay on the standby, in
+    /// milliseconds, as last measured (none after the standby caught up and idle).
+    pub replay_lag_ms: Option<i64>,
 }
 
 /// `pg_stat_archiver`, times in Unix seconds.
@@ -79,11 +100,16 @@ pub const SERVER_SQL: &str = "SELECT pg_is_in_recovery(), \
      current_setting('server_version'), \
      coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)";
 
-/// The archiver's statistics, `|`-separated, times in Unix seconds.
+/// A primary's archiver statistics, `|`-separated, times in Unix seconds, and last
+/// its standbys' replication as a JSON array (names are pod names: no `|`).
 pub const ARCHIVER_SQL: &str = "SELECT coalesce(last_archived_wal, ''), \
      coalesce(floor(extract(epoch FROM last_archived_time))::bigint::text, ''), \
      coalesce(last_failed_wal, ''), coalesce(floor(extract(epoch FROM last_failed_time))::bigint::text, ''), \
-     failed_count FROM pg_stat_archiver";
+     failed_count, \
+     coalesce((SELECT json_agg(json_build_object('name', application_name, 'state', state, \
+     'syncState', sync_state, 'replayLsn', replay_lsn::text, \
+     'replayLagMs', floor(extract(epoch FROM replay_lag) * 1000)::bigint) ORDER BY application_name) \
+     FROM pg_stat_replication), '[]') FROM pg_stat_archiver";
 
 fn text(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_owned())
@@ -112,13 +138,23 @@ pub fn parse_server(answer: &str) -> Option<Server> {
         version: (*version).to_owned(),
         receiving,
         archiver: None,
+        replication: Vec::new(),
     })
 }
 
-/// [`ARCHIVER_SQL`]'s answer; none when it is not that.
-pub fn parse_archiver(answer: &str) -> Option<Archiver> {
-    let fields: Vec<&str> = answer.trim().split('|').collect();
-    let [archived, archived_at, failed, failed_at, count] = fields.as_slice() else { return None };
+/// [`ARCHIVER_SQL`]'s answer: the archiver, and the replication connections; none
+/// when it is not that.
+pub fn parse_primary(answer: &str) -> Option<(Archiver, Vec<Replication>)> {
+    let fields: Vec<&str> = answer.trim().splitn(6, '|').collect();
+    let (archiver, replication) = match fields.as_slice() {
+        [archiver @ .., replication] if archiver.len() == 5 => (archiver, serde_json::from_str(replication).ok()?),
+        all => (all, Vec::new()),
+    };
+    Some((parse_archiver(archiver)?, replication))
+}
+
+fn parse_archiver(fields: &[&str]) -> Option<Archiver> {
+    let [archived, archived_at, failed, failed_at, count] = fields else { return None };
     let time = |s: &str| -> Result<Option<i64>, ()> {
         if s.is_empty() { Ok(None) } else { s.parse().map(Some).map_err(drop) }
     };
@@ -155,9 +191,24 @@ mod tests {
 
     #[test]
     fn the_archivers_answer_parses() {
-        let a = parse_archiver("000000010000000000000003|1764300000|||2").unwrap_or_default();
+        let (a, replication) = parse_primary("000000010000000000000003|1764300000|||2").unwrap_or_default();
         assert_eq!(a.last_archived_wal.as_deref(), Some("000000010000000000000003"));
         assert_eq!((a.last_archived_time, a.last_failed_time, a.failed_count), (Some(1764300000), None, 2));
-        assert_eq!(parse_archiver("a|not a time|||0"), None);
+        assert!(replication.is_empty());
+        assert_eq!(parse_primary("a|not a time|||0"), None);
+        assert_eq!(parse_primary("a|1|||0|not json"), None);
+    }
+
+    #[test]
+    fn the_standbys_replication_parses() {
+        let answer = r#"|||1764300000|1|[{"name" : "db-1", "state" : "streaming", "syncState" : "sync", "replayLsn" : "0/3000148", "replayLagMs" : 12}, {"name" : "db-2", "state" : "catchup", "syncState" : "async", "replayLsn" : null, "replayLagMs" : null}]"#;
+        let (a, replication) = parse_primary(answer).unwrap_or_default();
+        assert_eq!((a.last_failed_time, a.failed_count), (Some(1764300000), 1));
+        assert_eq!(replication.len(), 2);
+        assert_eq!(
+            (replication[0].name.as_str(), replication[0].sync_state.as_str(), replication[0].replay_lag_ms),
+            ("db-1", "sync", Some(12))
+        );
+        assert_eq!((replication[1].state.as_str(), replication[1].replay_lsn.as_deref()), ("catchup", None));
     }
 }

@@ -423,7 +423,7 @@ fn the_archivers_answer_becomes_the_status_and_the_condition() {
     let instance = |output: &str| {
         let (row, error) = output.split_once('\n').unwrap_or((output, ""));
         let server = bosun_instance::status::Server {
-            archiver: Some(bosun_instance::status::parse_archiver(row).unwrap()),
+            archiver: Some(bosun_instance::status::parse_primary(row).unwrap().0),
             ..Default::default()
         };
         let error = Some(error.trim().to_owned()).filter(|e| !e.is_empty());
