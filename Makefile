@@ -31,6 +31,13 @@ help: ## Show the targets.
 build: ## Build the bosun binary (debug).
 	$(BUILD_BOSUN)
 
+.PHONY: plugin
+plugin: ## Build bosun and link bin/kubectl-bosun to it: with bin/ on PATH, `kubectl bosun status DB` (docs/kubectl-bosun.md).
+	$(BUILD_BOSUN)
+	mkdir -p bin
+	ln -sf ../target/debug/bosun bin/kubectl-bosun
+	@echo "kubectl bosun: export PATH=$$PWD/bin:\$$PATH"
+
 .PHONY: manifests
 manifests: ## Regenerate config/crd (from the Rust types), config/rbac (from the declared permissions), config/webhook, the reference blocks of docs/ and their copies in charts/bosun.
 	$(CARGO) run -q -p bosun -- manifests --config-dir config
