@@ -38,6 +38,10 @@ plugin: ## Build bosun and link bin/kubectl-bosun to it: with bin/ on PATH, `kub
 	ln -sf ../target/debug/bosun bin/kubectl-bosun
 	@echo "kubectl bosun: export PATH=$$PWD/bin:\$$PATH"
 
+.PHONY: sbom
+sbom: ## The bosun binary's SBOM, CycloneDX 1.5 JSON of every crate it is built from, checked against the schema and Cargo.lock: target/sbom/bosun.cdx.json.
+	hack/sbom.sh
+
 .PHONY: manifests
 manifests: ## Regenerate config/crd (from the Rust types), config/rbac (from the declared permissions), config/webhook, the reference blocks of docs/ and their copies in charts/bosun.
 	$(CARGO) run -q -p bosun -- manifests --config-dir config
@@ -58,12 +62,14 @@ CARGO_DENY := $(HOME)/.cache/bosun/tools/cargo-deny-$(CARGO_DENY_VERSION)/bin/ca
 $(CARGO_DENY):
 	$(CARGO) install cargo-deny --version $(CARGO_DENY_VERSION) --locked --root $(dir $(@D))
 
-lint: $(CARGO_DENY) ## Check formatting, run clippy with warnings as errors, cargo deny (licenses, banned crates, sources: deny.toml), shellcheck every shell program (hack/ and CI: none goes into a pod), and actionlint the GitHub workflows.
+lint: $(CARGO_DENY) ## Check formatting, run clippy with warnings as errors, cargo deny (licenses, banned crates, sources: deny.toml), shellcheck every shell program (hack/ and CI: none goes into a pod), make the binary's SBOM and check it (hack/sbom.sh), and actionlint the GitHub workflows.
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# Advisories need RustSec's database from GitHub, which these machines do not reach.
 	$(CARGO_DENY) --offline check --hide-inclusion-graph licenses bans sources
 	shellcheck -x -S warning .ci/run $$(git ls-files 'hack/*.sh')
+	# The binary's SBOM, checked against CycloneDX's schema and Cargo.lock.
+	hack/sbom.sh
 	# actionlint (built once into the cache) also shellchecks the workflows' run: blocks.
 	"$$(hack/backends/build.sh actionlint)/actionlint" .github/workflows/*.yaml
 
