@@ -347,14 +347,59 @@ async fn the_dashboard_reads_only_metrics_bosun_exports() {
             let _ = env.kubectl(&["delete", kind, &name, "--ignore-not-found"]);
         }
         assert!(admitted, "no WebApp was admitted through bosun's webhooks: {last}");
-        let exported: Vec<&str> =
-            metrics.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
-        let exported = |name: &str| exported.contains(&name);
+        // What bosun exports: the series it has samples of, and the families it
+        // declares (a scrape shows a family only once it has a sample: a standby's lag
+        // only where a real standby streams).
+        let mut exported: Vec<String> = metrics
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .map(str::to_owned)
+            .collect();
+        let declared = bosun_controller::metrics::Metrics::declared();
+        for declared in declared.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let (name, kind) = declared.split_once(' ').unwrap();
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            exported.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+        }
+        let read: Vec<String> = exprs.iter().flat_map(|e| metric_names(e)).collect();
         for expr in &exprs {
             for name in metric_names(expr) {
-                assert!(exported(&name), "the dashboard reads {name}, which bosun does not export ({expr})");
+                assert!(exported.contains(&name), "the dashboard reads {name}, which bosun does not export ({expr})");
             }
         }
+        // The PostgreSQL side says what `kubectl bosun status` says.
+        for family in [
+            "bosun_postgresql_primary_changes_total",
+            "bosun_postgresql_replication_lag_bytes",
+            "bosun_postgresql_replication_lag_seconds",
+            "bosun_postgresql_instances_ready",
+            "bosun_postgresql_wal_last_archived_timestamp_seconds",
+            "bosun_postgresql_server_certificate_expiry_timestamp_seconds",
+            "bosun_backup_verification_failing",
+        ] {
+            assert!(read.iter().any(|n| n == family), "no panel reads {family}");
+        }
+        // Every expression parses as Prometheus reads it: promtool checks each as a
+        // recording rule (Grafana's $namespace as any namespace).
+        let rules = serde_json::json!({"groups": [{"name": "dashboard", "rules": exprs.iter().enumerate().map(|(i, e)| {
+            serde_json::json!({"record": format!("dashboard:expr_{i}"), "expr": e.replace("$namespace", ".*")})
+        }).collect::<Vec<_>>()}]});
+        let file = std::env::temp_dir().join(format!("bosun-dashboard-{}.yaml", std::process::id()));
+        std::fs::write(&file, serde_yaml_ng::to_string(&rules).unwrap()).unwrap();
+        let out =
+            std::process::Command::new(built_tool("promtool")).args(["check", "rules"]).arg(&file).output().unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            out.status.success(),
+            "promtool check rules of the dashboard's expressions: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     })
     .await;
 }

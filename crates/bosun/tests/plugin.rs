@@ -90,6 +90,25 @@ fn extracted(tarball: &Path, into: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
+/// Wait until bosun's /metrics has `standby`'s replication lag and not `primary`'s.
+async fn lag_series(bosun: &bosun_testing::Bosun, ns: &str, standby: &str, primary: &str) {
+    let series = |instance: &str| {
+        format!(
+            r#"bosun_postgresql_replication_lag_bytes{{database_namespace="{ns}",database="plug-db",instance="{instance}"}}"#
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let metrics = bosun.http_get("/metrics").await.1;
+        if metrics.contains(&series(standby)) && !metrics.contains(&series(primary)) {
+            return;
+        }
+        let lag: Vec<&str> = metrics.lines().filter(|l| l.contains("replication_lag")).collect();
+        assert!(Instant::now() < deadline, "no lag series of {standby} alone: {lag:#?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_plugin_shows_switches_over_and_reports_a_real_database_without_a_secret() {
     e2e("plugin", |env| async move {
@@ -153,6 +172,9 @@ async fn the_plugin_shows_switches_over_and_reports_a_real_database_without_a_se
         assert!(!screen.contains('\x1b'), "colour on a pipe: {screen}");
         eprintln!("{screen}");
 
+        // The dashboard's lag is the same: bosun asks the primary and exports it per standby.
+        lag_series(&bosun, &env.ns, "plug-db-1", "plug-db-0").await;
+
         // psql on the primary and on a standby, through kubectl exec.
         let (ok, out, err) = plugin(&env, &["psql", "plug-db", "--", "-tAc", "SELECT pg_is_in_recovery()"]);
         assert!(ok && out.trim() == "f", "{out}{err}");
@@ -173,6 +195,7 @@ async fn the_plugin_shows_switches_over_and_reports_a_real_database_without_a_se
         assert_eq!(instance(&view, "plug-db-1")["role"], "primary", "{view:#}");
         assert_eq!(instance(&view, "plug-db-1")["timeline"].as_u64(), Some(2), "{view:#}");
         assert_eq!(view["lastPrimaryChange"]["to"], "plug-db-1", "{view:#}");
+        lag_series(&bosun, &env.ns, "plug-db-0", "plug-db-1").await;
 
         // Both instances' logs, in one stream.
         let (ok, out, err) = plugin(&env, &["logs", "plug-db", "--tail", "50"]);

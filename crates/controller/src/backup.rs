@@ -118,6 +118,7 @@ fn gauges(ctx: &Context) -> Gauges<Backup, BackupLabels> {
             m.backup_verify_interval.clone(),
         ],
         read: read_gauges,
+        gone: None,
     }
 }
 

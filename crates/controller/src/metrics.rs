@@ -2,10 +2,10 @@
 //! wrapper so every kind gets them.
 //!
 //! Labels are bounded: `controller` (a kind), `result`, and an error `reason` from
-//! [`crate::Error::category`]. The one exception is a few gauges per Backup and per
-//! continuously archived PostgreSQL (as kube-state-metrics has per object), which the
-//! alerts need to say which one fails or lags; there are as many as those objects,
-//! and they go with them ([`Gauges`]).
+//! [`crate::Error::category`]. The one exception is a few gauges per Backup, per
+//! PostgreSQL and per standby (as kube-state-metrics has per object), which the
+//! alerts and the dashboard need to say which one fails or lags; there are as many as
+//! those objects, and they go with them ([`Gauges`], [`ReplicationLag`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -53,8 +53,74 @@ pub struct DatabaseLabels {
     pub database: String,
 }
 
+/// One instance of a PostgreSQL.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    pub database_namespace: String,
+    pub database: String,
+    pub instance: String,
+}
+
 /// A gauge of floating-point values (times in Unix seconds, 0/1 flags).
 pub type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// Each standby's replication lag, as its primary said it on bosun's last look
+/// (`pg_stat_replication`): bytes of WAL not yet replayed, and seconds. An instance
+/// that no longer streams, and a database that is gone or whose primary cannot be
+/// asked, lose their series.
+#[derive(Debug, Default)]
+pub struct ReplicationLag {
+    pub bytes: Family<InstanceLabels, FloatGauge>,
+    pub seconds: Family<InstanceLabels, FloatGauge>,
+    exported: std::sync::Mutex<std::collections::HashMap<DatabaseLabels, Vec<String>>>,
+}
+
+/// One standby's lag: its instance, bytes and seconds (either unknown: no series).
+pub type StandbyLag = (String, Option<f64>, Option<f64>);
+
+impl ReplicationLag {
+    /// `db`'s standbys' lag now: the series of the standbys not in `standbys` removed.
+    pub fn set(&self, db: &DatabaseLabels, standbys: &[StandbyLag]) {
+        let labels = |instance: &str| InstanceLabels {
+            database_namespace: db.database_namespace.clone(),
+            database: db.database.clone(),
+            instance: instance.to_owned(),
+        };
+        let mut exported = self.exported.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in exported.remove(db).unwrap_or_default() {
+            if !standbys.iter().any(|(name, ..)| *name == gone) {
+                self.bytes.remove(&labels(&gone));
+                self.seconds.remove(&labels(&gone));
+            }
+        }
+        for (name, bytes, seconds) in standbys {
+            for (family, value) in [(&self.bytes, bytes), (&self.seconds, seconds)] {
+                match value {
+                    Some(v) => {
+                        family.get_or_create(&labels(name)).set(*v);
+                    }
+                    None => {
+                        family.remove(&labels(name));
+                    }
+                }
+            }
+        }
+        if !standbys.is_empty() {
+            exported.insert(db.clone(), standbys.iter().map(|(name, ..)| name.clone()).collect());
+        }
+    }
+}
+
+/// What goes when an object's per-object series go ([`Gauges::gone`]).
+pub trait Forget<L>: std::fmt::Debug + Send + Sync {
+    fn forget(&self, labels: &L);
+}
+
+impl Forget<DatabaseLabels> for ReplicationLag {
+    fn forget(&self, db: &DatabaseLabels) {
+        self.set(db, &[]);
+    }
+}
 
 /// The controllers' metric families.
 #[derive(Debug)]
@@ -94,6 +160,11 @@ pub struct Metrics {
     /// Changes of a database's primary, and how long each took.
     pub primary_changes: Family<PrimaryChangeLabels, Counter>,
     pub primary_change_duration: Family<PrimaryChangeLabels, Histogram>,
+    /// A PostgreSQL's instances: as many as its spec asks, and how many are Ready.
+    pub postgresql_instances: Family<DatabaseLabels, FloatGauge>,
+    pub postgresql_instances_ready: Family<DatabaseLabels, FloatGauge>,
+    /// Its standbys' replication lag.
+    pub replication_lag: std::sync::Arc<ReplicationLag>,
 }
 
 impl Default for Metrics {
@@ -121,6 +192,9 @@ impl Default for Metrics {
             primary_changes: Family::default(),
             // 0.1 s … ~100 s
             primary_change_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.1, 2.0, 11))),
+            postgresql_instances: Family::default(),
+            postgresql_instances_ready: Family::default(),
+            replication_lag: std::sync::Arc::default(),
         }
     }
 }
@@ -204,6 +278,70 @@ impl Metrics {
             "From bosun's decision to change a PostgreSQL's primary until the new primary accepts writes",
             self.primary_change_duration.clone(),
         );
+        r.register(
+            "postgresql_instances",
+            "The instances each PostgreSQL's spec asks for (spec.replicas)",
+            self.postgresql_instances.clone(),
+        );
+        r.register(
+            "postgresql_instances_ready",
+            "The Ready instances of each PostgreSQL",
+            self.postgresql_instances_ready.clone(),
+        );
+        r.register(
+            "postgresql_replication_lag_bytes",
+            "WAL each standby has yet to replay, in bytes, as its primary said it on bosun's last look",
+            self.replication_lag.bytes.clone(),
+        );
+        r.register(
+            "postgresql_replication_lag_seconds",
+            "Each standby's replay lag in seconds (pg_stat_replication.replay_lag; 0 once caught up), as its primary said it on bosun's last look",
+            self.replication_lag.seconds.clone(),
+        );
+    }
+
+    /// Every family with one series, as a scrape shows them once each has a sample (a
+    /// family without one is not in a scrape at all): the names bosun can export, for
+    /// the checks of what reads them (the dashboard's panels, the alerts).
+    pub fn declared() -> String {
+        let m = Metrics::default();
+        let (controller, result, reason, kind) = ("x", "x", "x", "x");
+        let db = DatabaseLabels { database_namespace: "x".into(), database: "x".into() };
+        let backup = BackupLabels { backup_namespace: "x".into(), backup: "x".into() };
+        m.reconciles.get_or_create(&ResultLabels { controller, result }).inc();
+        m.errors.get_or_create(&ErrorLabels { controller, reason }).inc();
+        m.reconcile_duration.get_or_create(&ControllerLabels { controller }).observe(0.0);
+        m.ready_duration.get_or_create(&ControllerLabels { controller }).observe(0.0);
+        m.managed.get_or_create(&ControllerLabels { controller }).set(0);
+        m.queue_depth.get_or_create(&ControllerLabels { controller }).set(0);
+        m.takeover.set(0.0);
+        for family in [
+            &m.backup_last_success,
+            &m.backup_failing,
+            &m.backup_last_verified,
+            &m.backup_verification_failing,
+            &m.backup_verify_interval,
+        ] {
+            family.get_or_create(&backup).set(0.0);
+        }
+        for family in [
+            &m.wal_last_archived,
+            &m.wal_archiving_failing,
+            &m.wal_archive_timeout,
+            &m.server_certificate_expiry,
+            &m.postgresql_instances,
+            &m.postgresql_instances_ready,
+        ] {
+            family.get_or_create(&db).set(0.0);
+        }
+        m.wal_archive_failures.get_or_create(&db).inc();
+        m.primary_changed(controller, kind, 0.0);
+        m.replication_lag.set(&db, &[("x".into(), Some(0.0), Some(0.0))]);
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
     }
 
     /// Create the zero series of `controller` for every result and error reason, so
@@ -248,6 +386,8 @@ impl Metrics {
 pub struct Gauges<K, L: Clone + std::hash::Hash + Eq> {
     pub families: Vec<Family<L, FloatGauge>>,
     pub read: ReadGauges<K, L>,
+    /// Series of the object's that others set, to remove with the object's own.
+    pub gone: Option<std::sync::Arc<dyn Forget<L>>>,
 }
 
 /// An object's labels and its value in each gauge family, or `None`.
@@ -293,8 +433,55 @@ where
                 for family in &self.families {
                     family.remove(gone);
                 }
+                if let Some(also) = &self.gone {
+                    also.forget(gone);
+                }
             }
             exported = now;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::text::encode;
+
+    use super::*;
+
+    fn exported(metrics: &Metrics) -> String {
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        text.lines().filter(|l| l.starts_with("bosun_postgresql_replication_lag")).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn a_standbys_lag_series_goes_with_the_standby_and_with_its_database() {
+        let metrics = Metrics::default();
+        let db = DatabaseLabels { database_namespace: "shop".into(), database: "orders".into() };
+        let lag = &metrics.replication_lag;
+        lag.set(&db, &[("orders-1".into(), Some(4096.0), Some(1.5)), ("orders-2".into(), Some(0.0), None)]);
+        let text = exported(&metrics);
+        assert!(text.contains(r#"bosun_postgresql_replication_lag_bytes{database_namespace="shop",database="orders",instance="orders-1"} 4096.0"#), "{text}");
+        assert!(
+            text.contains(r#"instance="orders-2"} 0.0"#)
+                && !text.contains(r#"lag_seconds{database_namespace="shop",database="orders",instance="orders-2"}"#),
+            "{text}"
+        );
+        // orders-1 became the primary: its series go.
+        lag.set(&db, &[("orders-2".into(), Some(8.0), Some(0.2))]);
+        let text = exported(&metrics);
+        assert!(!text.contains("orders-1") && text.contains(r#"instance="orders-2"} 8.0"#), "{text}");
+        lag.forget(&db);
+        assert_eq!(exported(&metrics), "", "a database gone leaves no series");
+    }
+
+    #[test]
+    fn every_registered_family_is_declared() {
+        let declared = Metrics::declared();
+        let types = declared.lines().filter(|l| l.starts_with("# TYPE bosun_")).count();
+        let registered = include_str!("metrics.rs").matches(concat!("r.reg", "ister(")).count();
+        assert_eq!(types, registered, "a family registered but not given a sample in declared():\n{declared}");
     }
 }

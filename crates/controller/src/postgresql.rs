@@ -24,6 +24,7 @@ use std::time::Duration;
 use bosun_api::backup::Backup;
 use bosun_api::postgresql::PostgreSQL;
 use bosun_api::postgresql::ServerCertificate;
+use bosun_instance::status::Status;
 use bosun_resources::instances as instance_api;
 use bosun_resources::postgresql::{self as build, Observed, Refusal};
 use bosun_resources::provided;
@@ -196,10 +197,13 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Err(err) => return Err(err),
         },
     };
-    let archiving = match &primary {
-        Some(p) if build::continuous_destination(db).is_some() => archiver(db, &reach, &children.pods, &p.name).await,
+    let primary_says = match &primary {
+        Some(p) if asks_primary(db) => ask_primary(db, &reach, &children.pods, &p.name).await,
         _ => None,
     };
+    let archiving = primary_says.as_ref().filter(|_| build::continuous_destination(db).is_some());
+    let archiving = archiving.and_then(build::archiver_seen);
+    replication_lag(db, &ctx, primary_says.as_ref());
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
     let simulated = instances.iter().find(|p| bosun_resources::pods::simulated(p)).map(|p| p.name_any());
     let observed = Observed {
@@ -264,8 +268,8 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         {
             Outcome::Requeue(soon(crate::read::POD_RECHECK))
         }
-        // The archiver's health is asked of the primary on each look.
-        (None, None) if build::continuous_destination(db).is_some() => Outcome::Requeue(soon(ARCHIVER_RECHECK)),
+        // The archiver's health and the standbys' lag are asked of the primary on each look.
+        (None, None) if asks_primary(db) => Outcome::Requeue(soon(ARCHIVER_RECHECK)),
         (None, None) => Outcome::Requeue(soon(RECHECK)),
     })
 }
@@ -299,8 +303,11 @@ fn gauges(ctx: &Context) -> Gauges<PostgreSQL, crate::metrics::DatabaseLabels> {
             m.wal_last_archived.clone(),
             m.wal_archiving_failing.clone(),
             m.wal_archive_timeout.clone(),
+            m.postgresql_instances.clone(),
+            m.postgresql_instances_ready.clone(),
         ],
         read: read_gauges,
+        gone: Some(m.replication_lag.clone()),
     }
 }
 
@@ -314,6 +321,8 @@ fn read_gauges(db: &PostgreSQL) -> Option<(crate::metrics::DatabaseLabels, Vec<O
         .map(|t| t.as_second() as f64);
     let mut values = vec![expiry];
     values.extend(archiving_gauges(db).unwrap_or_else(|| vec![None; 3]));
+    let ready = status.map(|s| s.instances.iter().filter(|i| i.ready).count() as f64);
+    values.extend([Some(f64::from(db.spec.replicas)), ready]);
     values.iter().any(Option::is_some).then(|| (database_labels(db), values))
 }
 
@@ -339,23 +348,40 @@ fn database_labels(db: &PostgreSQL) -> crate::metrics::DatabaseLabels {
 /// How often the Secrets `spec.certificates` names are read.
 pub const PROVIDED_RECHECK: Duration = Duration::from_secs(60);
 
-/// How often the primary's archiver is asked, with continuous archiving.
+/// How often the primary is asked its archiver's health (continuous archiving) and
+/// its standbys' lag (more than one instance).
 pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
 
-/// The primary's archiver, asked of its instance when its pod is Ready; `None` when
-/// it cannot be asked now (the last answer in the status stands).
-async fn archiver(db: &PostgreSQL, reach: &Instances, pods: &Owned<Pod>, primary: &str) -> Option<build::ArchiverSeen> {
+/// Whether each look asks the primary: for its archiver, or its standbys' lag.
+fn asks_primary(db: &PostgreSQL) -> bool {
+    build::continuous_destination(db).is_some() || db.spec.replicas > 1
+}
+
+/// The primary as it says it now, when its pod is Ready; `None` when it cannot be
+/// asked now (the last archiver's answer in the status stands).
+async fn ask_primary(db: &PostgreSQL, reach: &Instances, pods: &Owned<Pod>, primary: &str) -> Option<Status> {
     let pod = pods.get(&db.namespace().unwrap_or_default(), primary)?;
     if !bosun_resources::failover::pod_ready(&pod) {
         return None;
     }
     match reach.status(primary, ARCHIVER_TIMEOUT).await {
-        Ok(status) => build::archiver_seen(&status),
+        Ok(status) => Some(status),
         Err(why) => {
-            tracing::debug!(db = %db.name_any(), primary, %why, "the archiver could not be asked");
+            tracing::debug!(db = %db.name_any(), primary, %why, "the primary could not be asked");
             None
         }
     }
+}
+
+/// The standbys' lag as the primary said it (its series go when it could not say).
+fn replication_lag(db: &PostgreSQL, ctx: &Context, primary: Option<&Status>) {
+    let lag = primary.and_then(|s| s.server.as_ref()).filter(|s| !s.in_recovery).map(|s| s.standby_lag());
+    let lag: Vec<crate::metrics::StandbyLag> = lag
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, bytes, seconds)| (name, bytes.map(|b| b as f64), seconds))
+        .collect();
+    ctx.metrics.replication_lag.set(&database_labels(db), &lag);
 }
 
 /// How long asking the archiver may take.

@@ -111,6 +111,33 @@ pub const ARCHIVER_SQL: &str = "SELECT coalesce(last_archived_wal, ''), \
      'replayLagMs', floor(extract(epoch FROM replay_lag) * 1000)::bigint) ORDER BY application_name) \
      FROM pg_stat_replication), '[]') FROM pg_stat_archiver";
 
+/// A WAL position (`X/Y`, as the server writes it) as a number of bytes.
+pub fn lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
+}
+
+impl Server {
+    /// A primary's standbys' lag, from its replication connections: `(name, bytes
+    /// not yet replayed, seconds)`. A standby caught up and idle has no measured
+    /// lag (`replay_lag` is reset): 0 s when it replayed all there is.
+    pub fn standby_lag(&self) -> Vec<(String, Option<u64>, Option<f64>)> {
+        let position = self.current_lsn.as_deref().and_then(lsn);
+        self.replication
+            .iter()
+            .map(|r| {
+                let bytes = position.zip(r.replay_lsn.as_deref().and_then(lsn)).map(|(p, s)| p.saturating_sub(s));
+                let seconds = match (r.replay_lag_ms, bytes) {
+                    (Some(ms), _) => Some(ms as f64 / 1000.0),
+                    (None, Some(0)) => Some(0.0),
+                    (None, _) => None,
+                };
+                (r.name.clone(), bytes, seconds)
+            })
+            .collect()
+    }
+}
+
 fn text(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_owned())
 }
@@ -197,6 +224,32 @@ mod tests {
         assert!(replication.is_empty());
         assert_eq!(parse_primary("a|not a time|||0"), None);
         assert_eq!(parse_primary("a|1|||0|not json"), None);
+    }
+
+    #[test]
+    fn positions_are_numbers_and_lag_is_the_primarys_position_less_the_replay() {
+        assert_eq!(lsn("0/3000148"), Some(0x300_0148));
+        assert_eq!(lsn("1/0"), Some(1 << 32));
+        assert_eq!(lsn("nonsense"), None);
+        let standby = |name: &str, replay: Option<&str>, ms: Option<i64>| Replication {
+            name: name.into(),
+            replay_lsn: replay.map(str::to_owned),
+            replay_lag_ms: ms,
+            ..Replication::default()
+        };
+        let primary = Server {
+            current_lsn: Some("0/5000000".into()),
+            replication: vec![
+                standby("a", Some("0/4FFF000"), Some(1500)),
+                standby("b", Some("0/5000000"), None),
+                standby("c", None, None),
+            ],
+            ..Server::default()
+        };
+        assert_eq!(
+            primary.standby_lag(),
+            [("a".into(), Some(0x1000), Some(1.5)), ("b".into(), Some(0), Some(0.0)), ("c".into(), None, None)]
+        );
     }
 
     #[test]

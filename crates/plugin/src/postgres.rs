@@ -11,7 +11,7 @@ use bosun_api::backup::Backup;
 use bosun_api::postgresql::{PostgreSQL, PrimaryChange, ServerCertificate, WalArchiving};
 use bosun_controller::instances::{AskError, connector, request_over};
 use bosun_instance::api;
-use bosun_instance::status::{Archiver, Replication, Status};
+use bosun_instance::status::{Archiver, Replication, Status, lsn};
 use bosun_resources::instances as build;
 use bosun_resources::postgresql::{APP_NAME, ROLE_LABEL};
 use futures::future::join_all;
@@ -91,12 +91,6 @@ pub struct DatabaseStatus {
     pub events: Vec<EventLine>,
     /// How long gathering all this took, in milliseconds.
     pub took_ms: u64,
-}
-
-/// A WAL position (`X/Y`) as a number.
-pub fn lsn(text: &str) -> Option<u64> {
-    let (high, low) = text.split_once('/')?;
-    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
 }
 
 /// The database's instances' pods: its StatefulSet's, by name.
@@ -184,6 +178,7 @@ pub fn instance_lines(pods: &[Pod], answers: &[Result<Status, String>]) -> Vec<I
     let primary = answers.iter().flatten().find_map(|s| s.server.as_ref().filter(|server| !server.in_recovery));
     let position = primary.and_then(|p| p.current_lsn.as_deref()).and_then(lsn);
     let seen = |name: &str| -> Option<&Replication> { primary?.replication.iter().find(|r| r.name == name) };
+    let lags = primary.map(bosun_instance::status::Server::standby_lag).unwrap_or_default();
     pods.iter()
         .zip(answers)
         .map(|(pod, answer)| {
@@ -212,7 +207,7 @@ pub fn instance_lines(pods: &[Pod], answers: &[Result<Status, String>]) -> Vec<I
                             if let Some(r) = seen(&name) {
                                 line.replication = Some(r.state.clone());
                                 line.sync_state = Some(r.sync_state.clone());
-                                line.lag_seconds = r.replay_lag_ms.map(|ms| ms as f64 / 1000.0);
+                                line.lag_seconds = lags.iter().find(|l| l.0 == r.name).and_then(|l| l.2);
                             } else if !server.receiving {
                                 line.replication = Some("not streaming".into());
                             }
@@ -237,7 +232,10 @@ pub async fn gather(session: &Session, name: &str) -> anyhow::Result<DatabaseSta
     names.extend([name.to_owned(), backup_name.clone()]);
     let (answers, events) = tokio::join!(ask_all(session, &db, &pods), status::events(session, &names, 10));
     let instances = instance_lines(&pods, &answers);
+    let st = db.status.clone().unwrap_or_default();
+    // pg_stat_archiver answers with archiving off too: said only when it is on.
     let archiver = answers.iter().flatten().find_map(|s| s.server.as_ref()?.archiver.clone());
+    let archiver = archiver.filter(|_| st.wal_archiving.is_some());
     let backup = backup.ok().flatten().map(|b| {
         let st = b.status.unwrap_or_default();
         let conditions = status::conditions(serde_json::to_value(&st).ok().as_ref());
@@ -249,7 +247,6 @@ pub async fn gather(session: &Session, name: &str) -> anyhow::Result<DatabaseSta
             conditions,
         }
     });
-    let st = db.status.clone().unwrap_or_default();
     let synchronous = db.spec.synchronous.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
     Ok(DatabaseStatus {
         namespace: session.namespace.clone(),
@@ -362,7 +359,7 @@ pub fn text(view: &DatabaseStatus, paint: &Paint) -> String {
     let _ = writeln!(out, "\n{}", paint.bold("Continuous backup"));
     match (&view.wal_archiving, &view.archiver) {
         (None, None) => {
-            let _ = writeln!(out, "  WAL archiving: off");
+            let _ = writeln!(out, "  WAL archiving: off (spec.backup.continuous)");
         }
         (recorded, now) => {
             let wal = now
@@ -446,13 +443,6 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
         }))
         .unwrap()
-    }
-
-    #[test]
-    fn positions_are_numbers() {
-        assert_eq!(lsn("0/3000148"), Some(0x300_0148));
-        assert_eq!(lsn("1/0"), Some(1 << 32));
-        assert_eq!(lsn("nonsense"), None);
     }
 
     #[test]
