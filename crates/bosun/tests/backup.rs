@@ -563,16 +563,22 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         assert!(ok, "{out}");
         env.wait_for::<CronJob>("nightly-verify", "the verification CronJob", |_| true).await;
         wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "NoRunYet", START, |_| true).await;
-        run_now(&env, "nightly-cronjob", "manual-1");
+        // The runs of this test are the on-call person's: `kubectl bosun backup` and
+        // `verify` start them now, show their progress and wait for the result.
+        let (ok, out, err) = env.kubectl_bosun(&["backup", "nightly", "--timeout", "5m"]);
+        assert!(ok, "kubectl bosun backup: {out}{err}");
         let good = good_backup(&env, "nightly").await;
+        assert!(out.contains(&format!("stored {}", good.key)), "{out}");
 
-        run_now(&env, "nightly-verify", "verify-1");
+        let (ok, out, err) = env.kubectl_bosun(&["verify", "nightly", "--timeout", "5m"]);
+        assert!(ok && out.contains("succeeded (1 tables, 10000 rows"), "kubectl bosun verify: {out}{err}");
         let b = wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "Verified", START, |_| true).await;
         let status = b.status.clone().unwrap();
         let verified = status.last_verified.clone().expect("lastVerified");
+        assert!(verified.job.starts_with("nightly-verify-now-"), "{verified:?}");
         assert_eq!(
-            (verified.job.as_str(), verified.outcome, verified.key.as_deref(), verified.tables, verified.rows),
-            ("verify-1", VerifyOutcome::Succeeded, Some(good.key.as_str()), Some(1), Some(10000)),
+            (verified.outcome, verified.key.as_deref(), verified.tables, verified.rows),
+            (VerifyOutcome::Succeeded, Some(good.key.as_str()), Some(1), Some(10000)),
             "{verified:?}"
         );
         assert!(verified.duration_seconds.is_some());
@@ -581,7 +587,8 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         assert!(message.contains(&good.key) && message.contains("the query returned 1 rows"), "{message}");
 
         // The throwaway server's data went with its pod: the kubelet removed the volume.
-        let pods = env.api::<Pod>().list(&kube::api::ListParams::default().labels("job-name=verify-1")).await.unwrap();
+        let selector = format!("job-name={}", verified.job);
+        let pods = env.api::<Pod>().list(&kube::api::ListParams::default().labels(&selector)).await.unwrap();
         let uid = pods.items[0].metadata.uid.clone().unwrap();
         let data = bosun_testing::cluster_dir()
             .join(format!("node/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/verify-data"));
@@ -600,16 +607,18 @@ async fn a_verification_restores_the_newest_dump_into_a_throwaway_server_and_fai
         let middle = changed.len() / 2;
         changed[middle] ^= 0xff;
         put_object(&s3, &good.key, changed.clone()).await;
-        run_now(&env, "nightly-verify", "verify-2");
+        let (ok, out, err) = env.kubectl_bosun(&["verify", "nightly", "--timeout", "5m"]);
+        assert!(
+            !ok && err.starts_with("error: verification of nightly failed") && err.contains(&good.key),
+            "{out}{err}"
+        );
         let b =
             wait_backup_condition(&env, "nightly", "LastVerificationSucceeded", "VerificationFailed", START, |_| true)
                 .await;
         let status = b.status.clone().unwrap();
         let failed = status.last_verified.clone().unwrap();
-        assert_eq!(
-            (failed.job.as_str(), failed.outcome, failed.key.as_deref()),
-            ("verify-2", VerifyOutcome::Failed, Some(good.key.as_str()))
-        );
+        assert!(failed.job.starts_with("nightly-verify-now-") && failed.job != verified.job, "{failed:?}");
+        assert_eq!((failed.outcome, failed.key.as_deref()), (VerifyOutcome::Failed, Some(good.key.as_str())));
         assert_eq!(status.last_successful_verification.as_ref(), Some(&verified.time), "the last good one is kept");
         let message = message_of(&b, "LastVerificationSucceeded");
         // Told as a changed dump: its key, and the checksum its manifest vouches for.

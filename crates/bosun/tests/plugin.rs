@@ -24,23 +24,8 @@ metadata: {name: plug-db}
 spec: {version: "15", storage: 1Gi, replicas: 2}
 "#;
 
-/// `kubectl-bosun ARGS` in the test's namespace: (succeeded, stdout, stderr).
 fn plugin(env: &Env, args: &[&str]) -> (bool, String, String) {
-    // As kubectl runs it: the binary under the plugin's name.
-    let dir = std::env::temp_dir().join(format!("bosun-plugin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("kubectl-bosun");
-    if !link.exists() {
-        std::os::unix::fs::symlink(bosun_testing::backends::bosun_binary(), &link).unwrap();
-    }
-    let out = Command::new(&link)
-        .env("KUBECONFIG", &env.cluster.kubeconfig)
-        .args(["-n", &env.ns])
-        .args(args)
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
+    env.kubectl_bosun(args)
 }
 
 fn status(env: &Env, name: &str) -> (Value, Duration) {
@@ -244,6 +229,59 @@ async fn the_plugin_shows_switches_over_and_reports_a_real_database_without_a_se
             found.len()
         );
         assert!(found.is_empty(), "secret values in the report: {found:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+/// Any other kind: its conditions, what it waits for, its children with their state,
+/// its events; and its report (on the fake nodes: nothing of it runs for real).
+#[tokio::test]
+async fn the_plugin_shows_and_reports_any_kind_with_its_children() {
+    e2e("plugin-kinds", |env| async move {
+        let _bosun = env.start_bosun(&[]).await;
+        let sample = bosun_testing::repo_root().join("config/samples/apps.example.com_v1_webapp.yaml");
+        let (ok, out) = env.kubectl(&["apply", "-f", sample.to_str().unwrap()]);
+        assert!(ok, "{out}");
+        let (ok, out) =
+            env.kubectl(&["wait", "--for=condition=Ready", "webapp.apps.example.com/demo-app", "--timeout=60s"]);
+        assert!(ok, "{out}");
+
+        let (ok, out, err) = plugin(&env, &["status", "webapp/demo-app", "-o", "json"]);
+        assert!(ok, "{err}");
+        let view: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(view["kind"], "WebApp");
+        let ready = view["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(ready["status"], "True", "{view:#}");
+        assert_eq!(view["waitingFor"].as_array().map(Vec::len), Some(0), "{view:#}");
+        let children: Vec<(String, String)> = view["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["kind"].as_str().unwrap().to_owned(), c["name"].as_str().unwrap().to_owned()))
+            .collect();
+        for wanted in [("Deployment", "demo-app"), ("Service", "demo-app")] {
+            assert!(children.contains(&(wanted.0.to_owned(), wanted.1.to_owned())), "{wanted:?} not in {children:?}");
+        }
+        let deployment = view["children"].as_array().unwrap().iter().find(|c| c["kind"] == "Deployment").unwrap();
+        assert!(deployment["state"].as_str().is_some_and(|s| s.contains("Available=True")), "{deployment}");
+        let (ok, screen, _) = plugin(&env, &["status", "webapps.apps.example.com", "demo-app"]);
+        assert!(ok && screen.contains("Children") && screen.contains("Deployment"), "{screen}");
+
+        let dir = std::env::temp_dir().join(format!("bosun-plugin-report-{}", env.ns));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tarball = dir.join("webapp.tar.gz");
+        let (ok, out, err) = plugin(&env, &["report", "webapp/demo-app", "--file", tarball.to_str().unwrap()]);
+        assert!(ok, "{out}{err}");
+        let files = extracted(&tarball, &dir.join("x"));
+        for wanted in [
+            "webapp-demo-app.yaml",
+            "children/deployment-demo-app.yaml",
+            "children/service-demo-app.yaml",
+            "README.txt",
+        ] {
+            assert!(files.keys().any(|n| n.ends_with(wanted)), "no {wanted} in {:?}", files.keys());
+        }
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;

@@ -134,7 +134,8 @@ struct ObjectStatus {
     generation: Option<i64>,
     observed_generation: Option<i64>,
     conditions: Vec<ConditionLine>,
-    /// The conditions that are not met: what the object waits for.
+    /// What the object waits for: Ready when it is not True, and the conditions that
+    /// say work is going on or stopped (Reconciling, Progressing, Stalled, Degraded).
     waiting_for: Vec<String>,
     children: Vec<ChildLine>,
     unread: Vec<String>,
@@ -173,7 +174,9 @@ pub async fn run(session: &Session, target: &Target, output: Output) -> anyhow::
     let conditions = conditions(status);
     let waiting_for = conditions
         .iter()
-        .filter(|c| c.status != "True" && !is_negative_polarity(&c.type_))
+        .filter(|c| {
+            if is_negative_polarity(&c.type_) { c.status == "True" } else { c.type_ == "Ready" && c.status != "True" }
+        })
         .map(|c| format!("{}: {} {}", c.type_, c.reason, c.message).trim().to_owned())
         .collect();
     let (children, unread) = children::of(session, &target.name).await;
@@ -206,9 +209,10 @@ pub async fn run(session: &Session, target: &Target, output: Output) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-/// Conditions whose `True` is the trouble (kstatus's).
+/// Conditions whose `True` is work not done, or trouble (kstatus's, and a
+/// Deployment's).
 fn is_negative_polarity(type_: &str) -> bool {
-    matches!(type_, "Stalled" | "Reconciling" | "Degraded")
+    matches!(type_, "Stalled" | "Reconciling" | "Degraded" | "Progressing")
 }
 
 fn text(view: &ObjectStatus, paint: &Paint) -> String {

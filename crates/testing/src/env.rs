@@ -325,6 +325,26 @@ impl Env {
         (out.status.success(), text(&out.stdout), text(&out.stderr))
     }
 
+    /// `kubectl bosun ARGS` in this namespace, run as kubectl runs the plugin (the
+    /// binary under test, called `kubectl-bosun`): (succeeded, stdout, stderr).
+    pub fn kubectl_bosun(&self, args: &[&str]) -> (bool, String, String) {
+        let dir = std::env::temp_dir().join(format!("bosun-plugin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the plugin");
+        let link = dir.join("kubectl-bosun");
+        if !link.exists() {
+            // Another test of this binary may have made it meanwhile.
+            let _ = std::os::unix::fs::symlink(bosun_binary(), &link);
+        }
+        let out = std::process::Command::new(&link)
+            .env("KUBECONFIG", &self.cluster.kubeconfig)
+            .args(["-n", &self.ns])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running kubectl-bosun: {e}"));
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    }
+
     /// `kubectl apply -f` of `yaml` in the test namespace, as a user would apply a
     /// manifest: (succeeded, kubectl's output).
     pub fn kubectl_apply(&self, yaml: &str) -> (bool, String) {
