@@ -116,6 +116,30 @@ async fn the_plugin_shows_switches_over_and_reports_a_real_database_without_a_se
             );
         }
 
+        // No cluster: no kubeconfig at all, and an apiserver that does not answer.
+        let dir = std::env::temp_dir().join(format!("bosun-plugin-nocluster-{}", env.ns));
+        std::fs::create_dir_all(&dir).unwrap();
+        let down = dir.join("kubeconfig");
+        std::fs::write(
+            &down,
+            "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+             users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+        )
+        .unwrap();
+        for (kubeconfig, said) in [(dir.join("none"), "no cluster access"), (down, "the cluster's API could not be reached")] {
+            let out = Command::new(bosun_testing::backends::bosun_binary())
+                .args(["kubectl", "status", "plug-db"])
+                .env("KUBECONFIG", &kubeconfig)
+                .env("HOME", &dir)
+                .env_remove("KUBERNETES_SERVICE_HOST")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && err.starts_with("error: ") && err.contains(said), "{err}");
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+
         let (ok, out) = env.kubectl_apply(DB);
         assert!(ok, "{out}");
         env.wait_for_within::<PostgreSQL>("plug-db", "Ready with 2 replicas", Duration::from_secs(300), |db| {

@@ -120,11 +120,6 @@ pub async fn get(session: &Session, name: &str) -> anyhow::Result<PostgreSQL> {
     }
 }
 
-fn pod_ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 /// Ask every instance's manager its status, at once, through port-forwards.
 async fn ask_all(session: &Session, db: &PostgreSQL, pods: &[Pod]) -> Vec<Result<Status, String>> {
     let secrets: Api<Secret> = Api::namespaced(session.client.clone(), &session.namespace);
@@ -186,7 +181,7 @@ pub fn instance_lines(pods: &[Pod], answers: &[Result<Status, String>]) -> Vec<I
             let mut line = InstanceLine {
                 node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 role: pod.labels().get(ROLE_LABEL).cloned(),
-                ready: pod_ready(pod),
+                ready: bosun_resources::failover::pod_ready(pod),
                 ..InstanceLine::default()
             };
             match answer {
