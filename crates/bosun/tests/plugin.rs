@@ -82,7 +82,8 @@ async fn lag_series(bosun: &bosun_testing::Bosun, ns: &str, standby: &str, prima
             r#"bosun_postgresql_replication_lag_bytes{{database_namespace="{ns}",database="plug-db",instance="{instance}"}}"#
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // bosun asks the primary every 30 s; a rejoining standby streams within seconds.
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let metrics = bosun.http_get("/metrics").await.1;
         if metrics.contains(&series(standby)) && !metrics.contains(&series(primary)) {

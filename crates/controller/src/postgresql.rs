@@ -197,15 +197,15 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Err(err) => return Err(err),
         },
     };
+    let simulated = instances.iter().find(|p| bosun_resources::pods::simulated(p)).map(|p| p.name_any());
     let primary_says = match &primary {
-        Some(p) if asks_primary(db) => ask_primary(db, &reach, &children.pods, &p.name).await,
+        Some(p) if asks_primary(db, simulated.as_deref()) => ask_primary(db, &reach, &children.pods, &p.name).await,
         _ => None,
     };
     let archiving = primary_says.as_ref().filter(|_| build::continuous_destination(db).is_some());
     let archiving = archiving.and_then(build::archiver_seen);
     replication_lag(db, &ctx, primary_says.as_ref());
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
-    let simulated = instances.iter().find(|p| bosun_resources::pods::simulated(p)).map(|p| p.name_any());
     let observed = Observed {
         statefulset: sts.as_ref(),
         refusal: refusal.as_ref(),
@@ -269,7 +269,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Outcome::Requeue(soon(crate::read::POD_RECHECK))
         }
         // The archiver's health and the standbys' lag are asked of the primary on each look.
-        (None, None) if asks_primary(db) => Outcome::Requeue(soon(ARCHIVER_RECHECK)),
+        (None, None) if asks_primary(db, simulated.as_deref()) => Outcome::Requeue(soon(ARCHIVER_RECHECK)),
         (None, None) => Outcome::Requeue(soon(RECHECK)),
     })
 }
@@ -352,9 +352,10 @@ pub const PROVIDED_RECHECK: Duration = Duration::from_secs(60);
 /// its standbys' lag (more than one instance).
 pub const ARCHIVER_RECHECK: Duration = Duration::from_secs(30);
 
-/// Whether each look asks the primary: for its archiver, or its standbys' lag.
-fn asks_primary(db: &PostgreSQL) -> bool {
-    build::continuous_destination(db).is_some() || db.spec.replicas > 1
+/// Whether each look asks the primary: for its archiver, or its standbys' lag; never
+/// on the fake nodes (`simulated`: an instance there), where nothing runs to ask.
+fn asks_primary(db: &PostgreSQL, simulated: Option<&str>) -> bool {
+    simulated.is_none() && (build::continuous_destination(db).is_some() || db.spec.replicas > 1)
 }
 
 /// The primary as it says it now, when its pod is Ready; `None` when it cannot be

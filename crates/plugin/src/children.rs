@@ -56,6 +56,7 @@ pub type Unread = Vec<String>;
 /// The children of `name` (and of the bosun objects among them, once more).
 pub async fn of(session: &Session, name: &str) -> (Vec<Child>, Unread) {
     let mut resources = made();
+    let ours: Vec<String> = kinds::all().iter().map(|k| k.kind.clone()).collect();
     resources.extend(kinds::all().iter().map(Kind::resource));
     let mut children = Vec::new();
     let mut unread = Vec::new();
@@ -75,7 +76,7 @@ pub async fn of(session: &Session, name: &str) -> (Vec<Child>, Unread) {
                     Ok(list) => {
                         for object in list.items {
                             let child = Child { resource: resource.clone(), object, of: owner.clone() };
-                            let is_bosun_kind = kinds::all().iter().any(|k| k.kind == resource.kind);
+                            let is_bosun_kind = ours.contains(&resource.kind);
                             if is_bosun_kind && child.name() != *owner {
                                 next.push(child.name());
                             }

@@ -62,8 +62,12 @@ pub struct EventLine {
 /// at most `limit`.
 pub async fn events(session: &Session, names: &[String], limit: usize) -> anyhow::Result<Vec<EventLine>> {
     let api: Api<Event> = Api::namespaced(session.client.clone(), &session.namespace);
-    let listed =
-        api.list(&ListParams::default()).await.map_err(|e| anyhow::anyhow!("reading events: {}", brief(&e)))?;
+    // One object's: the apiserver selects them; several: the namespace's, once.
+    let params = match names {
+        [one] => ListParams::default().fields(&format!("involvedObject.name={one}")),
+        _ => ListParams::default(),
+    };
+    let listed = api.list(&params).await.map_err(|e| anyhow::anyhow!("reading events: {}", brief(&e)))?;
     let mut lines: Vec<(Option<Timestamp>, EventLine)> = listed
         .items
         .into_iter()
