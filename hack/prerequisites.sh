@@ -42,6 +42,8 @@ need mysqldump mariadb-client
 need npm npm
 # make lint: the shell programs in hack/ and the ones bosun puts into pods.
 need shellcheck shellcheck
+# make lint (hack/sbom.sh): the SBOM's schema check runs in a Python venv (3.11+).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing_pkgs+=(python3-venv)
 
 if ((${#missing_pkgs[@]})); then
   echo "prerequisites: installing ${missing_pkgs[*]}" >&2
