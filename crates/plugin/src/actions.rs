@@ -160,6 +160,11 @@ async fn finished(session: &Session, job: &str) -> anyhow::Result<Option<bool>> 
     })
 }
 
+/// The Backup status's condition `type_`.
+fn condition(status: &bosun_api::backup::BackupStatus, type_: &str) -> Option<crate::status::ConditionLine> {
+    crate::status::conditions(serde_json::to_value(status).ok().as_ref()).into_iter().find(|c| c.type_ == type_)
+}
+
 async fn backup_now(session: &Session, name: &str) -> anyhow::Result<Backup> {
     let api: Api<Backup> = Api::namespaced(session.client.clone(), &session.namespace);
     api.get(name).await.map_err(|e| anyhow::anyhow!("reading backup {name}: {}", brief(&e)))
@@ -196,9 +201,7 @@ pub async fn backup(session: &Session, name: &str, timeout: Duration) -> anyhow:
             return Ok(ExitCode::SUCCESS);
         }
         if finished(session, &job).await? == Some(false) {
-            let why = crate::status::conditions(serde_json::to_value(&status).ok().as_ref())
-                .into_iter()
-                .find(|c| c.type_ == "LastBackupSucceeded")
+            let why = condition(&status, "LastBackupSucceeded")
                 .map(|c| format!("{}: {}", c.reason, c.message))
                 .unwrap_or_else(|| "the Job failed".into());
             anyhow::bail!("backup {backup_name}: Job {job} failed: {why}");
@@ -232,11 +235,7 @@ pub async fn verify(session: &Session, name: &str, timeout: Duration) -> anyhow:
                 );
                 return Ok(ExitCode::SUCCESS);
             }
-            let why = crate::status::conditions(serde_json::to_value(&status).ok().as_ref())
-                .into_iter()
-                .find(|c| c.type_ == "LastVerificationSucceeded")
-                .map(|c| c.message)
-                .unwrap_or_default();
+            let why = condition(&status, "LastVerificationSucceeded").map(|c| c.message).unwrap_or_default();
             anyhow::bail!("verification of {backup_name} failed ({what}): {why}");
         }
         if finished(session, &job).await? == Some(false) && started.elapsed() > Duration::from_secs(30) {

@@ -56,8 +56,10 @@ pub type Unread = Vec<String>;
 /// The children of `name` (and of the bosun objects among them, once more).
 pub async fn of(session: &Session, name: &str) -> (Vec<Child>, Unread) {
     let mut resources = made();
-    let ours: Vec<String> = kinds::all().iter().map(|k| k.kind.clone()).collect();
-    resources.extend(kinds::all().iter().map(Kind::resource));
+    // bosun's kinds, from its CRDs: built once per listing.
+    let bosun_kinds = kinds::all();
+    let ours: Vec<String> = bosun_kinds.iter().map(|k| k.kind.clone()).collect();
+    resources.extend(bosun_kinds.iter().map(Kind::resource));
     let mut children = Vec::new();
     let mut unread = Vec::new();
     let mut owners = vec![name.to_owned()];
