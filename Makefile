@@ -147,9 +147,9 @@ MAKE_STARTED := $(shell date +%s)
 run: install build ## Run bosun in the foreground against the local control plane (or USE_EXISTING_CLUSTER=true).
 	# The databases' instance managers and the Backup and Restore runs use the runner
 	# image: this build's bosun in it (linked statically: hack/static-bosun.sh), on the
-	# real node (a few seconds; nothing when the binary is unchanged).
-	$(if $(filter true,$(USE_EXISTING_CLUSTER)),,@if [ -S $(CLUSTER_DIR)/node/containerd.sock ]; then \
-	  hack/images.sh runner --address $(CLUSTER_DIR)/node/containerd.sock "$$(hack/static-bosun.sh)"; fi)
+	# real nodes (a few seconds; nothing when the binary is unchanged).
+	$(if $(filter true,$(USE_EXISTING_CLUSTER)),,@for sock in $(CLUSTER_DIR)/node*/containerd.sock; do \
+	  [ ! -S "$$sock" ] || hack/images.sh runner --address "$$sock" "$$(hack/static-bosun.sh)" || exit 1; done)
 	@echo
 	@echo "bosun: cluster, CRDs and build ready after $$(( $$(date +%s) - $(MAKE_STARTED) ))s; bosun's log follows (Ctrl-C stops it)."
 	@echo "  In another shell:"

@@ -115,10 +115,8 @@ cmd_deploy() {
   cmd_forget_local_run
   write_overlay
   if [ "$local_cluster" = true ]; then
-    local sock=${BOSUN_CLUSTER_DIR:?BOSUN_CLUSTER_DIR is not set}/node/containerd.sock
-    [ -S "$sock" ] || die "the local cluster has no real node ($sock is missing): bosun's pods could not run anywhere"
-    "$here/docker-build.sh" load "$img" "$runner_img" --address "$sock" ||
-      die "loading the images into the real node failed; build them first: make docker-build IMG=$img RUNNER_IMG=$runner_img"
+    "$here/docker-build.sh" load "$img" "$runner_img" --cluster "${BOSUN_CLUSTER_DIR:?BOSUN_CLUSTER_DIR is not set}" ||
+      die "loading the images into the real nodes failed; build them first: make docker-build IMG=$img RUNNER_IMG=$runner_img"
   fi
   log "applying $overlay ($img)"
   kubectl apply --server-side --force-conflicts -k "$overlay" >&2

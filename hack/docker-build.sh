@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds bosun's two images from the Dockerfile (`make docker-build`), and loads
-# them into the local cluster's real node (`make docker-load`).
+# them into the local cluster's real nodes (`make docker-load`).
 #
 # Usage: docker-build.sh build IMG RUNNER_IMG
 #        docker-build.sh push IMG...
-#        docker-build.sh load IMG... --address SOCKET
+#        docker-build.sh load IMG... --address SOCKET [--address SOCKET]...
+#        docker-build.sh load IMG... --cluster DIR   (every real node of the local cluster in DIR)
 #
 # The container tool is $CONTAINER_TOOL when set, else docker if its engine
 # answers, else podman, else buildah (Debian packages all three; a docker client
@@ -100,18 +101,26 @@ cmd_build() {
   done
 }
 
-# Saves each image from the tool and imports it into a containerd's CRI
-# namespace (the real node's: it pulls from no registry).
+# Saves each image from the tool once and imports it into containerds' CRI
+# namespace (the real nodes': they pull from no registry).
 cmd_load() {
-  local address='' imgs=() t tmp i
+  local addresses=() imgs=() t tmp i address sock
   while (($#)); do
     case $1 in
-      --address) address=${2:?--address needs a value}; shift 2 ;;
+      --address) addresses+=("${2:?--address needs a value}"); shift 2 ;;
+      --cluster)
+        for sock in "${2:?--cluster needs a value}"/node*/containerd.sock; do
+          [ ! -S "$sock" ] || addresses+=("$sock")
+        done
+        ((${#addresses[@]})) || die "the local cluster in $2 has no real node (no $2/node*/containerd.sock): bosun's pods could not run anywhere"
+        shift 2 ;;
       *) imgs+=("$1"); shift ;;
     esac
   done
-  [ -n "$address" ] && ((${#imgs[@]})) || die "usage: docker-build.sh load IMG... --address SOCKET"
-  [ -S "$address" ] || die "no containerd at $address: is the local cluster up (make cluster)?"
+  ((${#addresses[@]})) && ((${#imgs[@]})) || die "usage: docker-build.sh load IMG... --address SOCKET | --cluster DIR"
+  for address in "${addresses[@]}"; do
+    [ -S "$address" ] || die "no containerd at $address: is the local cluster up (make cluster)?"
+  done
   t=$(tool)
   tmp=$(mktemp -d)
   # shellcheck disable=SC2064 # expand $tmp now
@@ -123,10 +132,12 @@ cmd_load() {
       buildah) buildah push -q "$i" "docker-archive:$tmp/image.tar:$i" ;;
     esac
     # A docker archive carries the image's name (an OCI one only its tag).
-    ctr -a "$address" -n k8s.io images import "$tmp/image.tar" >/dev/null ||
-      die "importing $i into $address failed"
+    for address in "${addresses[@]}"; do
+      ctr -a "$address" -n k8s.io images import "$tmp/image.tar" >/dev/null ||
+        die "importing $i into $address failed"
+      log "$i imported into $address"
+    done
     rm -f "$tmp/image.tar"
-    log "$i imported into $address"
   done
 }
 
@@ -141,5 +152,5 @@ case ${1:-} in
   build) shift; cmd_build "$@" ;;
   push) shift; cmd_push "$@" ;;
   load) shift; cmd_load "$@" ;;
-  *) echo "usage: docker-build.sh build IMG RUNNER_IMG | push IMG... | load IMG... --address SOCKET" >&2; exit 2 ;;
+  *) echo "usage: docker-build.sh build IMG RUNNER_IMG | push IMG... | load IMG... --address SOCKET | --cluster DIR" >&2; exit 2 ;;
 esac

@@ -210,10 +210,8 @@ EOF
 # LOCAL: the images into the real node, and the release's namespace sending its pods
 # there (what config/local does for bosun-system).
 prepare_local() {
-  local sock=${BOSUN_CLUSTER_DIR:?BOSUN_CLUSTER_DIR is not set (LOCAL=true is the local cluster)}/node/containerd.sock
-  [ -S "$sock" ] || die "the local cluster has no real node ($sock is missing): bosun's pods could not run anywhere"
-  "$here/docker-build.sh" load "$img" "$runner_img" --address "$sock" ||
-    die "loading the images into the real node failed; build them first: make docker-build IMG=$img RUNNER_IMG=$runner_img"
+  "$here/docker-build.sh" load "$img" "$runner_img" --cluster "${BOSUN_CLUSTER_DIR:?BOSUN_CLUSTER_DIR is not set (LOCAL=true is the local cluster)}" ||
+    die "loading the images into the real nodes failed; build them first: make docker-build IMG=$img RUNNER_IMG=$runner_img"
   kubectl apply -f - >&2 <<EOF
 apiVersion: v1
 kind: Namespace

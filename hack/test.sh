@@ -9,10 +9,11 @@
 # the others (crates/testing's README part in the top-level README says more):
 #   alone       binaries that change what every test shares: the CRDs, the
 #               ClusterRole, cluster-wide webhooks, the apiserver itself, the whole
-#               cluster, VoteConfig's conversion (install, chaos, lifecycle,
-#               voteconfig, packaging). Each runs with only binaries that do not
+#               cluster, VoteConfig's conversion, the second real node (install,
+#               chaos, lifecycle, voteconfig, packaging, nodes: which stops and
+#               partitions that node). Each runs with only binaries that do not
 #               use the cluster beside it (unit tests, the runner's tests).
-#   real node   the heavy users of the one real node (postgresql, failover, backup):
+#   real node   the heavy users of the first real node (postgresql, failover, backup):
 #               at most two at a time, and failover (whose race of a restart against
 #               a failover wants the node's CPU) never beside another of them.
 #   the rest    anything, as many at a time as BOSUN_TEST_JOBS.
@@ -68,7 +69,7 @@ while IFS=$'\t' read -r name path pkg; do exe[$name]=$path; dir[$name]=$pkg; don
 log "${#exe[@]} test binaries"
 
 # The classes (see the header). A name not present is simply not run.
-alone=(bosun-install bosun-chaos testing-lifecycle bosun-voteconfig bosun-packaging)
+alone=(bosun-install bosun-chaos testing-lifecycle testing-nodes bosun-voteconfig bosun-packaging)
 heavy=(bosun-postgresql bosun-backup bosun-failover)
 # Binaries that never reach the cluster: they may run beside an `alone` one.
 offline=(bosun-backup_runner bosun-backup_runner_faults controller-crd_drift controller-docs_drift

@@ -2,12 +2,13 @@
 # A real, local Kubernetes control plane for development and tests: etcd,
 # kube-apiserver, kube-controller-manager and kube-scheduler built from the pinned
 # upstream sources (build.sh), kwok playing the kubelets of a few fake nodes, and
-# one real node beside them (containerd, runc, kubelet, kube-proxy and CoreDNS; its
-# machine steps are node.sh's) for the pods that must really run.
+# two real nodes beside them (containerd, runc, kubelet and kube-proxy each, and
+# CoreDNS; their machine steps are node.sh's) for the pods that must really run.
 #
 # Usage: cluster.sh up | down | status | kubeconfig | env
 #        cluster.sh sa-kubeconfig NAMESPACE SERVICEACCOUNT [DURATION]
 #        cluster.sh restart-apiserver [OUTAGE_SECONDS]
+#        cluster.sh node stop|start|partition|heal bosun-node|bosun-node-2
 #
 # State and logs live in ${BOSUN_CLUSTER_DIR:-<repo>/.cluster}. The supervisor is
 # crates/localcluster (`localcluster cluster VERB`; the tests call it as a library).

@@ -259,7 +259,7 @@ async fn steady_state_is_silent() {
 #[tokio::test]
 async fn the_tour_sample_answers_http_from_the_real_node() {
     e2e("webapp-tour", |env| async move {
-        use bosun_testing::node::{REAL_NODE, images, require_real_node};
+        use bosun_testing::node::{REAL_NODES, images, require_real_node};
         use k8s_openapi::api::core::v1::{Namespace, Pod};
         require_real_node(&env.client).await;
         let ns = env.namespace_labelled("tour", &[]).await;
@@ -283,7 +283,7 @@ async fn the_tour_sample_answers_http_from_the_real_node() {
         assert!(ok, "the sample's nginx pods are not Ready on the real node: {out}\n{}", env.kubectl(&["get", "pods,events", "-n", &ns, "-o", "wide"]).1);
         let pods = kube::Api::<Pod>::namespaced(env.client.clone(), &ns).list(&Default::default()).await.unwrap();
         let nodes: Vec<_> = pods.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
-        assert!(nodes.len() == 3 && nodes.iter().all(|n| n == REAL_NODE), "the sample's pods: {nodes:?}");
+        assert!(nodes.len() == 3 && nodes.iter().all(|n| REAL_NODES.contains(&n.as_str())), "the sample's pods: {nodes:?}");
 
         // What the README shows: curl from a pod, through the Service's name (a pod
         // that runs to its end, then its log: no attach to race with its start).

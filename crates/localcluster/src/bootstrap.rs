@@ -28,7 +28,7 @@ use crate::controlplane::{
 /// The namespace placement policy's name (and its binding's).
 pub const PLACEMENT_POLICY: &str = "bosun-local-node-placement";
 /// The namespace annotation PodNodeSelector reads (the placement of its pods).
-const NODE_SELECTOR: &str = "scheduler.alpha.kubernetes.io/node-selector";
+pub const NODE_SELECTOR: &str = "scheduler.alpha.kubernetes.io/node-selector";
 /// The label the peer benchmark (`../shared/peer`) gives its namespaces.
 const PEER_BENCH_LABEL: &str = "bosun-peer-bench";
 use crate::supervise::{StateDir, Waiting, http_status, waiting};
@@ -341,21 +341,25 @@ pub async fn cluster(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), 
     if with_node { node(dir, s, admin).await } else { Ok(()) }
 }
 
-/// The real node: Ready, untainted but for its own taint, kube-proxy healthy, the
-/// DNS Service there.
+/// The real nodes (but one a test broke on purpose): Ready, untainted but for their
+/// own taint, kube-proxy healthy; the DNS Service there.
 async fn node(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), Waiting> {
-    match node_state(admin, NODE_NAME).await {
-        Some((true, taints)) if taints == [NODE_LABEL] => {}
-        Some((true, taints)) => {
-            return Err(waiting(
-                format!("real node {NODE_NAME} to have only its own taint ({})", taints.join(" ")),
-                "kube-controller-manager",
-            ));
+    for n in s.real_nodes().into_iter().filter(|n| n.broken(dir.path()).is_none()) {
+        let name = n.name;
+        match node_state(admin, name).await {
+            Some((true, taints)) if taints == [NODE_LABEL] => {}
+            Some((true, taints)) => {
+                return Err(waiting(
+                    format!("real node {name} to have only its own taint ({})", taints.join(" ")),
+                    "kube-controller-manager",
+                ));
+            }
+            _ => return Err(waiting(format!("real node {name} to become Ready"), n.kubelet.name)),
         }
-        _ => return Err(waiting(format!("real node {NODE_NAME} to become Ready"), "kubelet")),
-    }
-    if http_status(&format!("http://127.0.0.1:{}/healthz", s.ports.kube_proxy_healthz)) != Some(200) {
-        return Err(waiting("kube-proxy /healthz", "kube-proxy"));
+        let healthz = format!("http://{}:{}/healthz", n.probe_host(), s.ports.kube_proxy_healthz);
+        if http_status(&healthz) != Some(200) {
+            return Err(waiting(format!("{} /healthz", n.kube_proxy.name), n.kube_proxy.name));
+        }
     }
     if !exists::<Service>(admin, Some("kube-system"), "kube-dns").await {
         bootstrap(dir, admin, true).await;

@@ -11,7 +11,8 @@
 //! kubeconfigs/         the other components' kubeconfigs
 //! etcd/                etcd's data
 //! kwok/                kwok.yaml (the stages kwok plays) and kwok's work directory
-//! node/                the real node (hack/controlplane/node.sh): containerd, kubelet, CNI state
+//! node/                the first real node (hack/controlplane/node.sh): containerd, kubelet, CNI state
+//! node-2/              the second real node's
 //! volumes/             the hostPath directories behind claims of the default class
 //! logs/<component>.log (and bootstrap.log, images.log)
 //! pids/<component>.pid   launches/<component>.json (how it was started)
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::realnode::{FIRST, RealNode, SECOND};
 use crate::repo_root;
 
 /// The marker file of a cluster's state directory.
@@ -48,6 +50,25 @@ pub struct Cluster {
     pub bin: PathBuf,
     /// The real node: its build's `bin` directory, or why this cluster runs none.
     pub node: Result<PathBuf, String>,
+    /// The second real node (with the first only), or why this cluster runs none; a
+    /// record written before there was one reads as missing (`up` then adds it).
+    #[serde(default = "not_recorded")]
+    pub node_2: Result<(), String>,
+}
+
+fn not_recorded() -> Result<(), String> {
+    Err("not in this cluster's record (started by an older checkout)".into())
+}
+
+impl Cluster {
+    /// The real nodes this cluster runs (whole or broken by a test).
+    pub fn real_nodes(&self) -> Vec<&'static RealNode> {
+        match (&self.node, &self.node_2) {
+            (Err(_), _) => vec![],
+            (Ok(_), Err(_)) => vec![&FIRST],
+            (Ok(_), Ok(())) => vec![&FIRST, &SECOND],
+        }
+    }
 }
 
 /// A cluster's state directory.
@@ -78,9 +99,16 @@ impl ClusterDir {
         self.path.join("kubeconfig")
     }
 
-    /// The real node's containerd (its CRI namespace `k8s.io` holds the images).
+    /// The first real node's containerd (its CRI namespace `k8s.io` holds the images).
     pub fn containerd_socket(&self) -> PathBuf {
-        self.path.join("node/containerd.sock")
+        FIRST.socket(&self.path)
+    }
+
+    /// Every real node's containerd this cluster runs (an image a test builds goes into
+    /// each of them).
+    pub fn containerd_sockets(&self) -> Vec<PathBuf> {
+        let nodes = self.cluster().map(|c| c.real_nodes()).unwrap_or_default();
+        nodes.iter().map(|n| n.socket(&self.path)).collect()
     }
 
     pub fn record(&self) -> PathBuf {
@@ -121,12 +149,21 @@ mod tests {
             kube_proxy_metrics: 8,
             kube_proxy_healthz: 9,
         };
-        let mut record = Cluster { ports, bin: "/b".into(), node: Err("containerd is not installed".into()) };
+        let mut record =
+            Cluster { ports, bin: "/b".into(), node: Err("containerd is not installed".into()), node_2: Ok(()) };
         std::fs::write(c.record(), serde_json::to_vec(&record).unwrap()).unwrap();
         assert_eq!(c.node_missing().as_deref(), Some("containerd is not installed"));
+        assert!(c.containerd_sockets().is_empty());
         record.node = Ok("/n".into());
         std::fs::write(c.record(), serde_json::to_vec(&record).unwrap()).unwrap();
         assert_eq!(c.node_missing(), None);
+        assert_eq!(c.containerd_sockets(), [dir.join("node/containerd.sock"), dir.join("node-2/containerd.sock")]);
+        // A record from before the second node: it reads as missing, with why.
+        let mut old = serde_json::to_value(&record).unwrap();
+        old.as_object_mut().unwrap().remove("node_2");
+        std::fs::write(c.record(), serde_json::to_vec(&old).unwrap()).unwrap();
+        assert!(c.cluster().unwrap().node_2.unwrap_err().contains("older checkout"));
+        assert_eq!(c.containerd_sockets(), [dir.join("node/containerd.sock")]);
         assert_eq!(c.cluster().unwrap().ports, record.ports);
         assert_eq!(c.kubeconfig(), dir.join("kubeconfig"));
         std::fs::remove_dir_all(&dir).unwrap();

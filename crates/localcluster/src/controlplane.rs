@@ -3,9 +3,9 @@
 //! kube-apiserver, kube-controller-manager and kube-scheduler built from the pinned
 //! upstream sources (`hack/controlplane/build.sh`), plus kwok, which plays the
 //! kubelets of a few fake nodes (pods become Running/Ready, Job pods Succeed, claims
-//! get bound) without any container runtime; and beside them one real node:
-//! containerd, runc, kubelet, kube-proxy and CoreDNS, for the pods that must really
-//! run. This module starts, checks and stops them all on [`supervise`]; the machine
+//! get bound) without any container runtime; and beside them two real nodes
+//! ([`realnode`]): containerd, runc, kubelet and kube-proxy each, and CoreDNS, for
+//! the pods that must really run. This module starts, checks and stops them all on [`supervise`]; the machine
 //! steps of the node (its network rules, sysctls, cgroups, configuration files) are
 //! `hack/controlplane/node.sh`'s, the images `hack/images.sh`'s.
 //!
@@ -14,6 +14,7 @@
 //! a ServiceAccount's kubeconfig).
 //!
 //! [`supervise`]: crate::supervise
+//! [`realnode`]: crate::realnode
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,8 @@ use crate::bootstrap;
 use crate::cluster::{Cluster, ClusterDir, MARKER, Ports};
 use crate::kubeconfig::{self, Credentials};
 use crate::pki::{self, Pki};
+use crate::realnode::{Broken, FIRST, POD_SUPERNET, REAL_NODES, RealNode, SECOND};
+pub use crate::realnode::{COREDNS, KUBE_PROXY, KUBELET, NODE_LABEL};
 use crate::supervise::{
     Component, Launch, StateDir, Unhealthy, Waiting, await_reaped, processes, signal_pid, write_private,
 };
@@ -49,30 +52,25 @@ pub const STORAGE_CLASS: &str = "kwok-volume";
 pub const STORAGE_PROVISIONER: &str = "kwok.x-k8s.io/volume";
 /// Where kwok's volume stages put hostPath volumes; ours go into the state directory.
 const KWOK_VOLUME_ROOT: &str = "/tmp/kwok-local-path-provisioner";
-// The real node (one per machine: its bridge, address and DNS port are machine-wide).
-pub const NODE_NAME: &str = "bosun-node";
-pub const NODE_LABEL: &str = "bosun.dev/real-node";
-pub const NODE_IP: &str = "10.245.0.1";
+// The first real node (one per machine: its bridge, address and DNS port are
+// machine-wide); the second's are in crate::realnode.
+pub const NODE_NAME: &str = FIRST.name;
+pub const NODE_IP: &str = FIRST.ip;
 /// A namespace's label choosing where its pods run: `fake` (the kwok nodes) or `real`
-/// (the real node). Without it, a namespace made while the real node runs gets the real
-/// node (see `bootstrap::placement_policy`).
+/// (the real nodes). Without it, a namespace made while the real nodes run gets them
+/// (see `bootstrap::placement_policy`).
 pub const NODES_LABEL: &str = "bosun.dev/nodes";
-const NODE_CIDR: &str = "10.245.0.0/24";
-const NODE_BRIDGE: &str = "bosun0";
-/// Which cluster's state directory the machine's real node belongs to.
+/// Which cluster's state directory the machine's real nodes belong to.
 const NODE_OWNER: &str = "/run/bosun-node.owner";
+/// `BOSUN_SECOND_NODE=0`: a cluster with the first real node only.
+const SECOND_NODE_SWITCH: &str = "BOSUN_SECOND_NODE";
 
 pub const ETCD: Component = Component::named("etcd");
 pub const APISERVER: Component = Component::named("kube-apiserver");
 pub const CONTROLLER_MANAGER: Component = Component::named("kube-controller-manager");
 pub const SCHEDULER: Component = Component::named("kube-scheduler");
 pub const KWOK: Component = Component::named("kwok");
-pub const CONTAINERD: Component = Component::named("containerd");
-pub const KUBELET: Component = Component::named("kubelet");
-pub const KUBE_PROXY: Component = Component::named("kube-proxy");
-pub const COREDNS: Component = Component::named("coredns");
 const CONTROL_PLANE: [Component; 5] = [ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KWOK];
-const NODE: [Component; 4] = [CONTAINERD, KUBELET, KUBE_PROXY, COREDNS];
 
 fn log(message: &str) {
     eprintln!("cluster: {message}");
@@ -94,14 +92,15 @@ fn save(dir: &StateDir, c: &Cluster) -> Result<()> {
 
 /// Every component a cluster may run.
 fn all() -> Vec<Component> {
-    CONTROL_PLANE.into_iter().chain(NODE).collect()
+    CONTROL_PLANE.into_iter().chain(REAL_NODES.iter().flat_map(RealNode::components)).collect()
 }
 
-/// The components `c` runs.
-fn components(c: &Cluster) -> Vec<Component> {
+/// The components `c` runs now: not those of a node a test stopped.
+fn components(dir: &StateDir, c: &Cluster) -> Vec<Component> {
     let mut all = CONTROL_PLANE.to_vec();
-    if c.node.is_ok() {
-        all.extend(NODE);
+    for n in c.real_nodes() {
+        let killed = if n.broken(dir.path()) == Some(Broken::Stopped) { n.killed_by_stop() } else { vec![] };
+        all.extend(n.components().into_iter().filter(|c| !killed.contains(c)));
     }
     all
 }
@@ -127,46 +126,68 @@ fn build(part: Option<&str>) -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// `node.sh STEP` with the cluster's shape (the one copy of it is here) and, once
-/// there are any, its ports.
-fn node_step(dir: &StateDir, ports: Option<&Ports>, step: &str) -> Result<String> {
+/// `node.sh STEP` for real node `n` with the cluster's shape (the one copy of it is
+/// here) and, once there are any, its ports.
+fn node_step(dir: &StateDir, ports: Option<&Ports>, n: &RealNode, step: &str) -> Result<String> {
     let mut cmd = Command::new(script("node.sh"));
-    cmd.arg(step).env("BOSUN_CLUSTER_DIR", dir.path()).envs([
-        ("NODE_NAME", NODE_NAME),
-        ("NODE_BRIDGE", NODE_BRIDGE),
-        ("NODE_CIDR", NODE_CIDR),
-        ("NODE_IP", NODE_IP),
+    let links = REAL_NODES.iter().map(|n| n.own.map_or(n.bridge, |o| o.link)).collect::<Vec<_>>().join(" ");
+    cmd.arg(step).env("BOSUN_CLUSTER_DIR", dir.path()).env("HOST_LINKS", links).envs([
+        ("NODE_NAME", n.name),
+        ("NODE_DIR", n.dir),
+        ("NODE_BRIDGE", n.bridge),
+        ("NODE_CIDR", n.cidr),
+        ("NODE_IP", n.ip),
         ("NODE_LABEL", NODE_LABEL),
+        ("HOST_NODE_IP", FIRST.ip),
+        ("POD_SUPERNET", POD_SUPERNET),
         ("SERVICE_CIDR", SERVICE_CIDR),
         ("FIRST_SERVICE_IP", FIRST_SERVICE_IP),
         ("DNS_SERVICE_IP", DNS_SERVICE_IP),
         ("CLUSTER_DOMAIN", CLUSTER_DOMAIN),
     ]);
+    if let Some(own) = n.own {
+        cmd.envs([
+            ("NODE_NETNS", own.netns),
+            ("NODE_LINK", own.link),
+            ("LINK_HOST_IP", own.link_host_ip),
+            ("LINK_NODE_IP", own.link_node_ip),
+            ("NODE_CGROUP_ROOT", own.cgroup_root),
+        ]);
+    }
     if let Some(p) = ports {
         cmd.env("APISERVER_PORT", p.apiserver.to_string())
             .env("KUBELET_PORT", p.kubelet.to_string())
             .env("KUBELET_HEALTHZ_PORT", p.kubelet_healthz.to_string());
     }
-    run(&mut cmd).with_context(|| format!("the real node's step '{step}'"))
+    run(&mut cmd).with_context(|| format!("real node {}'s step '{step}'", n.name))
 }
 
 /// Whether this cluster gets the real node: the node build's `bin` directory, or why
 /// this machine cannot run it.
 fn pick_node(dir: &StateDir) -> std::result::Result<PathBuf, String> {
-    let why = node_step(dir, None, "unsupported").map_err(|e| format!("{e:#}"))?;
+    let why = node_step(dir, None, &FIRST, "unsupported").map_err(|e| format!("{e:#}"))?;
     if !why.trim().is_empty() {
         return Err(why.trim().to_owned());
     }
     build(Some("node")).map_err(|_| "building kubelet, kube-proxy and CoreDNS failed".to_owned())
 }
 
-/// The executable a component runs: containerd is Debian's, the node's own
+/// Whether this cluster also gets the second real node (the first one runs), or why not.
+fn pick_second_node(dir: &StateDir) -> std::result::Result<(), String> {
+    if std::env::var(SECOND_NODE_SWITCH).is_ok_and(|v| v == "0") {
+        return Err(format!("turned off ({SECOND_NODE_SWITCH}=0)"));
+    }
+    let why = node_step(dir, None, &SECOND, "unsupported").map_err(|e| format!("{e:#}"))?;
+    if why.trim().is_empty() { Ok(()) } else { Err(why.trim().to_owned()) }
+}
+
+/// The executable a component runs: containerd is Debian's, the nodes' own
 /// components come from the node build, the rest from the control plane build.
 fn program(c: &Component, s: &Cluster) -> Result<PathBuf> {
-    match *c {
-        CONTAINERD => which("containerd"),
-        KUBELET | KUBE_PROXY | COREDNS => {
-            Ok(s.node.as_ref().map_err(|why| anyhow!("no real node: {why}"))?.join(c.name))
+    match c.exe {
+        "containerd" => which("containerd"),
+        "kubelet" | "kube-proxy" | "coredns" => {
+            Ok(s.node.as_ref().map_err(|why| anyhow!("no real node: {why}"))?.join(c.exe))
         }
         _ => Ok(s.bin.join(c.name)),
     }
@@ -185,13 +206,25 @@ fn start(dir: &StateDir, s: &Cluster, c: &Component, args: Vec<String>) -> Resul
     Ok(())
 }
 
+/// Starts one of real node `n`'s components (in its network namespace, if it has one).
+fn start_on(dir: &StateDir, s: &Cluster, n: &RealNode, c: &Component, args: Vec<String>) -> Result<()> {
+    let (program, args) = n.launch(program(c, s)?, args);
+    dir.start(c, &Launch { program, args, env: vec![] })?;
+    Ok(())
+}
+
 fn path(p: PathBuf) -> String {
     p.display().to_string()
 }
 
 // --- start ---------------------------------------------------------------------------
 
-fn start_cluster(dir: &StateDir, bin: &Path, node: std::result::Result<PathBuf, String>) -> Result<Cluster> {
+fn start_cluster(
+    dir: &StateDir,
+    bin: &Path,
+    node: std::result::Result<PathBuf, String>,
+    node_2: std::result::Result<(), String>,
+) -> Result<Cluster> {
     dir.create()?;
     std::fs::create_dir_all(dir.join("kubeconfigs"))?;
     std::fs::create_dir_all(dir.join("etcd"))?;
@@ -208,12 +241,12 @@ fn start_cluster(dir: &StateDir, bin: &Path, node: std::result::Result<PathBuf, 
         kube_proxy_metrics: p[7],
         kube_proxy_healthz: p[8],
     };
-    let s = Cluster { ports, bin: bin.to_owned(), node };
+    let s = Cluster { ports, bin: bin.to_owned(), node, node_2 };
     save(dir, &s)?;
-    // The real node's bridge carries the address the apiserver advertises, so it
-    // comes first; a machine that cannot run containers gets the rest.
-    if s.node.is_ok() {
-        node_step(dir, Some(&s.ports), "network-up")?;
+    // The first real node's bridge carries the address the apiserver advertises, so
+    // it comes first; a machine that cannot run containers gets the rest.
+    for n in s.real_nodes() {
+        node_step(dir, Some(&s.ports), n, "network-up")?;
     }
     // etcd needs no certificates, so it boots while they are made. --unsafe-no-fsync:
     // the data is disposable and fsync dominates write latency.
@@ -255,9 +288,7 @@ fn start_cluster(dir: &StateDir, bin: &Path, node: std::result::Result<PathBuf, 
     for c in [CONTROLLER_MANAGER, SCHEDULER] {
         write_kubeconfig(dir, &s, c.name, &dir.join(format!("kubeconfigs/{}.kubeconfig", c.name)))?;
     }
-    if s.node.is_ok() {
-        node_certs(dir, &s)?;
-    }
+    node_certs(dir, &s, &s.real_nodes())?;
     write_kwok_config(dir, &s)?;
     start_apiserver(dir, &s)?;
 
@@ -334,17 +365,27 @@ fn start_cluster(dir: &StateDir, bin: &Path, node: std::result::Result<PathBuf, 
             "--cidr=10.244.128.0/17".into(),
         ],
     )?;
-    if s.node.is_ok() {
-        start_node(dir, &s)?;
-    }
+    start_nodes(dir, &s, &s.real_nodes())?;
     Ok(s)
 }
 
 /// A kubeconfig of the local apiserver as IDENTITY's client certificate, mode 600.
 fn write_kubeconfig(dir: &StateDir, s: &Cluster, identity: &str, out: &Path) -> Result<()> {
+    write_kubeconfig_on(dir, s, &FIRST, identity, out)
+}
+
+/// A kubeconfig as IDENTITY for a process on real node `n`: the second node reaches
+/// the apiserver at the first node's address (node.sh's network-up says how), the
+/// machine itself at the loopback listener.
+fn write_kubeconfig_on(dir: &StateDir, s: &Cluster, n: &RealNode, identity: &str, out: &Path) -> Result<()> {
     let pki = Pki::at(&dir.join("certs"));
-    let config =
+    let mut config =
         kubeconfig::kubeconfig(&pki, s.ports.apiserver, identity, &Credentials::Certificate(identity.into()), None)?;
+    if n.own.is_some() {
+        for c in config.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+            c.server = Some(format!("https://{}:{}", FIRST.ip, s.ports.apiserver));
+        }
+    }
     kubeconfig::write(out, &config).with_context(|| format!("writing {}", out.display()))
 }
 
@@ -431,23 +472,56 @@ fn start_apiserver(dir: &StateDir, s: &Cluster) -> Result<()> {
     start(dir, s, &APISERVER, args)
 }
 
-/// Client certificates of the node's components (signed by the cluster's CA), and
+/// Client certificates of the nodes' components (signed by the cluster's CA), and
 /// the kubeconfigs of those that call the apiserver.
-fn node_certs(dir: &StateDir, s: &Cluster) -> Result<()> {
-    Pki::at(&dir.join("certs")).clients(&pki::node(NODE_NAME)).context("certificate generation failed")?;
-    for c in ["node", "kube-proxy", "coredns"] {
-        write_kubeconfig(dir, s, c, &dir.join(format!("kubeconfigs/{c}.kubeconfig")))?;
+fn node_certs(dir: &StateDir, s: &Cluster, nodes: &[&RealNode]) -> Result<()> {
+    let pki = Pki::at(&dir.join("certs"));
+    for n in nodes {
+        let mut kubeconfigs =
+            vec![(n.identity, n.identity.to_owned()), ("kube-proxy", format!("kube-proxy{}", n.suffix))];
+        if n.own.is_none() {
+            pki.clients(&pki::node(n.name)).context("certificate generation failed")?;
+            kubeconfigs.push(("coredns", "coredns".into()));
+        } else {
+            pki.clients(&[pki::kubelet(n.identity, n.name)]).context("certificate generation failed")?;
+        }
+        for (identity, file) in kubeconfigs {
+            write_kubeconfig_on(dir, s, n, identity, &dir.join(format!("kubeconfigs/{file}.kubeconfig")))?;
+        }
     }
     Ok(())
 }
 
-/// After the control plane: the node's configuration, containerd, the images,
-/// kubelet, kube-proxy, CoreDNS.
-fn start_node(dir: &StateDir, s: &Cluster) -> Result<()> {
-    node_step(dir, Some(&s.ports), "configs")?;
-    let node = |f: &str| path(dir.join("node").join(f));
-    start(dir, s, &CONTAINERD, vec!["--config".into(), node("containerd.toml"), "--log-level".into(), "warn".into()])?;
-    let socket = record(dir).containerd_socket();
+/// After the control plane, on each of `nodes` at once: its configuration,
+/// containerd, the images (imported in parallel: a cold import takes 16-30 s),
+/// kubelet, kube-proxy, and on the first node CoreDNS.
+fn start_nodes(dir: &StateDir, s: &Cluster, nodes: &[&RealNode]) -> Result<()> {
+    for n in nodes {
+        node_step(dir, Some(&s.ports), n, "configs")?;
+        let config = path(n.path(dir.path()).join("containerd.toml"));
+        start_on(dir, s, n, &n.containerd, vec!["--config".into(), config, "--log-level".into(), "warn".into()])?;
+    }
+    for n in nodes {
+        wait_containerd(dir, n)?;
+    }
+    std::thread::scope(|scope| {
+        let imports: Vec<_> = nodes.iter().map(|n| scope.spawn(|| import_images(dir, n))).collect();
+        imports.into_iter().try_for_each(|i| i.join().unwrap_or_else(|_| Err(anyhow!("importing the images panicked"))))
+    })?;
+    for n in nodes {
+        start_kubelet_and_proxy(dir, s, n)?;
+    }
+    if nodes.contains(&&FIRST) {
+        start(dir, s, &COREDNS, vec!["-conf".into(), path(FIRST.path(dir.path()).join("Corefile"))])?;
+        // Tells node.sh's `unsupported` of another cluster that this node is in use.
+        std::fs::write(FIRST.path(dir.path()).join("up"), "")?;
+    }
+    Ok(())
+}
+
+/// Waits until real node `n`'s containerd answers on its socket.
+fn wait_containerd(dir: &StateDir, n: &RealNode) -> Result<()> {
+    let socket = n.socket(dir.path());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let answers = || {
@@ -460,27 +534,34 @@ fn start_node(dir: &StateDir, s: &Cluster) -> Result<()> {
                 .status()
         };
         if socket.exists() && answers().is_ok_and(|st| st.success()) {
-            break;
+            return Ok(());
         }
-        if dir.pid(&CONTAINERD).is_none() {
-            bail!("containerd exited; see {}", dir.log("containerd").display());
+        if dir.pid(&n.containerd).is_none() {
+            bail!("{} exited; see {}", n.containerd.name, dir.log(n.containerd.name).display());
         }
         if Instant::now() > deadline {
             bail!(
-                "containerd does not answer on {} after 30 s; see {}",
+                "{} does not answer on {} after 30 s; see {}",
+                n.containerd.name,
                 socket.display(),
-                dir.log("containerd").display()
+                dir.log(n.containerd.name).display()
             );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let images_log = std::fs::File::create(dir.log("images"))?;
-    let what = format!("building and importing the real node's images (log: {})", dir.log("images").display());
-    let imported = crate::supervise::speaking(&what, Some(&dir.log("images")), log, || {
+}
+
+/// hack/images.sh's images (built once, cached) into real node `n`'s containerd.
+fn import_images(dir: &StateDir, n: &RealNode) -> Result<()> {
+    let name = format!("images{}", n.suffix);
+    let log_path = dir.log(&name);
+    let images_log = std::fs::File::create(&log_path)?;
+    let what = format!("building and importing {}'s images (log: {})", n.name, log_path.display());
+    let imported = crate::supervise::speaking(&what, Some(&log_path), log, || {
         Command::new(repo_root().join("hack/images.sh"))
             .arg("import")
             .arg("--address")
-            .arg(&socket)
+            .arg(n.socket(dir.path()))
             .stdin(Stdio::null())
             .stdout(images_log.try_clone()?)
             .stderr(images_log)
@@ -488,55 +569,64 @@ fn start_node(dir: &StateDir, s: &Cluster) -> Result<()> {
     })?;
     if !imported.success() {
         bail!(
-            "importing the images into the real node failed; see {}:\n{}",
-            dir.log("images").display(),
-            dir.log_tail("images", 20)
+            "importing the images into real node {} failed; see {}:\n{}",
+            n.name,
+            log_path.display(),
+            dir.log_tail(&name, 20)
         );
     }
-    start(
+    Ok(())
+}
+
+fn start_kubelet_and_proxy(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
+    let node = |f: &str| path(n.path(dir.path()).join(f));
+    let kubeconfig = |name: &str| path(dir.join(format!("kubeconfigs/{name}.kubeconfig")));
+    start_on(
         dir,
         s,
-        &KUBELET,
+        n,
+        &n.kubelet,
         vec![
             format!("--config={}", node("kubelet.yaml")),
-            format!("--kubeconfig={}", path(dir.join("kubeconfigs/node.kubeconfig"))),
+            format!("--kubeconfig={}", kubeconfig(n.identity)),
             format!("--root-dir={}", node("kubelet")),
             format!("--cert-dir={}", node("kubelet/pki")),
-            format!("--hostname-override={NODE_NAME}"),
-            format!("--node-ip={NODE_IP}"),
+            format!("--hostname-override={}", n.name),
+            format!("--node-ip={}", n.ip),
             format!("--node-labels={NODE_LABEL}=true"),
             "--v=1".into(),
         ],
     )?;
-    start(
+    start_on(
         dir,
         s,
-        &KUBE_PROXY,
+        n,
+        &n.kube_proxy,
         vec![
-            format!("--kubeconfig={}", path(dir.join("kubeconfigs/kube-proxy.kubeconfig"))),
+            format!("--kubeconfig={}", kubeconfig(&format!("kube-proxy{}", n.suffix))),
             "--proxy-mode=nftables".into(),
-            format!("--hostname-override={NODE_NAME}"),
-            format!("--nodeport-addresses={NODE_CIDR}"),
-            format!("--metrics-bind-address=127.0.0.1:{}", s.ports.kube_proxy_metrics),
-            format!("--healthz-bind-address=127.0.0.1:{}", s.ports.kube_proxy_healthz),
+            format!("--hostname-override={}", n.name),
+            format!("--nodeport-addresses={}", n.cidr),
+            format!("--metrics-bind-address={}:{}", n.probe_host(), s.ports.kube_proxy_metrics),
+            format!("--healthz-bind-address={}:{}", n.probe_host(), s.ports.kube_proxy_healthz),
             "--conntrack-max-per-core=0".into(),
             "--conntrack-tcp-timeout-established=0".into(),
             "--conntrack-tcp-timeout-close-wait=0".into(),
             "--v=1".into(),
         ],
-    )?;
-    start(dir, s, &COREDNS, vec!["-conf".into(), node("Corefile")])?;
-    // Tells node.sh's `unsupported` of another cluster that this node is in use.
-    std::fs::write(dir.join("node/up"), "")?;
-    Ok(())
+    )
 }
 
 /// A running cluster started without the real node gets it once the machine can run
 /// it (e.g. after hack/prerequisites.sh installed containerd): the node's network,
 /// certificates and daemons start, and kube-apiserver restarts with the node's
 /// settings. etcd and everything stored in it stay. When the machine still cannot,
-/// the reason is found anew and recorded.
+/// the reason is found anew and recorded. The second node is added the same way (the
+/// apiserver needs no restart for it).
 fn add_node(dir: &StateDir, mut s: Cluster) -> Result<Cluster> {
+    if s.node.is_ok() {
+        return add_second_node(dir, s);
+    }
     let before = s.node.clone().err().unwrap_or_default();
     match pick_node(dir) {
         Err(why) => {
@@ -545,14 +635,31 @@ fn add_node(dir: &StateDir, mut s: Cluster) -> Result<Cluster> {
         }
         Ok(node_bin) => {
             log(&format!("real node was missing ({before}); this machine can run it now: adding it"));
-            node_step(dir, Some(&s.ports), "network-up")?;
+            node_step(dir, Some(&s.ports), &FIRST, "network-up")?;
             s.node = Ok(node_bin);
+            s.node_2 = Err("added after the first".into());
             save(dir, &s)?;
-            node_certs(dir, &s)?;
+            node_certs(dir, &s, &[&FIRST])?;
             stop_one(dir, &APISERVER)?;
             start_apiserver(dir, &s)?;
-            start_node(dir, &s)?;
+            start_nodes(dir, &s, &[&FIRST])?;
+            return add_second_node(dir, s);
         }
+    }
+    Ok(s)
+}
+
+fn add_second_node(dir: &StateDir, mut s: Cluster) -> Result<Cluster> {
+    let before = s.node_2.clone().err().unwrap_or_default();
+    s.node_2 = pick_second_node(dir);
+    if s.node_2.is_ok() {
+        log(&format!("real node {} was missing ({before}): adding it", SECOND.name));
+        node_step(dir, Some(&s.ports), &SECOND, "network-up")?;
+        save(dir, &s)?;
+        node_certs(dir, &s, &[&SECOND])?;
+        start_nodes(dir, &s, &[&SECOND])?;
+    } else {
+        save(dir, &s)?;
     }
     Ok(s)
 }
@@ -560,54 +667,36 @@ fn add_node(dir: &StateDir, mut s: Cluster) -> Result<Cluster> {
 // --- stop ------------------------------------------------------------------------------
 
 /// Every process of the cluster at once (nothing needs an orderly shutdown: the data
-/// is thrown away), SIGKILL after 5 s; then the node's containers, and what the node
-/// left on the machine (node.sh's teardown).
+/// is thrown away), SIGKILL after 5 s; then the nodes' containers, and what the nodes
+/// left on the machine (node.sh's teardown, the second node's first: the first's
+/// puts back the machine-wide settings).
 fn stop_all(dir: &StateDir) -> Result<()> {
     dir.stop(&all(), |_| Signal::SIGTERM, Duration::from_secs(5))?;
-    stop_containers(dir);
-    node_step(dir, None, "teardown")?;
+    if node_owned(dir) {
+        for n in &REAL_NODES {
+            stop_containers(dir, n);
+        }
+    }
+    for n in REAL_NODES.iter().rev() {
+        node_step(dir, None, n, "teardown")?;
+    }
     Ok(())
 }
 
-/// Whether the machine's real node is this cluster's (one per machine).
+/// Whether the machine's real nodes are this cluster's (one pair per machine).
 fn node_owned(dir: &StateDir) -> bool {
-    dir.join("node").exists()
+    dir.join(FIRST.dir).exists()
         || std::fs::read_to_string(NODE_OWNER).is_ok_and(|owner| Path::new(owner.trim()) == dir.path())
 }
 
-/// The processes of the real node's containers: every process in a `kubepods`
-/// cgroup, in whichever hierarchies this machine mounts (v1 controllers, a hybrid's
-/// `unified/`, or a pure v2 tree).
-fn container_pids() -> Vec<u32> {
-    let roots = std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| Some(e.ok()?.path().join("kubepods")))
-        .chain([PathBuf::from("/sys/fs/cgroup/kubepods")]);
-    let mut pids = Vec::new();
-    let mut todo: Vec<PathBuf> = roots.filter(|r| r.is_dir()).collect();
-    while let Some(d) = todo.pop() {
-        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        let children = std::fs::read_dir(&d).into_iter().flatten().filter_map(|e| e.ok());
-        todo.extend(children.map(|e| e.path()).filter(|p| p.is_dir()));
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    pids
-}
-
-/// The node's containers and their shims, which outlive containerd: killed once
+/// Real node `n`'s containers and their shims, which outlive containerd: killed once
 /// kubelet and containerd are gone (nothing restarts them then), containers first so
 /// that none outlives its shim. Then node.sh's teardown finds only files, mounts and
 /// rules to remove.
-fn stop_containers(dir: &StateDir) {
-    if !node_owned(dir) {
-        return;
-    }
+fn stop_containers(dir: &StateDir, n: &RealNode) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let pids = container_pids();
+        let pids = n.container_pids();
         if pids.is_empty() || Instant::now() > deadline {
             break;
         }
@@ -616,12 +705,17 @@ fn stop_containers(dir: &StateDir) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let address = format!("-address {}", record(dir).containerd_socket().display());
-    let shims = processes(|exe, cmdline| exe == "containerd-shim-runc-v2" && cmdline.contains(&address));
+    let shims = shims(dir, n);
     for pid in &shims {
         signal_pid(*pid, Signal::SIGKILL);
     }
     await_reaped(&shims, Duration::from_secs(5));
+}
+
+/// The containerd shims of real node `n` (told apart by their containerd's socket).
+fn shims(dir: &StateDir, n: &RealNode) -> Vec<u32> {
+    let address = format!("-address {} ", n.socket(dir.path()).display());
+    processes(|exe, cmdline| exe == "containerd-shim-runc-v2" && format!("{cmdline} ").contains(&address))
 }
 
 /// SIGTERM to one component and wait until it has exited (SIGKILL after 10 s: the
@@ -695,7 +789,7 @@ impl Probe {
             let Ok(admin) = p.admin(dir) else { return String::new() };
             format!("\nfailing readiness checks:\n{}", p.rt.block_on(bootstrap::failing_readyz(&admin)))
         };
-        dir.wait_healthy(|| components(s), check, started, timeout, log, explain)
+        dir.wait_healthy(|| components(dir, s), check, started, timeout, log, explain)
     }
 }
 
@@ -720,13 +814,20 @@ pub fn up(dir: &StateDir) -> Result<Cluster> {
                 ));
             }
             log("already running; checking health");
-            if s.node.is_ok() { s } else { add_node(dir, s)? }
+            for n in s.real_nodes() {
+                mend(dir, &s, n)?;
+            }
+            if s.node.is_ok() && s.node_2.is_ok() { s } else { add_node(dir, s)? }
         }
         None => {
             dir.clear(&all(), stop_all, log)?;
             let node = pick_node(dir);
+            let node_2 = match node {
+                Ok(_) => pick_second_node(dir),
+                Err(_) => Err("no first real node".into()),
+            };
             log(&format!("starting control plane in {}", dir.path().display()));
-            start_cluster(dir, &bin, node)?
+            start_cluster(dir, &bin, node, node_2)?
         }
     };
     let mut probe = Probe::new()?;
@@ -735,7 +836,7 @@ pub fn up(dir: &StateDir) -> Result<Cluster> {
         log("port conflict; restarting with other ports");
         stop_all(dir)?;
         dir.remove()?;
-        s = start_cluster(dir, &bin, s.node.clone())?;
+        s = start_cluster(dir, &bin, s.node.clone(), s.node_2.clone())?;
         probe = Probe::new()?;
         result = probe.wait(dir, &s, started, false);
     }
@@ -751,11 +852,18 @@ pub fn up(dir: &StateDir) -> Result<Cluster> {
         ),
         Err(e) => bail!("{e}\ncluster left running for inspection; 'hack/controlplane/cluster.sh down' stops it"),
     }
-    match &s.node {
-        Ok(_) => log(&format!(
-            "real node {NODE_NAME}: Ready (pods with node selector {NODE_LABEL}=true and its toleration run there)"
-        )),
-        Err(why) => log(&format!("real node: MISSING — {why}; tests that need it will fail")),
+    match (&s.node, &s.node_2) {
+        (Ok(_), node_2) => {
+            let names: Vec<&str> = s.real_nodes().iter().map(|n| n.name).collect();
+            log(&format!(
+                "real nodes {}: Ready (pods with node selector {NODE_LABEL}=true and its toleration run there)",
+                names.join(" and ")
+            ));
+            if let Err(why) = node_2 {
+                log(&format!("second real node: MISSING — {why}; tests that lose a node will fail"));
+            }
+        }
+        (Err(why), _) => log(&format!("real node: MISSING — {why}; tests that need it will fail")),
     }
     Ok(s)
 }
@@ -771,7 +879,7 @@ pub fn running(dir: &StateDir) -> Result<Cluster> {
     record(dir)
         .cluster()
         .filter(|s| {
-            let c = components(s);
+            let c = components(dir, s);
             dir.alive(&c) == c.len() && record(dir).kubeconfig().exists()
         })
         .ok_or_else(|| anyhow!("no local cluster running; start it with 'make cluster'"))
@@ -781,7 +889,7 @@ pub fn running(dir: &StateDir) -> Result<Cluster> {
 pub fn status(dir: &StateDir) -> Result<(String, bool)> {
     let mut out = format!("state directory: {}\n", dir.path().display());
     let s = record(dir).cluster();
-    let list = s.as_ref().map(components).unwrap_or_else(|| CONTROL_PLANE.to_vec());
+    let list = s.as_ref().map(|s| components(dir, s)).unwrap_or_else(|| CONTROL_PLANE.to_vec());
     let mut all = true;
     for c in &list {
         let port = s.as_ref().map(|s| component_port(c, &s.ports)).unwrap_or_else(|| "?".into());
@@ -802,21 +910,43 @@ pub fn status(dir: &StateDir) -> Result<(String, bool)> {
         writeln!(out, "apiserver: https://127.0.0.1:{} (/readyz: {readyz})", s.ports.apiserver)?;
         writeln!(out, "kubeconfig: {}", record(dir).kubeconfig().display())?;
     }
-    if let Some(Err(why)) = s.as_ref().map(|s| &s.node) {
-        writeln!(out, "real node: missing — {why}")?;
+    if let Some(s) = &s {
+        for (name, state) in node_states(dir, s) {
+            writeln!(out, "real node {name}: {state}")?;
+        }
     }
     Ok((out, all && s.is_some()))
 }
 
+/// Each real node's name and state, as `status` prints it.
+fn node_states(dir: &StateDir, s: &Cluster) -> Vec<(&'static str, String)> {
+    let why = |r: &std::result::Result<(), String>| r.clone().err().unwrap_or_default();
+    REAL_NODES
+        .iter()
+        .map(|n| {
+            let state = match (s.real_nodes().contains(&n), n.broken(dir.path())) {
+                (false, _) if *n == FIRST => format!("missing — {}", s.node.clone().err().unwrap_or_default()),
+                (false, _) => format!("missing — {}", why(&s.node_2)),
+                (true, None) => "running".to_owned(),
+                (true, Some(Broken::Stopped)) => format!("stopped (cluster.sh node start {})", n.name),
+                (true, Some(Broken::Partitioned)) => format!("partitioned (cluster.sh node heal {})", n.name),
+            };
+            (n.name, state)
+        })
+        .collect()
+}
+
 fn component_port(c: &Component, p: &Ports) -> String {
+    let on = |n: &RealNode| if n.own.is_some() { format!(" on {}", n.ip) } else { String::new() };
+    let node = REAL_NODES.iter().find(|n| n.components().contains(c)).copied().unwrap_or(FIRST);
     match *c {
         ETCD => format!("{} (peer {})", p.etcd, p.etcd_peer),
         APISERVER => p.apiserver.to_string(),
         CONTROLLER_MANAGER => p.kube_controller_manager.to_string(),
         SCHEDULER => p.kube_scheduler.to_string(),
-        KUBELET => format!("{} (healthz {})", p.kubelet, p.kubelet_healthz),
-        KUBE_PROXY => format!("{} (healthz)", p.kube_proxy_healthz),
         COREDNS => format!("53 on {NODE_IP}"),
+        _ if *c == node.kubelet => format!("{} (healthz {}){}", p.kubelet, p.kubelet_healthz, on(&node)),
+        _ if *c == node.kube_proxy => format!("{} (healthz){}", p.kube_proxy_healthz, on(&node)),
         _ => "-".into(),
     }
 }
@@ -864,4 +994,126 @@ pub fn sa_kubeconfig(dir: &StateDir, namespace: &str, name: &str, duration: Dura
     let user = format!("{namespace}-{name}");
     let config = kubeconfig::kubeconfig(&pki, s.ports.apiserver, &user, &Credentials::Token(token), Some(namespace))?;
     kubeconfig::to_yaml(&config)
+}
+
+/// What a test does to a real node (`cluster.sh node ACTION NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeAction {
+    /// Power loss: its kubelet, containerd, (the second node's) kube-proxy and every
+    /// container process killed in the same instant.
+    Stop,
+    /// After a stop: its daemons started again as they were; kubelet restarts the pods
+    /// still bound to it.
+    Start,
+    /// Cut off the network (the second node only: the first shares the machine's
+    /// network namespace with the control plane); its processes run on.
+    Partition,
+    /// After a partition: back on the network.
+    Heal,
+}
+
+/// For tests of losing a node: breaks or mends real node `name`, and after a mend
+/// waits until the cluster (that node included) is healthy again. A broken node is
+/// marked in its directory, so that the health checks, `status` and `running` leave
+/// it out until it is mended; `up` mends it too.
+pub fn node(dir: &StateDir, action: NodeAction, name: &str) -> Result<()> {
+    let _lock = dir.lock()?;
+    let s = running(dir)?;
+    let Some(n) = RealNode::by_name(name).filter(|n| s.real_nodes().contains(n)) else {
+        let names: Vec<&str> = s.real_nodes().iter().map(|n| n.name).collect();
+        bail!(
+            "no real node '{name}' in this cluster (it runs: {})",
+            if names.is_empty() { "none".into() } else { names.join(", ") }
+        );
+    };
+    let broken = n.broken(dir.path());
+    match (action, broken) {
+        (NodeAction::Stop, None) => stop_node(dir, n),
+        (NodeAction::Partition, None) => partition_node(dir, &s, n),
+        (NodeAction::Start, Some(Broken::Stopped)) | (NodeAction::Heal, Some(Broken::Partitioned)) => {
+            let started = Instant::now();
+            mend(dir, &s, n)?;
+            Probe::new()?
+                .wait(dir, &s, started, false)
+                .map_err(|e| anyhow!("{e}\n{} did not come back; 'make cluster' (up) tries again", n.name))?;
+            log(&format!("{} back and the cluster healthy after {:.1}s", n.name, started.elapsed().as_secs_f64()));
+            Ok(())
+        }
+        (NodeAction::Start | NodeAction::Heal, None) => {
+            log(&format!("{} is not broken; nothing to do", n.name));
+            Ok(())
+        }
+        (_, Some(b)) => bail!(
+            "{} is {}: '{}' it first",
+            n.name,
+            b.marker(),
+            if b == Broken::Stopped { "node start" } else { "node heal" }
+        ),
+    }
+}
+
+fn mark(dir: &StateDir, n: &RealNode, b: Broken) -> Result<()> {
+    std::fs::write(n.path(dir.path()).join(b.marker()), "")
+        .with_context(|| format!("marking {} {}", n.name, b.marker()))
+}
+
+fn stop_node(dir: &StateDir, n: &RealNode) -> Result<()> {
+    let t0 = Instant::now();
+    // Marked first: a concurrent `running` must not take the dead daemons for a
+    // broken cluster.
+    mark(dir, n, Broken::Stopped)?;
+    n.freeze(true);
+    let daemons: Vec<u32> = n.killed_by_stop().iter().filter_map(|c| dir.pid(c)).collect();
+    let containers = n.container_pids();
+    for pid in daemons.iter().chain(&containers).chain(&shims(dir, n)) {
+        signal_pid(*pid, Signal::SIGKILL);
+    }
+    n.freeze(false);
+    stop_containers(dir, n);
+    await_reaped(&daemons, Duration::from_secs(5));
+    log(&format!(
+        "{} stopped: {} daemons and {} container processes killed in {:.1}s",
+        n.name,
+        daemons.len(),
+        containers.len(),
+        t0.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+fn partition_node(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
+    if n.own.is_none() {
+        bail!(
+            "{} shares the machine's network namespace with the control plane: only {} can be partitioned",
+            n.name,
+            SECOND.name
+        );
+    }
+    mark(dir, n, Broken::Partitioned)?;
+    node_step(dir, Some(&s.ports), n, "partition")?;
+    log(&format!("{} partitioned: nothing passes between it and the rest of the cluster", n.name));
+    Ok(())
+}
+
+/// Undoes a test's stop or partition of real node `n` (nothing when it is whole).
+fn mend(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
+    match n.broken(dir.path()) {
+        None => return Ok(()),
+        Some(Broken::Stopped) => {
+            log(&format!("starting {} again", n.name));
+            dir.restart(&n.containerd)?;
+            wait_containerd(dir, n)?;
+            for c in n.killed_by_stop().iter().filter(|c| **c != n.containerd) {
+                dir.restart(c)?;
+            }
+        }
+        Some(Broken::Partitioned) => {
+            log(&format!("healing {}'s partition", n.name));
+            node_step(dir, Some(&s.ports), n, "heal")?;
+        }
+    }
+    for b in [Broken::Stopped, Broken::Partitioned] {
+        let _ = std::fs::remove_file(n.path(dir.path()).join(b.marker()));
+    }
+    Ok(())
 }

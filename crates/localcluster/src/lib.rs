@@ -8,7 +8,8 @@
 //! - [`controlplane`]: the local Kubernetes control plane and its real node
 //!   (`hack/controlplane/cluster.sh`), with [`bootstrap`] (what its health checks
 //!   ask of the apiserver), [`pki`] and [`kubeconfig`] (its certificates and
-//!   kubeconfigs) and [`cluster`] (its state directory, which others read);
+//!   kubeconfigs), [`realnode`] (what tells its two real nodes apart) and
+//!   [`cluster`] (its state directory, which others read);
 //! - [`backends`]: the backup tests' database and storage servers (`hack/backends.sh`).
 //!
 //! Machine steps stay in shell, called as steps: the real node's network rules,
@@ -23,6 +24,7 @@ pub mod controlplane;
 pub mod kubeconfig;
 pub mod pki;
 pub mod ports;
+pub mod realnode;
 pub mod supervise;
 
 use std::path::{Path, PathBuf};

@@ -62,6 +62,23 @@ enum ClusterVerb {
         #[arg(default_value = "0", value_parser = seconds)]
         outage_seconds: Duration,
     },
+    /// Break or mend a real node (tests of losing one): stop kills its kubelet,
+    /// containerd and containers at once (power loss), start brings them back;
+    /// partition cuts bosun-node-2 off the network, heal undoes it. Start and heal
+    /// wait until the cluster is healthy again.
+    Node {
+        action: NodeVerb,
+        /// bosun-node or bosun-node-2.
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum NodeVerb {
+    Stop,
+    Start,
+    Partition,
+    Heal,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -134,6 +151,15 @@ fn cluster(verb: ClusterVerb) -> Result<ExitCode> {
             print!("{}", controlplane::sa_kubeconfig(&dir, &namespace, &service_account, duration)?);
         }
         ClusterVerb::RestartApiserver { outage_seconds } => controlplane::restart_apiserver(&dir, outage_seconds)?,
+        ClusterVerb::Node { action, name } => {
+            let action = match action {
+                NodeVerb::Stop => controlplane::NodeAction::Stop,
+                NodeVerb::Start => controlplane::NodeAction::Start,
+                NodeVerb::Partition => controlplane::NodeAction::Partition,
+                NodeVerb::Heal => controlplane::NodeAction::Heal,
+            };
+            controlplane::node(&dir, action, &name)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -40,10 +40,17 @@ pub fn control_plane() -> [Identity; 3] {
     ]
 }
 
-/// The real node's identities (the kubelet's user is its node's: `system:node:<name>`).
+/// A kubelet's identity: its node's user, `system:node:<name>` in `system:nodes` (the
+/// Node authorizer and NodeRestriction then let it touch its own node's objects only).
+pub fn kubelet(name: &'static str, node_name: &str) -> Identity {
+    identity(name, &format!("system:node:{node_name}"), &["system:nodes"])
+}
+
+/// The first real node's identities: its kubelet's, and those of the cluster-wide
+/// components that run beside it.
 pub fn node(node_name: &str) -> [Identity; 4] {
     [
-        identity("node", &format!("system:node:{node_name}"), &["system:nodes"]),
+        kubelet("node", node_name),
         identity("kube-proxy", "system:kube-proxy", &[]),
         identity("coredns", "bosun:coredns", &[]),
         // The apiserver's own client certificate for calling kubelets (logs, exec).

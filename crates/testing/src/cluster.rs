@@ -56,6 +56,35 @@ pub fn restart_apiserver(outage: std::time::Duration) -> anyhow::Result<()> {
     bosun_localcluster::controlplane::restart_apiserver(&dir, outage)
 }
 
+/// What a test does to a real node; see [`break_node`].
+pub use bosun_localcluster::controlplane::NodeAction;
+
+/// Breaks or mends real node `name` (`cluster.sh node ACTION NAME`): stop kills its
+/// kubelet, containerd and containers at once, start brings them back; partition cuts
+/// the second node off the network, heal undoes it. Start and heal return once the
+/// cluster is healthy again. Blocking: call it from `spawn_blocking`. A test that
+/// breaks a node holds a [`NodeGuard`], so that a failing assertion does not leave it
+/// broken for the tests after it.
+pub fn break_node(action: NodeAction, name: &str) -> anyhow::Result<()> {
+    let dir = bosun_localcluster::controlplane::state_dir(None)?;
+    bosun_localcluster::controlplane::node(&dir, action, name)
+}
+
+/// Mends real node `name` when dropped (a stop is started again, a partition healed),
+/// whatever the test did in between.
+#[derive(Debug)]
+pub struct NodeGuard(pub &'static str);
+
+impl Drop for NodeGuard {
+    fn drop(&mut self) {
+        for action in [NodeAction::Heal, NodeAction::Start] {
+            if let Err(e) = break_node(action, self.0) {
+                eprintln!("mending {} ({action:?}) failed: {e:#}", self.0);
+            }
+        }
+    }
+}
+
 const HOW_TO_START: &str = "start the local control plane with `make cluster` (or run the whole suite with `make test`), \
                             or point BOSUN_TEST_KUBECONFIG at a test cluster";
 

@@ -35,7 +35,10 @@ pub mod node;
 mod operator;
 
 pub use backends::{Backends, Outcome, backends};
-pub use cluster::{Cluster, built_tool, cluster, cluster_dir, kubeconfig_path, repo_root, restart_apiserver};
+pub use cluster::{
+    Cluster, NodeAction, NodeGuard, break_node, built_tool, cluster, cluster_dir, kubeconfig_path, repo_root,
+    restart_apiserver,
+};
 pub use env::{Env, e2e};
 pub use operator::Bosun;
 

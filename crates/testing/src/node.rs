@@ -1,12 +1,14 @@
-//! The local cluster's one real node: pods that really run.
+//! The local cluster's real nodes: pods that really run.
 //!
 //! Everything else in the local cluster runs on kwok's fake nodes, which mark pods
 //! Ready without starting a container. A test that needs a process to really run
 //! (a database, a backup job, bosun in a pod) calls [`Env::use_real_node`]: every pod
-//! of its namespace then lands on the real node, through the apiserver's
+//! of its namespace then lands on the first real node, through the apiserver's
 //! `PodNodeSelector` and `PodTolerationRestriction` admission plugins, so the
-//! manifests under test stay unchanged. When the machine cannot run the node, the
-//! test **fails** with the reason `cluster.sh` recorded; it never skips.
+//! manifests under test stay unchanged. A test of more than one machine (losing a
+//! node) calls [`Env::use_real_nodes`] instead: the scheduler spreads its pods over
+//! both. When the machine cannot run the nodes, the test **fails** with the reason
+//! `cluster.sh` recorded; it never skips.
 //!
 //! The node runs images built offline by `hack/images.sh`; [`images`] names them.
 
@@ -18,10 +20,15 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use crate::env::Env;
+use bosun_localcluster::bootstrap::NODE_SELECTOR;
 use bosun_localcluster::cluster::ClusterDir;
 
-/// The real node's name (`hack/controlplane/node.sh`).
-pub const REAL_NODE: &str = "bosun-node";
+/// The first real node's name (`hack/controlplane/node.sh`).
+pub const REAL_NODE: &str = bosun_localcluster::realnode::FIRST.name;
+/// The second real node's, in a network namespace of its own (the one a test can
+/// partition).
+pub const SECOND_REAL_NODE: &str = bosun_localcluster::realnode::SECOND.name;
+pub const REAL_NODES: [&str; 2] = [REAL_NODE, SECOND_REAL_NODE];
 /// The label and the taint (value `true`, effect `NoSchedule`) that keep ordinary pods off it.
 pub const REAL_NODE_LABEL: &str = "bosun.dev/real-node";
 /// The namespace label that chooses the real node (`real`) or the fake ones (`fake`) on
@@ -42,6 +49,8 @@ pub mod images {
     pub const MARIADB: &str = "localhost/mariadb:10.11";
     /// Redis 7.
     pub const REDIS: &str = "localhost/redis:7";
+    /// Debian's nginx serving its welcome page on ports 80 and 8080.
+    pub const NGINX: &str = "localhost/nginx:bookworm";
     /// The backup runner's base: the base plus the database dump clients and zstd.
     pub const RUNNER_BASE: &str = "localhost/bosun-runner-base:trixie";
 }
@@ -53,11 +62,30 @@ fn missing_reason() -> String {
         .unwrap_or_else(|| "cluster.sh recorded no reason; see `hack/controlplane/cluster.sh status`".to_owned())
 }
 
-/// Panics, saying why, unless the real node is registered and Ready.
+/// Panics, saying why, unless the (first) real node is registered and Ready.
 pub async fn require_real_node(client: &kube::Client) {
-    let node = Api::<Node>::all(client.clone()).get_opt(REAL_NODE).await.expect("reading nodes");
+    require_node(client, REAL_NODE).await;
+}
+
+/// Panics, saying why, unless both real nodes are registered and Ready.
+pub async fn require_real_nodes(client: &kube::Client) {
+    for name in REAL_NODES {
+        require_node(client, name).await;
+    }
+}
+
+async fn require_node(client: &kube::Client, name: &str) {
+    let node = Api::<Node>::all(client.clone()).get_opt(name).await.expect("reading nodes");
     let Some(node) = node else {
-        panic!("this test needs the local cluster's real node, which is missing: {}", missing_reason());
+        let why = if name == REAL_NODE {
+            missing_reason()
+        } else {
+            ClusterDir::from_env()
+                .cluster()
+                .and_then(|c| c.node_2.err())
+                .unwrap_or_else(|| "see `hack/controlplane/cluster.sh status`".into())
+        };
+        panic!("this test needs the local cluster's real node {name}, which is missing: {why}");
     };
     let ready = node
         .status
@@ -66,7 +94,7 @@ pub async fn require_real_node(client: &kube::Client) {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .is_some_and(|c| c.status == "True");
     let conditions = node.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
-    assert!(ready, "the real node {REAL_NODE} is not Ready: {conditions:?}");
+    assert!(ready, "the real node {name} is not Ready: {conditions:?}");
     // A Ready node can still refuse every pod: the kubelet's disk, memory or PID
     // pressure taints it NoSchedule. Say so now, with the node's own words and the
     // disk's free space, rather than as a pod Pending for minutes.
@@ -90,7 +118,7 @@ pub async fn require_real_node(client: &kube::Client) {
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         panic!(
-            "the real node {REAL_NODE} is Ready but tainted {blocking:?}, so no pod is scheduled there: {pressure:?}\n{df}"
+            "the real node {name} is Ready but tainted {blocking:?}, so no pod is scheduled there: {pressure:?}\n{df}"
         );
     }
 }
@@ -120,19 +148,44 @@ pub fn real_node_annotations() -> serde_json::Map<String, serde_json::Value> {
 }
 
 impl Env {
-    /// Send every pod of this test's namespace to the real node (and fail, with the
-    /// reason, if the cluster has none).
+    /// Send every pod of this test's namespace to the first real node (and fail, with
+    /// the reason, if the cluster has none): a test of one machine stays on one, where
+    /// it always lands the same way.
     pub async fn use_real_node(&self) {
         require_real_node(&self.client).await;
+        self.place_on_real_nodes(Some(REAL_NODE)).await;
+    }
+
+    /// Send every pod of this test's namespace to the real nodes, both of them (and
+    /// fail, with the reason, unless both run): a test of losing a machine.
+    pub async fn use_real_nodes(&self) {
+        require_real_nodes(&self.client).await;
+        self.place_on_real_nodes(None).await;
+    }
+
+    async fn place_on_real_nodes(&self, only: Option<&str>) {
         // Every database instance's first process is the runner image's bosun.
         import_runner_image();
         // The label keeps the local cluster's placement policy from putting the
-        // namespace back on the fake nodes at this change.
+        // namespace back on the fake nodes at this change; the policy then places it
+        // on the real nodes. A choice of one is an edit of the annotations alone,
+        // after that, which the policy leaves as it is.
+        let namespaces = Api::<Namespace>::all(self.client.clone());
         let patch = json!({"metadata": {"labels": {NODES_LABEL: "real"}, "annotations": real_node_annotations()}});
-        Api::<Namespace>::all(self.client.clone())
+        namespaces
             .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .unwrap_or_else(|e| panic!("annotating namespace {} for the real node: {e}", self.ns));
+            .unwrap_or_else(|e| panic!("annotating namespace {} for the real nodes: {e}", self.ns));
+        if let Some(node) = only {
+            let selector = format!("{REAL_NODE_LABEL}=true,kubernetes.io/hostname={node}");
+            let patch = json!({"metadata": {"annotations": {NODE_SELECTOR: selector}}});
+            let placed = namespaces
+                .patch(&self.ns, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap_or_else(|e| panic!("placing namespace {} on {node}: {e}", self.ns));
+            let kept = placed.metadata.annotations.as_ref().and_then(|a| a.get(NODE_SELECTOR));
+            assert_eq!(kept, Some(&selector), "namespace {} keeps its placement on {node}", self.ns);
+        }
     }
 
     /// Enforce the `restricted` Pod Security Standard in the test's namespace: a pod
@@ -221,7 +274,7 @@ pub const RUNNER_IMAGE: &str = "localhost/bosun-runner:dev";
 
 /// Build [`RUNNER_IMAGE`] from the `bosun` under test, linked statically as images
 /// have it (`hack/static-bosun.sh`: cargo, nothing to do when `make test` built it),
-/// and import it into the real node (`hack/images.sh runner`), once per test process.
+/// and import it into every real node (`hack/images.sh runner`), once per test process.
 pub fn import_runner_image() {
     static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,19 +292,21 @@ pub fn import_runner_image() {
             std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
         }
     };
-    let socket = ClusterDir::from_env().containerd_socket();
-    let out = std::process::Command::new(crate::repo_root().join("hack/images.sh"))
-        .arg("runner")
-        .arg("--address")
-        .arg(&socket)
-        .arg(&binary)
-        .output()
-        .unwrap_or_else(|e| panic!("running hack/images.sh runner: {e}"));
-    assert!(
-        out.status.success(),
-        "hack/images.sh runner failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for socket in ClusterDir::from_env().containerd_sockets() {
+        let out = std::process::Command::new(crate::repo_root().join("hack/images.sh"))
+            .arg("runner")
+            .arg("--address")
+            .arg(&socket)
+            .arg(&binary)
+            .output()
+            .unwrap_or_else(|e| panic!("running hack/images.sh runner: {e}"));
+        assert!(
+            out.status.success(),
+            "hack/images.sh runner --address {} failed:\n{}{}",
+            socket.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     *done = true;
 }

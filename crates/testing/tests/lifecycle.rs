@@ -39,6 +39,8 @@ struct Machine {
     cgroups: BTreeSet<String>,
     sysctls: BTreeSet<String>,
     owner_file: bool,
+    /// `ip netns list` (the second real node's namespace).
+    netns: BTreeSet<String>,
 }
 
 fn run(program: &str, args: &[&str]) -> String {
@@ -107,10 +109,9 @@ impl Machine {
         let cgroups = std::fs::read_dir("/sys/fs/cgroup")
             .map(|d| {
                 d.flatten()
-                    .filter_map(|h| {
-                        let p = h.path().join("kubepods");
-                        p.exists().then(|| p.display().to_string())
-                    })
+                    .flat_map(|h| [h.path().join("kubepods"), h.path().join("bosun-node-2")])
+                    .filter(|p| p.exists())
+                    .map(|p| p.display().to_string())
                     .collect()
             })
             .unwrap_or_default();
@@ -127,6 +128,11 @@ impl Machine {
             cgroups,
             sysctls,
             owner_file: std::path::Path::new("/run/bosun-node.owner").exists(),
+            netns: run("ip", &["netns", "list"])
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .map(str::to_owned)
+                .collect(),
         }
     }
 }
@@ -180,6 +186,12 @@ async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
     assert!(running.interfaces.contains("bosun0"), "the node's bridge exists while it runs: {:?}", running.interfaces);
     assert!(running.nft_tables.contains("table inet bosun-node"), "{:?}", running.nft_tables);
     assert!(!running.cgroups.is_empty(), "kubelet's cgroups exist while it runs");
+    // The second node: its namespace, the machine's end of its veth pair, its rules
+    // and its cgroup root.
+    assert!(running.netns.contains("bosun-node-2"), "{:?}", running.netns);
+    assert!(running.interfaces.contains("bosun1-h"), "{:?}", running.interfaces);
+    assert!(running.nft_tables.contains("table inet bosun-bosun-node-2"), "{:?}", running.nft_tables);
+    assert!(running.cgroups.iter().any(|c| c.ends_with("/bosun-node-2")), "{:?}", running.cgroups);
 
     // Down, the machine as it is without a cluster.
     cluster_sh("down");
@@ -202,10 +214,14 @@ async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
     // keeps what it stores.
     let added = cluster_sh("up");
     assert!(added.contains("this machine can run it now: adding it"), "up with the sbin tools:\n{added}");
-    assert!(added.contains("real node bosun-node: Ready"), "{added}");
+    assert!(added.contains("real nodes bosun-node and bosun-node-2: Ready"), "{added}");
     assert_eq!(kubectl(&["get", "configmap", "kept-across-the-node", "-o", "jsonpath={.data.k}"]), "v");
     let up = Machine::now();
     assert!(up.interfaces.contains("bosun0") && up.owner_file, "the node came back: {up:?}");
+    assert!(
+        up.interfaces.contains("bosun1-h") && up.netns.contains("bosun-node-2"),
+        "the second node came too: {up:?}"
+    );
     cluster_sh("down");
     let after = Machine::now();
 
@@ -215,8 +231,9 @@ async fn up_twice_is_harmless_and_down_leaves_nothing_behind() {
     assert!(after.kube_iptables_chains.is_empty(), "iptables chains left: {:?}", after.kube_iptables_chains);
     assert!(after.cgroups.is_empty(), "cgroups left: {:?}", after.cgroups);
     assert!(!after.owner_file, "/run/bosun-node.owner left");
+    assert!(!after.netns.contains("bosun-node-2"), "the second node's network namespace left: {:?}", after.netns);
     assert!(
-        !after.interfaces.iter().any(|i| i == "bosun0" || i.starts_with("veth")),
+        !after.interfaces.iter().any(|i| i == "bosun0" || i == "bosun1-h" || i.starts_with("veth")),
         "interfaces left: {:?}",
         after.interfaces
     );
