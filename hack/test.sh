@@ -10,8 +10,8 @@
 #   alone       binaries that change what every test shares: the CRDs, the
 #               ClusterRole, cluster-wide webhooks, the apiserver itself, the whole
 #               cluster, VoteConfig's conversion, the second real node (install,
-#               chaos, lifecycle, voteconfig, packaging, nodes: which stops and
-#               partitions that node). Each runs with only binaries that do not
+#               chaos, lifecycle, voteconfig, packaging, nodes and node_loss:
+#               which stop and partition that node). Each runs with only binaries that do not
 #               use the cluster beside it (unit tests, the runner's tests).
 #   real node   the heavy users of the first real node (postgresql, failover, backup):
 #               at most two at a time, and failover (whose race of a restart against
@@ -69,7 +69,7 @@ while IFS=$'\t' read -r name path pkg; do exe[$name]=$path; dir[$name]=$pkg; don
 log "${#exe[@]} test binaries"
 
 # The classes (see the header). A name not present is simply not run.
-alone=(bosun-install bosun-chaos testing-lifecycle testing-nodes bosun-voteconfig bosun-packaging)
+alone=(bosun-install bosun-chaos testing-lifecycle testing-nodes bosun-node_loss bosun-voteconfig bosun-packaging)
 heavy=(bosun-postgresql bosun-backup bosun-failover)
 # Binaries that never reach the cluster: they may run beside an `alone` one.
 offline=(bosun-backup_runner bosun-backup_runner_faults controller-crd_drift controller-docs_drift

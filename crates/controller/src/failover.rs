@@ -87,17 +87,24 @@ pub async fn ensure(
     db: &PostgreSQL,
     ctx: &Context,
     (sts, pods): (&StatefulSet, &Owned<Pod>),
-    reach: &Instances,
+    (reach, silences): (&Instances, &Silences),
     now: Timestamp,
 ) -> Result<Primary, Error> {
     let mine = instance_pods(db, pods);
     let refs: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
-    let assessment = build::assess(db, &refs, now);
+    let recorded = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
+    let silence = mine.iter().find(|p| Some(p.name_any().as_str()) == recorded).and_then(|p| silences.of(p));
+    let limit = ctx.settings.postgres.unanswered_failover;
+    let assessment = build::assess_heard(db, &refs, now, silence.map(|since| build::Silence { since, limit }));
     if let Some(intended) = &assessment.abandoned {
         info!(db = %db.name_any(), intended, kept = %assessment.primary, "a change of primary that moved no label is abandoned: the labelled primary is ready");
     }
     let mut primary = Primary { name: assessment.primary.clone(), recheck: assessment.recheck, change: None };
-    if let Some(reason) = &assessment.lost {
+    let unconfirmed = assessment.unanswered && !standbys_lost_it(reach, &assessment.candidates).await;
+    if let (Some(reason), true) = (&assessment.lost, unconfirmed) {
+        warn!(db = %db.name_any(), reason, "the primary does not answer bosun, but no standby has lost it: no failover yet");
+        primary.recheck = Some(PROBE_EVERY);
+    } else if let Some(reason) = &assessment.lost {
         match most_advanced(db, reach, &assessment.candidates).await {
             Some(to) => {
                 let pair = (primary.name.as_str(), to.as_str());
@@ -296,6 +303,129 @@ fn switchover_target(db: &PostgreSQL) -> Option<&str> {
 async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> {
     let patch = json!({"metadata": {"annotations": {SWITCHOVER_ANNOTATION: null}}});
     merge_into::<PostgreSQL, _>(ctx, db, patch).await.map(drop)
+}
+
+/// How often the watchdog knocks on each primary's door, and how long it waits.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a standby may take to say whether it still receives the primary's WAL.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Primaries that stopped answering, as the watchdog ([`watch_primaries`]) found
+/// them: per pod (namespace, name).
+#[derive(Clone, Debug, Default)]
+pub struct Silences(Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Silent>>>);
+
+/// One pod's silence: the pod (its uid), since when, and whether its database's
+/// reconcile was triggered for it.
+#[derive(Clone, Debug)]
+struct Silent {
+    uid: String,
+    since: Instant,
+    triggered: bool,
+}
+
+impl Silences {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Silent>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long `pod` (this very pod: its uid) has not answered.
+    pub fn of(&self, pod: &Pod) -> Option<Duration> {
+        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let map = self.lock();
+        let silent = map.get(&key)?;
+        (Some(&silent.uid) == pod.metadata.uid.as_ref()).then(|| silent.since.elapsed())
+    }
+
+    /// Records one round of answers; returns the pods that have just been silent for
+    /// `limit` (each once). Pods not asked this round are forgotten.
+    fn record(&self, answers: Vec<(Arc<Pod>, bool)>, limit: Duration) -> Vec<Arc<Pod>> {
+        let mut map = self.lock();
+        let mut crossed = Vec::new();
+        let mut kept = std::collections::HashMap::new();
+        for (pod, answered) in answers {
+            let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            if answered {
+                continue;
+            }
+            let mut silent = match map.remove(&key) {
+                Some(seen) if seen.uid == uid => seen,
+                _ => Silent { uid, since: Instant::now(), triggered: false },
+            };
+            if silent.since.elapsed() >= limit && !silent.triggered {
+                silent.triggered = true;
+                crossed.push(pod.clone());
+            }
+            kept.insert(key, silent);
+        }
+        *map = kept;
+        crossed
+    }
+}
+
+/// The watchdog of primaries: each second, every database with standbys whose primary
+/// runs on a real node and looks Ready gets a knock on its instance API's port (a TCP
+/// connection, nothing more: an instance that answers it has a machine under it). A
+/// primary that refuses or ignores it for `limit` triggers its database's reconcile,
+/// which fails over once the standbys have lost it too ([`ensure`]): the loss of a
+/// node, which Kubernetes declares only after its node monitor's grace period.
+pub async fn watch_primaries(
+    databases: kube::runtime::reflector::Store<crate::guard::Guarded<PostgreSQL>>,
+    pods: Owned<Pod>,
+    silences: Silences,
+    limit: Duration,
+    trigger: futures::channel::mpsc::UnboundedSender<Pod>,
+) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let primaries: Vec<Arc<Pod>> = databases
+            .state()
+            .iter()
+            .filter_map(|g| g.0.as_ref().ok())
+            .filter(|db| db.spec.replicas > 1)
+            .filter_map(|db| {
+                let name = db.status.as_ref()?.current_primary.clone()?;
+                let pod = pods.get(&db.namespace()?, &name)?;
+                let watched = !bosun_resources::pods::simulated(&pod)
+                    && build::pod_ready(&pod)
+                    && pod.metadata.deletion_timestamp.is_none();
+                watched.then_some(pod)
+            })
+            .collect();
+        let knocks = primaries.into_iter().map(|pod| async move {
+            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).and_then(|ip| ip.parse().ok());
+            let answered = match ip {
+                Some(ip) => {
+                    let addr = std::net::SocketAddr::new(ip, bosun_instance::api::PORT);
+                    matches!(tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
+                }
+                None => true,
+            };
+            (pod, answered)
+        });
+        let answers = futures::future::join_all(knocks).await;
+        for pod in silences.record(answers, limit) {
+            warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), ?limit, "a primary whose pod looks Ready has not answered");
+            let _ = trigger.unbounded_send((*pod).clone());
+        }
+    }
+}
+
+/// Whether the standbys confirm a primary that stopped answering bosun is lost: at
+/// least one of `candidates` answers, and none still receives its WAL. A primary
+/// only bosun cannot reach (bosun's own network) is not failed over.
+async fn standbys_lost_it(reach: &Instances, candidates: &[String]) -> bool {
+    let asks = candidates.iter().map(|name| reach.status(name, CONFIRM_TIMEOUT));
+    let answers: Vec<bool> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter_map(|a| a.ok().map(|s| s.server.is_some_and(|s| s.receiving)))
+        .collect();
+    !answers.is_empty() && answers.iter().all(|receiving| !receiving)
 }
 
 /// Ask each candidate where it is in the WAL and pick the one with the most. One that
@@ -573,7 +703,7 @@ mod tests {
 
     /// Run the stage on `pods` with the instances `fake` answers for.
     async fn ensure_with(db: &PostgreSQL, pods: Vec<Pod>, fake: &FakeInstances) -> (Primary, mock::Calls) {
-        ensure_rolling(db, pods, fake, None).await
+        ensure_rolling(db, pods, fake, None, &Silences::default()).await
     }
 
     /// The same, the StatefulSet's pod template at `revision` (a rolling change).
@@ -582,6 +712,7 @@ mod tests {
         pods: Vec<Pod>,
         fake: &FakeInstances,
         revision: Option<&str>,
+        silences: &Silences,
     ) -> (Primary, mock::Calls) {
         // A merge patch of the PostgreSQL (the switchover's annotation removed) returns it.
         let (answer, stored) = (mock::answer(db), serde_json::to_value(db).unwrap());
@@ -604,7 +735,9 @@ mod tests {
             ..Default::default()
         });
         let primary =
-            ensure("postgresql", db, &ctx, (&sts, &mock::cache(pods)), &reach, NOW.parse().unwrap()).await.unwrap();
+            ensure("postgresql", db, &ctx, (&sts, &mock::cache(pods)), (&reach, silences), NOW.parse().unwrap())
+                .await
+                .unwrap();
         (primary, calls)
     }
 
@@ -638,6 +771,55 @@ mod tests {
         let told = fake.told();
         assert!(told.contains(&("db-2".into(), "/v1/role".into(), r#"{"role":"primary"}"#.into())), "{told:?}");
         assert!(!told.iter().any(|(pod, _, body)| pod == "db-1" && body.contains("primary")), "{told:?}");
+    }
+
+    #[tokio::test]
+    async fn a_ready_primary_that_stopped_answering_is_replaced_once_the_standbys_lost_it_too() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        let pods = || {
+            vec![
+                pod("db-0", "primary", true, false),
+                pod("db-1", "replica", true, false),
+                pod("db-2", "replica", true, false),
+            ]
+        };
+        let silences = Silences::default();
+        let silent =
+            Silent { uid: "uid-db-0".into(), since: Instant::now() - Duration::from_secs(10), triggered: true };
+        silences.lock().insert(("ns".into(), "db-0".into()), silent);
+        // The standbys still receive its WAL: only bosun cannot reach it.
+        fake.set(fake::standby("db-1", "0/3000148"));
+        fake.set(fake::standby("db-2", "0/3000200"));
+        let (primary, calls) = ensure_rolling(&db, pods(), &fake, None, &silences).await;
+        assert_eq!((primary.name.as_str(), primary.change, primary.recheck), ("db-0", None, Some(PROBE_EVERY)));
+        assert!(calls.writes().is_empty(), "nothing written: {:?}", calls.writes());
+        // Both lost it too: the one with the most WAL takes its place.
+        for (name, lsn) in [("db-1", "0/3000148"), ("db-2", "0/3000200")] {
+            let mut lost = fake::standby(name, lsn);
+            lost.server.as_mut().unwrap().receiving = false;
+            fake.set(lost);
+        }
+        let (primary, _) = ensure_rolling(&db, pods(), &fake, None, &silences).await;
+        let change = primary.change.unwrap();
+        assert_eq!((primary.name.as_str(), change.kind.as_str()), ("db-2", "Failover"));
+        assert!(change.reason.contains("has not answered for 10s"), "{}", change.reason);
+        // Another pod of the same name (a new uid) is not the silent one.
+        assert_eq!(silences.of(&pod("db-1", "replica", true, false)), None);
+    }
+
+    #[test]
+    fn a_silence_triggers_once_when_it_reaches_the_limit_and_ends_with_an_answer() {
+        let silences = Silences::default();
+        let p = Arc::new(pod("db-0", "primary", true, false));
+        let limit = Duration::from_millis(50);
+        assert!(silences.record(vec![(p.clone(), false)], limit).is_empty(), "not yet");
+        assert!(silences.of(&p).is_some());
+        std::thread::sleep(limit);
+        assert_eq!(silences.record(vec![(p.clone(), false)], limit).len(), 1, "the limit reached");
+        assert!(silences.record(vec![(p.clone(), false)], limit).is_empty(), "triggered once");
+        assert!(silences.record(vec![(p.clone(), true)], limit).is_empty());
+        assert_eq!(silences.of(&p), None, "an answer ends it");
     }
 
     #[tokio::test]
@@ -736,14 +918,14 @@ mod tests {
 
         // Every instance on the old template: the highest standby restarts first.
         let pods = vec![old("db-0", "primary"), old("db-1", "replica"), old("db-2", "replica")];
-        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
         assert_eq!(calls.writes(), ["DELETE /api/v1/namespaces/ns/pods/db-2"], "one at a time, never the primary");
 
         // A restarted standby not ready yet: nothing else restarts meanwhile.
         let pods =
             vec![old("db-0", "primary"), old("db-1", "replica"), at(pod("db-2", "replica", false, false), "rev-2")];
-        let (_, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        let (_, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert!(calls.writes().is_empty(), "{:?}", calls.writes());
 
         // Only the primary left on the old template, but the standby to take over does
@@ -752,7 +934,7 @@ mod tests {
         catching_up.server.as_mut().unwrap().receiving = false;
         fake.set(catching_up);
         let pods = vec![old("db-0", "primary"), new("db-1", "replica"), new("db-2", "replica")];
-        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert_eq!((primary.name.as_str(), primary.change.is_none()), ("db-0", true));
         assert_eq!(primary.recheck, Some(STREAM_RECHECK));
         assert!(calls.writes().is_empty(), "{:?}", calls.writes());
@@ -761,7 +943,7 @@ mod tests {
         // Streaming now: a switchover, the primary restarting later as a standby; no pod
         // is deleted by this look.
         let pods = vec![old("db-0", "primary"), new("db-1", "replica"), new("db-2", "replica")];
-        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2")).await;
+        let (primary, calls) = ensure_rolling(&db, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert_eq!(primary.name, "db-1", "the lowest ready standby");
         let change = primary.change.unwrap();
         assert_eq!((change.kind.as_str(), change.from.as_str()), ("Switchover", "db-0"));
@@ -779,10 +961,10 @@ mod tests {
         .unwrap();
         fake.set(fake::primary("db-1"));
         fake.set(fake::standby("db-0", "0/5000000"));
-        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2")).await;
+        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert_eq!(calls.writes(), ["DELETE /api/v1/namespaces/ns/pods/db-0"]);
         let pods = vec![new("db-0", "replica"), new("db-1", "primary"), new("db-2", "replica")];
-        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2")).await;
+        let (_, calls) = ensure_rolling(&db1, pods, &fake, Some("rev-2"), &Silences::default()).await;
         assert!(calls.writes().is_empty(), "{:?}", calls.writes());
     }
 

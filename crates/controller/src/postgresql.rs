@@ -98,6 +98,8 @@ struct Children {
     backups: Owned<Backup>,
     pods: Owned<Pod>,
     jobs: Owned<Job>,
+    /// Primaries that stopped answering (the watchdog's, [`failover::watch_primaries`]).
+    silences: failover::Silences,
 }
 
 /// The postgresql controller, for the registry of kinds.
@@ -125,9 +127,20 @@ pub async fn run(
     let (backups, ctrl) = watched(&ctx, ns, ctrl);
     let (pods, ctrl) = watched(&ctx, ns, ctrl);
     let (jobs, ctrl) = watched(&ctx, ns, ctrl);
-    let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs };
+    let silences = failover::Silences::default();
+    let (silent, silent_pods) = futures::channel::mpsc::unbounded();
+    let ctrl = wiring::triggered_by::<PostgreSQL, Pod>(CONTROLLER, ctrl, &ctx, silent_pods, instance_of);
+    let limit = ctx.settings.postgres.unanswered_failover;
+    let watchdog = tokio::spawn(failover::watch_primaries(ctrl.store(), pods.clone(), silences.clone(), limit, silent));
+    let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs, silences };
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;
+    watchdog.abort();
+}
+
+/// The database a child belongs to, by its instance label.
+fn instance_of<C: Child>(child: &C) -> Vec<String> {
+    child.labels().get("app.kubernetes.io/instance").cloned().into_iter().collect()
 }
 
 type Controller = kube::runtime::Controller<crate::guard::Guarded<PostgreSQL>>;
@@ -135,9 +148,7 @@ type Controller = kube::runtime::Controller<crate::guard::Guarded<PostgreSQL>>;
 /// Watch the `C` children of PostgreSQLs and trigger the one each names.
 fn watched<C: Child>(ctx: &Context, ns: Option<&str>, ctrl: Controller) -> (Owned<C>, Controller) {
     let (owned, changes): (Owned<C>, UnboundedReceiver<C>) = wiring::watch_app(ctx, ns, build::APP_NAME);
-    let ctrl = wiring::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, |child| {
-        child.labels().get("app.kubernetes.io/instance").cloned().into_iter().collect()
-    });
+    let ctrl = wiring::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, instance_of);
     (owned, ctrl)
 }
 
@@ -184,9 +195,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     // Whatever runs keeps a primary, a refused change or not (nothing runs while an
     // upgrade has the instances stopped).
     let primary = match &sts {
-        Some(sts) if !running.stopped => {
-            Some(failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), &reach, now).await?)
-        }
+        Some(sts) if !running.stopped => Some(
+            failover::ensure(CONTROLLER, db, &ctx, (sts, &children.pods), (&reach, &children.silences), now).await?,
+        ),
         _ => None,
     };
     let (backup, backup_conflict) = match &refusal {
@@ -639,6 +650,7 @@ mod tests {
             backups: mock::cache([]),
             pods: mock::cache([]),
             jobs: mock::cache([]),
+            silences: Default::default(),
         }
     }
 

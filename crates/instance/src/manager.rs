@@ -268,12 +268,19 @@ async fn recover<P: Postgres>(args: &InstanceArgs, pg: &P) -> Result<(), Halt> {
     }
 }
 
+/// How soon each end of a replication connection gives up on a silent other (60 s
+/// each by default): a standby whose primary's machine is gone says it no longer
+/// receives within 5 s, which bosun waits for before it fails over to one; a
+/// primary drops a lost synchronous standby as soon. Each end pings the other after
+/// half of it, so an idle but living peer is never dropped.
+const REPLICATION_TIMEOUTS: [&str; 2] = ["wal_receiver_timeout=5s", "wal_sender_timeout=5s"];
+
 /// The server's command: the image's, who may connect and how ([`access`]), then the
 /// standby's connection to the primary (a primary ignores it) and, while recovering
 /// from an archive, its settings.
 pub fn server_command(args: &InstanceArgs, tls: Option<&Tls>, to_primary: &ToPrimary) -> Vec<String> {
     let mut command = args.command.clone();
-    for setting in access::server_settings(args, tls) {
+    for setting in access::server_settings(args, tls).into_iter().chain(REPLICATION_TIMEOUTS.map(str::to_owned)) {
         command.extend(["-c".to_owned(), setting]);
     }
     let (passfile, primary) = (args.passfile.to_string_lossy(), to_primary.pairs(args));

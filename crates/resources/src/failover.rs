@@ -50,6 +50,18 @@ pub struct Assessment {
     pub abandoned: Option<String>,
     /// Every instance's pod, by name.
     pub pods: Vec<String>,
+    /// The primary is lost because it stopped answering while its pod still looks
+    /// Ready (its machine lost or cut off): a standby must confirm it before one
+    /// takes its place.
+    pub unanswered: bool,
+}
+
+/// How long a primary whose pod the API still shows Ready has not answered bosun's
+/// probes, and how long bosun lets that go (`--postgres-unanswered-failover`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Silence {
+    pub since: Duration,
+    pub limit: Duration,
 }
 
 fn role(pod: &Pod) -> Option<&str> {
@@ -75,8 +87,16 @@ pub fn pod_ready(pod: &Pod) -> bool {
     readiness(pod).0
 }
 
-/// Assess the primary of `db` among `pods` (its instances' pods) at `now`.
+/// Assess the primary of `db` among `pods` (its instances' pods) at `now`, from the
+/// pods alone.
 pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
+    assess_heard(db, pods, now, None)
+}
+
+/// Assess the primary of `db` among `pods` at `now`, and by how long it has not
+/// answered (`silence`): a Ready pod that stopped answering is how the loss of its
+/// machine looks until Kubernetes declares the node dead (minutes).
+pub fn assess_heard(db: &PostgreSQL, pods: &[&Pod], now: Timestamp, silence: Option<Silence>) -> Assessment {
     let recorded = db.status.as_ref().and_then(|s| s.current_primary.clone());
     let mut primary = recorded.clone().unwrap_or_else(|| pod_name(db, 0));
     let mut abandoned = None;
@@ -124,6 +144,18 @@ pub fn assess(db: &PostgreSQL, pods: &[&Pod], now: Timestamp) -> Assessment {
             ));
         } else {
             assessment.recheck = Some(delay - waited + Duration::from_millis(200));
+        }
+    } else if let Some(silence) = silence {
+        if silence.since >= silence.limit {
+            assessment.lost = Some(format!(
+                "the primary {name} has not answered for {}s, though its pod looks Ready (its node lost or cut off; \
+                 --postgres-unanswered-failover {}s)",
+                silence.since.as_secs(),
+                silence.limit.as_secs()
+            ));
+            assessment.unanswered = true;
+        } else {
+            assessment.recheck = Some(silence.limit - silence.since + Duration::from_millis(200));
         }
     }
     assessment
@@ -473,6 +505,26 @@ mod tests {
                 ..Assessment::default()
             }
         );
+    }
+
+    #[test]
+    fn a_ready_primary_that_stopped_answering_is_lost_after_the_limit_and_only_then() {
+        let d = db(2, Some("db-0"));
+        let (p0, p1) = (pod("db-0", Some("primary"), true, T0), pod("db-1", Some("replica"), true, T0));
+        let silent = |since: u64| Some(Silence { since: Duration::from_secs(since), limit: Duration::from_secs(5) });
+        let early = assess_heard(&d, &[&p0, &p1], at(T0), silent(2));
+        assert_eq!((early.lost, early.unanswered), (None, false));
+        assert_eq!(early.recheck, Some(Duration::from_millis(3200)), "looked at again when the limit is reached");
+        let late = assess_heard(&d, &[&p0, &p1], at(T0), silent(5));
+        assert!(late.unanswered, "{late:?}");
+        assert!(late.lost.unwrap().starts_with("the primary db-0 has not answered for 5s, though its pod looks Ready"));
+        assert_eq!(late.candidates, ["db-1"]);
+        // A pod not Ready is the failover delay's (the kubelet still reports on it).
+        let not_ready = pod("db-0", Some("primary"), false, T0);
+        let a = assess_heard(&d, &[&not_ready, &p1], at("2026-11-25T10:00:04Z"), silent(60));
+        assert_eq!((a.lost, a.unanswered), (None, false));
+        // One instance: nothing to fail over to.
+        assert_eq!(assess_heard(&db(1, Some("db-0")), &[&p0], at(T0), silent(60)).lost, None);
     }
 
     #[test]

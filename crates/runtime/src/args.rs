@@ -104,6 +104,13 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_POSTGRES_CA_OVERLAP", default_value = "5m", value_parser = parse_duration)]
     pub postgres_ca_overlap: std::time::Duration,
 
+    /// How long the primary of a PostgreSQL with standbys may refuse bosun's
+    /// connections while its pod still looks Ready before a standby takes its place
+    /// (the loss of its node, which Kubernetes declares only after its node monitor's
+    /// grace period and more), and only once the standbys too have lost it.
+    #[arg(long, env = "BOSUN_POSTGRES_UNANSWERED_FAILOVER", default_value = "5s", value_parser = parse_duration)]
+    pub postgres_unanswered_failover: std::time::Duration,
+
     /// Give each PostgreSQL data volume to the postgres user (uid 999) in an init
     /// container that runs as root with only CHOWN: for storage that ignores fsGroup,
     /// such as hostPath volumes. Off by default: the instances run as non-root only.

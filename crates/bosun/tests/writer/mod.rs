@@ -24,8 +24,13 @@ done"#;
 /// The writer pod, started in `env`'s namespace against the PostgreSQL `test-db`, and its
 /// first acknowledged rows awaited.
 pub async fn start_writer(env: &Env) {
+    start_writer_on(env, None).await;
+}
+
+/// The same, on node `node` when one is given (a test that loses another node).
+pub async fn start_writer_on(env: &Env, node: Option<&str>) {
     let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
-    let pod: Pod = serde_json::from_value(json!({
+    let mut pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
         "spec": {
             "terminationGracePeriodSeconds": 1,
@@ -42,6 +47,9 @@ pub async fn start_writer(env: &Env) {
         },
     }))
     .unwrap();
+    if let (Some(node), Some(spec)) = (node, pod.spec.as_mut()) {
+        spec.node_selector = Some([("kubernetes.io/hostname".to_owned(), node.to_owned())].into());
+    }
     env.apply(&pod).await;
     env.wait_pod_ready("writer", Duration::from_secs(120)).await;
     let start = Instant::now();

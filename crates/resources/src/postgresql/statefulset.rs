@@ -338,6 +338,9 @@ pub struct Settings {
     /// How long each database's CA and server certificate live, and when they are
     /// replaced (`--postgres-cert-validity` and the others).
     pub certificates: crate::pki::Lifetimes,
+    /// How long a primary whose pod looks Ready may not answer before it is taken for
+    /// lost (`--postgres-unanswered-failover`).
+    pub unanswered_failover: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -347,6 +350,7 @@ impl Default for Settings {
             volume_permissions: false,
             runner_image: crate::backup::DEFAULT_RUNNER_IMAGE.to_owned(),
             certificates: crate::pki::Lifetimes::default(),
+            unanswered_failover: std::time::Duration::from_secs(5),
         }
     }
 }
