@@ -14,16 +14,19 @@ use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::PostgreSQL;
 use bosun_testing::node::{REAL_NODE, SECOND_REAL_NODE};
-use bosun_testing::{Env, NodeAction, NodeGuard, break_node, e2e};
+use bosun_testing::{Bosun, Env, NodeAction, NodeGuard, break_node, e2e};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use writer::{acks, outage, start_writer_on, unix_now};
+use serde_json::json;
+use writer::{acks, acks_of, outage, start_writer_named, start_writer_on, unix_now};
 
 const BOSUN: &[&str] =
     &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
 const MANIFEST: &str = "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {name: test-db}\n\
                         spec: {version: \"15\", storage: 1Gi, replicas: 2, failoverDelay: 10s}\n";
 const INSTANCES: [&str; 2] = ["test-db-0", "test-db-1"];
+/// The test and the benchmark each break the same node: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn psql(env: &Env, pod: &str, sql: &str) -> Option<String> {
     let (ok, out) = env.kubectl(&[
@@ -85,6 +88,59 @@ async fn node_ready(env: &Env, name: &str) -> bool {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// bosun and the 2-instance `test-db`, its instances spread over the real nodes and its
+/// primary on the second one (switched over there if it started on the first):
+/// (bosun, the primary, the standby).
+async fn database(env: &Env) -> (Bosun, String, String) {
+    env.use_real_nodes().await;
+    let bosun = env.start_bosun(BOSUN).await;
+    let (ok, out) = env.kubectl_apply(MANIFEST);
+    assert!(ok, "{out}");
+    wait_streaming(env, "a new database", Duration::from_secs(300)).await;
+    let nodes = [node_of(env, INSTANCES[0]).await, node_of(env, INSTANCES[1]).await];
+    assert!(nodes[0] != nodes[1], "the instances are spread over the real nodes: {nodes:?}");
+    let (primary, standby) = primary_on_the_second_node(env).await;
+    (bosun, primary, standby)
+}
+
+/// The primary moved to the second node if it is not there: (the primary, the standby).
+async fn primary_on_the_second_node(env: &Env) -> (String, String) {
+    let mut primary = wait_streaming(env, "before moving the primary", Duration::from_secs(180)).await;
+    if node_of(env, &primary).await != SECOND_REAL_NODE {
+        let other = INSTANCES.iter().find(|p| **p != primary).unwrap();
+        let request = format!("database.example.com/switchover-to={other}");
+        let (ok, out) = env.kubectl(&["annotate", "--overwrite", "postgresql", "test-db", &request]);
+        assert!(ok, "{out}");
+        let start = Instant::now();
+        while psql(env, other, "SELECT pg_is_in_recovery()").as_deref() != Some("f") {
+            assert!(start.elapsed() < Duration::from_secs(120), "no switchover to {other}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        primary = wait_streaming(env, "a switchover to the second node", Duration::from_secs(120)).await;
+        assert_eq!(primary, *other);
+    }
+    let standby = INSTANCES.iter().find(|p| **p != primary).unwrap().to_string();
+    (primary, standby)
+}
+
+/// Waits until the writer has a row acknowledged after `at` (Unix seconds); the
+/// seconds from `at` to then.
+async fn writes_back(env: &Env, at: f64) -> f64 {
+    let start = Instant::now();
+    while !acks(env).last().is_some_and(|(_, t)| *t > at + 0.5) {
+        assert!(start.elapsed() < Duration::from_secs(90), "no write succeeded within 90 s of the node's loss");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    unix_now() - at
+}
+
+/// When bosun decided its last change of primary (Unix seconds).
+async fn decided(env: &Env) -> Option<f64> {
+    let db = env.api::<PostgreSQL>().get("test-db").await.ok()?;
+    let started = db.status?.last_primary_change?.started.parse::<jiff::Timestamp>().ok()?;
+    Some(started.as_millisecond() as f64 / 1000.0)
+}
+
 async fn on_node(action: NodeAction) {
     tokio::task::spawn_blocking(move || break_node(action, SECOND_REAL_NODE))
         .await
@@ -94,34 +150,16 @@ async fn on_node(action: NodeAction) {
 
 #[tokio::test]
 async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_and_the_old_primary_rejoins() {
+    let _one = ONE_AT_A_TIME.lock().await;
     e2e("node-loss", |env| async move {
-        env.use_real_nodes().await;
-        let _bosun = env.start_bosun(BOSUN).await;
-        let (ok, out) = env.kubectl_apply(MANIFEST);
-        assert!(ok, "{out}");
-        let mut primary = wait_streaming(&env, "a new database", Duration::from_secs(300)).await;
-        let nodes = [node_of(&env, INSTANCES[0]).await, node_of(&env, INSTANCES[1]).await];
-        assert!(nodes[0] != nodes[1], "the instances are spread over the real nodes: {nodes:?}");
-        if node_of(&env, &primary).await != SECOND_REAL_NODE {
-            let other = INSTANCES.iter().find(|p| **p != primary).unwrap();
-            let (ok, out) = env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={other}")]);
-            assert!(ok, "{out}");
-            primary = wait_streaming(&env, "a switchover to the second node", Duration::from_secs(120)).await;
-            assert_eq!(primary, *other);
-        }
-        let standby = INSTANCES.iter().find(|p| **p != primary).unwrap().to_string();
+        let (_bosun, primary, standby) = database(&env).await;
         start_writer_on(&env, Some(REAL_NODE)).await;
 
         // The power cut.
         let _mend = NodeGuard(SECOND_REAL_NODE);
         let at = unix_now();
         on_node(NodeAction::Stop).await;
-        let start = Instant::now();
-        while !acks(&env).last().is_some_and(|(_, t)| *t > at + 0.5) {
-            assert!(start.elapsed() < Duration::from_secs(90), "no write succeeded within 90 s of the node's loss");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let writable_after = unix_now() - at;
+        let writable_after = writes_back(&env, at).await;
         assert!(node_ready(&env, SECOND_REAL_NODE).await, "Kubernetes still shows the lost node Ready: it did not wait for it");
         let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
         let change = db.status.as_ref().and_then(|s| s.last_primary_change.clone()).unwrap();
@@ -145,6 +183,97 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
              without synchronous replication: {}",
             lost.len()
         );
+    })
+    .await;
+}
+
+/// `make bench-failover`'s node cases: the primary's node loses its power, or is cut off
+/// the network, `BENCH_RUNS` (5) times each, on one asynchronous 2-instance database
+/// (the primary moved back to the second node before each run). Per case: writes back
+/// after the fault, the longest gap between acknowledged writes, bosun's decision, and
+/// every instance streaming again after the node's return; and, for the partition, the
+/// writes the cut-off old primary acknowledged (to a writer on its own node) after the
+/// new primary was decided: what fencing (not built yet) would make 0. Prints a table
+/// and writes `target/bench/node-loss.json`. Not a test: numbers only.
+#[tokio::test]
+#[ignore = "a benchmark: make bench-failover"]
+async fn bench_node_loss() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("bench-node-loss", |env| async move {
+        let _bosun = database(&env).await;
+        start_writer_on(&env, Some(REAL_NODE)).await;
+        let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+        let mut rows = Vec::new();
+        let mut island_acks = Vec::new();
+        println!("\nthe primary's node lost ({runs} runs each, asynchronous): seconds");
+        println!(
+            "{:<12} {:>12} {:>10} {:>10} {:>10} {:>14}",
+            "fault", "writes back", "gap", "decided", "rejoined", "split writes"
+        );
+        for (case, action, mend) in [
+            ("power loss", NodeAction::Stop, NodeAction::Start),
+            ("partition", NodeAction::Partition, NodeAction::Heal),
+        ] {
+            let mut samples = Vec::new();
+            for run in 0..runs {
+                let (primary, _) = primary_on_the_second_node(&env).await;
+                let island = format!("island-{run}");
+                if action == NodeAction::Partition {
+                    let pod = env.api::<Pod>().get(&primary).await.unwrap();
+                    let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
+                    let first = 1_000_000 * (i64::try_from(run).unwrap() + 1);
+                    start_writer_named(&env, &island, Some(SECOND_REAL_NODE), &ip, first).await;
+                }
+                let _mend = NodeGuard(SECOND_REAL_NODE);
+                let at = unix_now();
+                on_node(action).await;
+                let back = writes_back(&env, at).await;
+                let decision = decided(&env).await.filter(|d| *d >= at).map(|d| d - at);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                on_node(mend).await;
+                let returned = Instant::now();
+                wait_streaming(&env, "every instance streaming after the node's return", Duration::from_secs(240))
+                    .await;
+                let rejoined = returned.elapsed().as_secs_f64();
+                let gap = outage(&acks(&env), at);
+                let split = if action == NodeAction::Partition {
+                    let acked = acks_of(&env, &island);
+                    let threshold = at + decision.unwrap_or(0.0);
+                    let late = acked.iter().filter(|(_, t)| *t > threshold).count();
+                    island_acks.extend(acked);
+                    let (ok, out) = env.kubectl(&["delete", "pod", &island, "--wait=false"]);
+                    assert!(ok, "{out}");
+                    Some(late)
+                } else {
+                    None
+                };
+                let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+                println!(
+                    "{case:<12} {back:>12.2} {gap:>10.2} {:>10} {rejoined:>10.1} {:>14}",
+                    show(decision),
+                    split.map_or("-".to_owned(), |s| s.to_string())
+                );
+                samples.push(json!({"writes_back": back, "longest_gap": gap, "decided": decision,
+                                    "rejoined": rejoined, "split_writes": split}));
+            }
+            rows.push(json!({"fault": case, "runs": samples}));
+        }
+        let primary = wait_streaming(&env, "at the end", Duration::from_secs(240)).await;
+        let stored = psql(&env, &primary, "SELECT id FROM w ORDER BY id").unwrap();
+        let acked = acks(&env);
+        let lost = writer::lost(&stored, &acked).len();
+        let island_lost = writer::lost(&stored, &island_acks).len();
+        println!(
+            "the writer's acknowledged rows: {}, lost: {lost}; the cut-off primary's own writer: {} acknowledged, \
+             {island_lost} not in the final history",
+            acked.len(),
+            island_acks.len()
+        );
+        let report = json!({"runs": runs, "cases": rows, "acknowledged": acked.len(), "lost": lost,
+                            "island_acknowledged": island_acks.len(), "island_lost": island_lost});
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("node-loss.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
     })
     .await;
 }

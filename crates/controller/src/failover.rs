@@ -95,16 +95,26 @@ pub async fn ensure(
     let recorded = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
     let silence = mine.iter().find(|p| Some(p.name_any().as_str()) == recorded).and_then(|p| silences.of(p));
     let limit = ctx.settings.postgres.unanswered_failover;
-    let assessment = build::assess_heard(db, &refs, now, silence.map(|since| build::Silence { since, limit }));
+    let mut assessment = build::assess_heard(db, &refs, now, silence.map(|since| build::Silence { since, limit }));
     if let Some(intended) = &assessment.abandoned {
         info!(db = %db.name_any(), intended, kept = %assessment.primary, "a change of primary that moved no label is abandoned: the labelled primary is ready");
     }
     let mut primary = Primary { name: assessment.primary.clone(), recheck: assessment.recheck, change: None };
-    let unconfirmed = assessment.unanswered && !standbys_lost_it(reach, &assessment.candidates).await;
-    if let (Some(reason), true) = (&assessment.lost, unconfirmed) {
-        warn!(db = %db.name_any(), reason, "the primary does not answer bosun, but no standby has lost it: no failover yet");
-        primary.recheck = Some(PROBE_EVERY);
-    } else if let Some(reason) = &assessment.lost {
+    if assessment.unanswered && !standbys_lost_it(reach, &assessment.candidates).await {
+        // Not lost, as far as anyone can tell: everything else goes on as usual (a
+        // rolling change, a switchover asked for). Looked at again each second while a
+        // standby may still be letting go of a lost primary (its 5 s receiver
+        // timeout), then at the usual pace (bosun's own way to it may be what is cut).
+        let reason = assessment.lost.take().unwrap_or_default();
+        let fresh = silence.is_some_and(|since| since < limit + CONFIRM_WINDOW);
+        if fresh {
+            warn!(db = %db.name_any(), reason, "the primary does not answer bosun, but no standby has lost it: no failover");
+            primary.recheck = Some(PROBE_EVERY);
+        } else {
+            tracing::debug!(db = %db.name_any(), reason, "the primary still does not answer bosun; its standbys still receive");
+        }
+    }
+    if let Some(reason) = &assessment.lost {
         match most_advanced(db, reach, &assessment.candidates).await {
             Some(to) => {
                 let pair = (primary.name.as_str(), to.as_str());
@@ -310,6 +320,9 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a standby may take to say whether it still receives the primary's WAL.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after the limit the standbys are asked each second whether they lost a
+/// silent primary: three times their receiver's timeout (5 s).
+const CONFIRM_WINDOW: Duration = Duration::from_secs(15);
 
 /// Primaries that stopped answering, as the watchdog ([`watch_primaries`]) found
 /// them: per pod (namespace, name).
@@ -390,7 +403,9 @@ pub async fn watch_primaries(
             .filter_map(|db| {
                 let name = db.status.as_ref()?.current_primary.clone()?;
                 let pod = pods.get(&db.namespace()?, &name)?;
+                // A pod of the previous release has no API to knock on.
                 let watched = !bosun_resources::pods::simulated(&pod)
+                    && bosun_resources::instances::serves_api(&pod)
                     && build::pod_ready(&pod)
                     && pod.metadata.deletion_timestamp.is_none();
                 watched.then_some(pod)

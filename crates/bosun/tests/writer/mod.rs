@@ -14,7 +14,7 @@ use serde_json::json;
 /// (a commit waiting for a lost synchronous standby is not acknowledged), logging
 /// `ack <id> <unix time>` for every acknowledged commit.
 const WRITER: &str = r#"until timeout 3 psql -X -q -c 'CREATE TABLE IF NOT EXISTS w (id bigint PRIMARY KEY)' 2>/dev/null; do sleep 0.2; done
-i=0
+i=${FIRST_ID:-0}
 while :; do
   i=$((i+1))
   if timeout 2 psql -X -q -c "INSERT INTO w VALUES ($i)" 2>/dev/null; then echo "ack $i $(date +%s.%N)"; fi
@@ -29,16 +29,24 @@ pub async fn start_writer(env: &Env) {
 
 /// The same, on node `node` when one is given (a test that loses another node).
 pub async fn start_writer_on(env: &Env, node: Option<&str>) {
+    start_writer_named(env, "writer", node, "test-db", 0).await;
+}
+
+/// A writer pod `name` on `node` (if given) writing to `host` (the Service `test-db`, or
+/// one instance's address), its ids counting from `first_id` + 1 (two writers of one
+/// table keep apart so), its first acknowledged rows awaited.
+pub async fn start_writer_named(env: &Env, name: &str, node: Option<&str>, host: &str, first_id: i64) {
     let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-credentials", "key": key}});
     let mut pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "writer"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
                 "command": ["bash", "-c", WRITER],
                 "env": [
-                    {"name": "PGHOST", "value": "test-db"},
+                    {"name": "PGHOST", "value": host},
+                    {"name": "FIRST_ID", "value": first_id.to_string()},
                     {"name": "PGUSER", "valueFrom": secret("username")},
                     {"name": "PGPASSWORD", "valueFrom": secret("password")},
                     {"name": "PGCONNECT_TIMEOUT", "value": "1"},
@@ -51,17 +59,22 @@ pub async fn start_writer_on(env: &Env, node: Option<&str>) {
         spec.node_selector = Some([("kubernetes.io/hostname".to_owned(), node.to_owned())].into());
     }
     env.apply(&pod).await;
-    env.wait_pod_ready("writer", Duration::from_secs(120)).await;
+    env.wait_pod_ready(name, Duration::from_secs(120)).await;
     let start = Instant::now();
-    while acks(env).len() < 10 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the writer acknowledged no rows within 60 s");
+    while acks_of(env, name).len() < 10 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the writer {name} acknowledged no rows within 60 s");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 /// The writer's acknowledged ids with their times.
 pub fn acks(env: &Env) -> Vec<(i64, f64)> {
-    let (_, out) = env.kubectl(&["logs", "writer"]);
+    acks_of(env, "writer")
+}
+
+/// Writer `name`'s acknowledged ids with their times.
+pub fn acks_of(env: &Env, name: &str) -> Vec<(i64, f64)> {
+    let (_, out) = env.kubectl(&["logs", name]);
     out.lines()
         .filter_map(|l| l.strip_prefix("ack "))
         .filter_map(|l| l.split_once(' '))
