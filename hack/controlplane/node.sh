@@ -13,6 +13,8 @@
 #   configs       containerd's, CNI's, kubelet's and (first node) CoreDNS's configuration files
 #   partition     cut the (second) node off the network, its processes left running
 #   heal          undo partition
+#   power-on      before a stopped (second) node starts again: what a reboot clears in
+#                 its namespace (kube-proxy's tables, connection tracking)
 #   teardown      after the node's processes are gone: mounts, cgroups, network, sysctls back
 #
 # Two real nodes per machine (the first one's bridge, address and DNS port are
@@ -258,6 +260,16 @@ EOF
 
 node_heal() {
   nft delete table inet "bosun-partition-$node_name" 2>/dev/null || true
+}
+
+# A machine that lost its power comes back with no packet filter state: kube-proxy
+# then programs its tables from scratch. Kept instead, they trip kube-proxy 1.34's
+# restart (an endpoint chain it had flushed as stale, to be deleted later, stays
+# empty when the endpoint comes back: the Service's packets are then rejected).
+node_power_on() {
+  in_node nft delete table ip kube-proxy 2>/dev/null || true
+  in_node nft delete table ip6 kube-proxy 2>/dev/null || true
+  in_node conntrack -F >/dev/null 2>&1 || true
 }
 
 write_node_configs() {
@@ -508,5 +520,8 @@ case ${1:-} in
   partition | heal)
     [ -n "$node_netns" ] || { echo "node.sh: $node_name shares the machine's network namespace: only a second node can be partitioned" >&2; exit 2; }
     "node_$1" ;;
-  *) echo "usage: $0 unsupported | network-up | configs | partition | heal | teardown" >&2; exit 2 ;;
+  power-on)
+    [ -n "$node_netns" ] || { echo "node.sh: $node_name shares the machine's network namespace, which a stop leaves alone" >&2; exit 2; }
+    node_power_on ;;
+  *) echo "usage: $0 unsupported | network-up | configs | partition | heal | power-on | teardown" >&2; exit 2 ;;
 esac

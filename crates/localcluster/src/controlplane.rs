@@ -1101,6 +1101,9 @@ fn mend(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
         None => return Ok(()),
         Some(Broken::Stopped) => {
             log(&format!("starting {} again", n.name));
+            if n.own.is_some() {
+                node_step(dir, Some(&s.ports), n, "power-on")?;
+            }
             dir.restart(&n.containerd)?;
             wait_containerd(dir, n)?;
             for c in n.killed_by_stop().iter().filter(|c| **c != n.containerd) {
