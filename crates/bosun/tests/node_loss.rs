@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::PostgreSQL;
 use bosun_testing::node::{REAL_NODE, SECOND_REAL_NODE};
-use bosun_testing::{Bosun, Env, NodeAction, NodeGuard, break_node, e2e};
+use bosun_testing::{Bosun, Env, NodeAction, NodeGuard, e2e, on_real_node};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use serde_json::json;
@@ -132,10 +132,7 @@ async fn decided(env: &Env) -> Option<f64> {
 }
 
 async fn on_node(action: NodeAction) {
-    tokio::task::spawn_blocking(move || break_node(action, SECOND_REAL_NODE))
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{action:?} {SECOND_REAL_NODE}: {e:#}"));
+    on_real_node(action, SECOND_REAL_NODE).await;
 }
 
 #[tokio::test]

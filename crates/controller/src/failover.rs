@@ -327,7 +327,10 @@ const CONFIRM_WINDOW: Duration = Duration::from_secs(15);
 /// Primaries that stopped answering, as the watchdog ([`watch_primaries`]) found
 /// them: per pod (namespace, name).
 #[derive(Clone, Debug, Default)]
-pub struct Silences(Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Silent>>>);
+pub struct Silences(Arc<std::sync::Mutex<SilentPods>>);
+
+/// The silent pods by (namespace, name).
+type SilentPods = std::collections::HashMap<(String, String), Silent>;
 
 /// One pod's silence: the pod (its uid), since when, and whether its database's
 /// reconcile was triggered for it.
@@ -339,7 +342,7 @@ struct Silent {
 }
 
 impl Silences {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), Silent>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SilentPods> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 

@@ -99,11 +99,6 @@ impl ClusterDir {
         self.path.join("kubeconfig")
     }
 
-    /// The first real node's containerd (its CRI namespace `k8s.io` holds the images).
-    pub fn containerd_socket(&self) -> PathBuf {
-        FIRST.socket(&self.path)
-    }
-
     /// Every real node's containerd this cluster runs (an image a test builds goes into
     /// each of them).
     pub fn containerd_sockets(&self) -> Vec<PathBuf> {

@@ -70,6 +70,17 @@ pub fn break_node(action: NodeAction, name: &str) -> anyhow::Result<()> {
     bosun_localcluster::controlplane::node(&dir, action, name)
 }
 
+/// [`break_node`] from a test's async code (on a blocking thread), panicking with the
+/// reason when it fails; logs how long it took.
+pub async fn on_real_node(action: NodeAction, name: &'static str) {
+    let started = std::time::Instant::now();
+    tokio::task::spawn_blocking(move || break_node(action, name))
+        .await
+        .expect("the node action's thread")
+        .unwrap_or_else(|e| panic!("{action:?} {name}: {e:#}"));
+    eprintln!("{action:?} {name}: {:.1}s", started.elapsed().as_secs_f64());
+}
+
 /// Mends real node `name` when dropped (a stop is started again, a partition healed),
 /// whatever the test did in between.
 #[derive(Debug)]

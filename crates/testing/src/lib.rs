@@ -36,8 +36,8 @@ mod operator;
 
 pub use backends::{Backends, Outcome, backends};
 pub use cluster::{
-    Cluster, NodeAction, NodeGuard, break_node, built_tool, cluster, cluster_dir, kubeconfig_path, repo_root,
-    restart_apiserver,
+    Cluster, NodeAction, NodeGuard, break_node, built_tool, cluster, cluster_dir, kubeconfig_path, on_real_node,
+    repo_root, restart_apiserver,
 };
 pub use env::{Env, e2e};
 pub use operator::Bosun;

@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use bosun_testing::node::{REAL_NODE, SECOND_REAL_NODE, images};
-use bosun_testing::{NodeAction, NodeGuard, break_node, e2e};
+use bosun_testing::{NodeAction, NodeGuard, e2e, on_real_node};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
@@ -65,12 +65,7 @@ fn http_from_host(ip: &str) -> Result<String, String> {
 }
 
 async fn node_action(action: NodeAction) {
-    let started = Instant::now();
-    tokio::task::spawn_blocking(move || break_node(action, SECOND_REAL_NODE))
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{action:?} {SECOND_REAL_NODE}: {e:#}"));
-    eprintln!("{action:?} {SECOND_REAL_NODE}: {:.1}s", started.elapsed().as_secs_f64());
+    on_real_node(action, SECOND_REAL_NODE).await;
 }
 
 /// Asks until `probe` holds (a route, a Service or a restarted pod takes a moment).
