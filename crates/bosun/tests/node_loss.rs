@@ -4,6 +4,8 @@
 //! takes over while Kubernetes still shows the lost node Ready (it declares it only
 //! after its node monitor's grace period); when the node comes back, the old primary
 //! rejoins as a standby. A writer pod on the surviving node measures the write outage.
+//! Then the same node is cut off the network instead: its primary fences itself before
+//! bosun promotes the standby, which a writer on the cut-off node proves.
 //!
 //! It stops a node every test may use, so it runs alone (hack/test.sh's `alone`).
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
@@ -166,8 +168,59 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         let stored = psql(&env, &standby, "SELECT id FROM w ORDER BY id").unwrap();
         let lost = writer::lost(&stored, &acks(&env));
         eprintln!("node loss: acknowledged rows lost without synchronous replication: {}", lost.len());
+
+        // The network cut instead: the cut-off primary fences itself before a standby is
+        // promoted, so a writer beside it on its own node has nothing acknowledged after
+        // bosun's decision; healed, it is told it is a standby now and follows.
+        let (primary, standby) = primary_on_the_second_node(&env).await;
+        let split = split_brain_check(&env, &primary, "island", 1_000_000).await;
+        let at = unix_now();
+        on_node(NodeAction::Partition).await;
+        let writable_after = writes_back(&env, at).await;
+        let decision = decided(&env).await.filter(|d| *d >= at).expect("bosun decided a failover");
+        assert_eq!(psql(&env, &standby, "SELECT pg_is_in_recovery()").as_deref(), Some("f"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        on_node(NodeAction::Heal).await;
+        let healed = Instant::now();
+        let back = wait_streaming(&env, "the fenced old primary streaming from the new one", Duration::from_secs(60)).await;
+        assert_eq!(back, standby, "the new primary stays");
+        let rejoined = healed.elapsed().as_secs_f64();
+        let (before, after, last) = split.acks_around(&env, decision);
+        eprintln!(
+            "partition: {primary} on {SECOND_REAL_NODE} → {standby}; writes back within {writable_after:.1} s, decided {:.1} s \
+             after the cut; the cut-off primary's last acknowledged write {:.1} s before the decision; every instance \
+             streaming {rejoined:.1} s after the heal",
+            decision - at,
+            decision - last.unwrap_or(decision)
+        );
+        assert!(before > 0, "the writer beside the cut-off primary had writes acknowledged before the cut");
+        assert_eq!(after, 0, "writes acknowledged by the cut-off primary after a new one was decided");
+        let (_, log) = env.kubectl(&["logs", &primary, "-c", "postgres"]);
+        assert!(log.contains("fencing it"), "the old primary fenced itself: {}", &log[log.len().saturating_sub(3000)..]);
     })
     .await;
+}
+
+/// A writer pod on the second node writing straight to `primary`'s address: what the
+/// primary acknowledged around bosun's decision.
+struct SplitBrainCheck {
+    name: String,
+}
+
+async fn split_brain_check(env: &Env, primary: &str, name: &str, first_id: i64) -> SplitBrainCheck {
+    let pod = env.api::<Pod>().get(primary).await.unwrap();
+    let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
+    start_writer_named(env, name, Some(SECOND_REAL_NODE), &ip, first_id).await;
+    SplitBrainCheck { name: name.to_owned() }
+}
+
+impl SplitBrainCheck {
+    /// (writes acknowledged before `decision`, after it, the last one's time).
+    fn acks_around(&self, env: &Env, decision: f64) -> (usize, usize, Option<f64>) {
+        let acked = acks_of(env, &self.name);
+        let after = acked.iter().filter(|(_, t)| *t > decision).count();
+        (acked.len() - after, after, acked.iter().map(|(_, t)| *t).filter(|t| *t <= decision).reduce(f64::max))
+    }
 }
 
 /// `make bench-failover`'s node cases: the primary's node loses its power, or is cut off
@@ -176,7 +229,7 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
 /// after the fault, the longest gap between acknowledged writes, bosun's decision, and
 /// every instance streaming again after the node's return; and, for the partition, the
 /// writes the cut-off old primary acknowledged (to a writer on its own node) after the
-/// new primary was decided: what fencing (not built yet) would make 0. Prints a table
+/// new primary was decided: 0 when the old primary fenced itself in time. Prints a table
 /// and writes `target/bench/node-loss.json`. Not a test: numbers only.
 #[tokio::test]
 #[ignore = "a benchmark: make bench-failover"]
@@ -200,13 +253,13 @@ async fn bench_node_loss() {
             let mut samples = Vec::new();
             for run in 0..runs {
                 let (primary, _) = primary_on_the_second_node(&env).await;
-                let island = format!("island-{run}");
-                if action == NodeAction::Partition {
-                    let pod = env.api::<Pod>().get(&primary).await.unwrap();
-                    let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
-                    let first = 1_000_000 * (i64::try_from(run).unwrap() + 1);
-                    start_writer_named(&env, &island, Some(SECOND_REAL_NODE), &ip, first).await;
-                }
+                let island = match action {
+                    NodeAction::Partition => {
+                        let first = 1_000_000 * (i64::try_from(run).unwrap() + 1);
+                        Some(split_brain_check(&env, &primary, &format!("island-{run}"), first).await)
+                    }
+                    _ => None,
+                };
                 let _mend = NodeGuard(SECOND_REAL_NODE);
                 let at = unix_now();
                 on_node(action).await;
@@ -219,17 +272,13 @@ async fn bench_node_loss() {
                     .await;
                 let rejoined = returned.elapsed().as_secs_f64();
                 let gap = outage(&acks(&env), at);
-                let split = if action == NodeAction::Partition {
-                    let acked = acks_of(&env, &island);
-                    let threshold = at + decision.unwrap_or(0.0);
-                    let late = acked.iter().filter(|(_, t)| *t > threshold).count();
-                    island_acks.extend(acked);
-                    let (ok, out) = env.kubectl(&["delete", "pod", &island, "--wait=false"]);
+                let split = island.map(|check| {
+                    let (_, late, _) = check.acks_around(&env, at + decision.unwrap_or(0.0));
+                    island_acks.extend(acks_of(&env, &check.name));
+                    let (ok, out) = env.kubectl(&["delete", "pod", &check.name, "--wait=false"]);
                     assert!(ok, "{out}");
-                    Some(late)
-                } else {
-                    None
-                };
+                    late
+                });
                 let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
                 println!(
                     "{case:<12} {back:>12.2} {gap:>10.2} {:>10} {rejoined:>10.1} {:>14}",

@@ -166,7 +166,8 @@ pub async fn ensure(
     }
     // (A change of primary labelled every instance already, from the pods as labelled.)
     if primary.change.is_none() {
-        label((ctx, reach), &refs, &primary.name).await?;
+        let labelled = label((ctx, reach), &refs, &primary.name).await?;
+        lift_fences(reach, silences, &labelled).await;
     }
     if assessment.lost.is_none() && primary.change.is_none() && switchover_target(db).is_none() {
         let (rewinding, look_again) = follow(db, (ctx, reach), &refs, &primary.name, now).await?;
@@ -315,7 +316,7 @@ async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> 
     merge_into::<PostgreSQL, _>(ctx, db, patch).await.map(drop)
 }
 
-/// How often the watchdog knocks on each primary's door, and how long it waits.
+/// How often the watchdog's heartbeat goes to each instance, and how long it waits.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a standby may take to say whether it still receives the primary's WAL.
@@ -324,13 +325,20 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// silent primary: three times their receiver's timeout (5 s).
 const CONFIRM_WINDOW: Duration = Duration::from_secs(15);
 
-/// Primaries that stopped answering, as the watchdog ([`watch_primaries`]) found
-/// them: per pod (namespace, name).
+/// What the watchdog ([`watch_primaries`]) heard: primaries that stopped answering,
+/// and instances that fenced themselves.
 #[derive(Clone, Debug, Default)]
-pub struct Silences(Arc<std::sync::Mutex<SilentPods>>);
+pub struct Silences(Arc<std::sync::Mutex<Heard>>);
 
-/// The silent pods by (namespace, name).
-type SilentPods = std::collections::HashMap<(String, String), Silent>;
+/// A pod by (namespace, name).
+type PodKey = (String, String);
+
+#[derive(Debug, Default)]
+struct Heard {
+    silent: std::collections::HashMap<PodKey, Silent>,
+    /// Fenced instances, by key and uid.
+    fenced: std::collections::HashMap<PodKey, String>,
+}
 
 /// One pod's silence: the pod (its uid), since when, and whether its database's
 /// reconcile was triggered for it.
@@ -341,32 +349,40 @@ struct Silent {
     triggered: bool,
 }
 
+fn key_of(pod: &Pod) -> PodKey {
+    (pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
 impl Silences {
-    fn lock(&self) -> std::sync::MutexGuard<'_, SilentPods> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Heard> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How long `pod` (this very pod: its uid) has not answered.
     pub fn of(&self, pod: &Pod) -> Option<Duration> {
-        let key = (pod.namespace().unwrap_or_default(), pod.name_any());
-        let map = self.lock();
-        let silent = map.get(&key)?;
+        let heard = self.lock();
+        let silent = heard.silent.get(&key_of(pod))?;
         (Some(&silent.uid) == pod.metadata.uid.as_ref()).then(|| silent.since.elapsed())
     }
 
-    /// Records one round of answers; returns the pods that have just been silent for
-    /// `limit` (each once). Pods not asked this round are forgotten.
+    /// Whether `pod` (this very pod) said it fenced itself.
+    pub fn fenced(&self, pod: &Pod) -> bool {
+        self.lock().fenced.get(&key_of(pod)) == pod.metadata.uid.as_ref()
+    }
+
+    /// Records one round of primaries' answers; returns the pods that have just been
+    /// silent for `limit` (each once). Pods not asked this round are forgotten.
     fn record(&self, answers: Vec<(Arc<Pod>, bool)>, limit: Duration) -> Vec<Arc<Pod>> {
-        let mut map = self.lock();
+        let mut heard = self.lock();
         let mut crossed = Vec::new();
         let mut kept = std::collections::HashMap::new();
         for (pod, answered) in answers {
-            let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+            let key = key_of(&pod);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if answered {
                 continue;
             }
-            let mut silent = match map.remove(&key) {
+            let mut silent = match heard.silent.remove(&key) {
                 Some(seen) if seen.uid == uid => seen,
                 _ => Silent { uid, since: Instant::now(), triggered: false },
             };
@@ -376,61 +392,104 @@ impl Silences {
             }
             kept.insert(key, silent);
         }
-        *map = kept;
+        heard.silent = kept;
         crossed
+    }
+
+    /// Records the instances that said they are fenced this round; returns those that
+    /// were not before.
+    fn record_fenced(&self, fenced: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+        let mut heard = self.lock();
+        let now: std::collections::HashMap<PodKey, String> =
+            fenced.iter().map(|p| (key_of(p), p.metadata.uid.clone().unwrap_or_default())).collect();
+        let fresh = fenced.into_iter().filter(|p| heard.fenced.get(&key_of(p)) != p.metadata.uid.as_ref()).collect();
+        heard.fenced = now;
+        fresh
     }
 }
 
-/// The watchdog of primaries: each second, every database with standbys whose primary
-/// runs on a real node and looks Ready gets a knock on its instance API's port (a TCP
-/// connection, nothing more: an instance that answers it has a machine under it). A
-/// primary that refuses or ignores it for `limit` triggers its database's reconcile,
-/// which fails over once the standbys have lost it too ([`ensure`]): the loss of a
-/// node, which Kubernetes declares only after its node monitor's grace period.
-pub async fn watch_primaries(
-    databases: kube::runtime::reflector::Store<crate::guard::Guarded<PostgreSQL>>,
-    pods: Owned<Pod>,
+/// What the watchdog needs of the controller's caches.
+pub(crate) struct Watched {
+    pub(crate) databases: kube::runtime::reflector::Store<crate::guard::Guarded<PostgreSQL>>,
+    pub(crate) pods: Owned<Pod>,
+    pub(crate) secrets: Owned<k8s_openapi::api::core::v1::Secret>,
+}
+
+/// The watchdog: each second, bosun's heartbeat goes to every instance that serves the
+/// API (its instance API, with the database's token), saying how many standbys the
+/// database has and how long a primary that hears no one may go on before it fences
+/// itself ([`bosun_instance::fence`]). A Ready primary that does not answer for `limit`
+/// triggers its database's reconcile, which fails over once the standbys have lost it
+/// too ([`ensure`]): the loss of a node, which Kubernetes declares only after its node
+/// monitor's grace period. An instance that answers that it fenced itself triggers it
+/// too: the reconcile tells it its role, which lifts its fence.
+pub(crate) async fn watch_primaries(
+    watched: Watched,
     silences: Silences,
     limit: Duration,
     trigger: futures::channel::mpsc::UnboundedSender<Pod>,
 ) {
+    let terms_after = bosun_instance::fence::fence_after(limit, PROBE_EVERY);
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let primaries: Vec<Arc<Pod>> = databases
-            .state()
-            .iter()
-            .filter_map(|g| g.0.as_ref().ok())
-            .filter(|db| db.spec.replicas > 1)
-            .filter_map(|db| {
-                let name = db.status.as_ref()?.current_primary.clone()?;
-                let pod = pods.get(&db.namespace()?, &name)?;
-                // A pod of the previous release has no API to knock on.
-                let watched = !bosun_resources::pods::simulated(&pod)
-                    && bosun_resources::instances::serves_api(&pod)
-                    && build::pod_ready(&pod)
-                    && pod.metadata.deletion_timestamp.is_none();
-                watched.then_some(pod)
-            })
-            .collect();
-        let knocks = primaries.into_iter().map(|pod| async move {
-            let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).and_then(|ip| ip.parse().ok());
-            let answered = match ip {
-                Some(ip) => {
-                    let addr = std::net::SocketAddr::new(ip, bosun_instance::api::PORT);
-                    matches!(tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
-                }
-                None => true,
-            };
-            (pod, answered)
+        let rounds = watched.databases.state().into_iter().filter_map(|g| g.0.as_ref().ok().cloned()).map(|db| {
+            let watched = &watched;
+            async move { heartbeat(&db, watched, terms_after).await }
         });
-        let answers = futures::future::join_all(knocks).await;
-        for pod in silences.record(answers, limit) {
+        let (mut primaries, mut fenced) = (Vec::new(), Vec::new());
+        for (primary, fenced_here) in futures::future::join_all(rounds).await {
+            primaries.extend(primary);
+            fenced.extend(fenced_here);
+        }
+        for pod in silences.record(primaries, limit) {
             warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), ?limit, "a primary whose pod looks Ready has not answered");
             let _ = trigger.unbounded_send((*pod).clone());
         }
+        for pod in silences.record_fenced(fenced) {
+            warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), "an instance says it fenced itself: its role is told again");
+            let _ = trigger.unbounded_send((*pod).clone());
+        }
     }
+}
+
+/// One round of `db`'s heartbeats: whether its primary (when it is Ready) answered,
+/// and the instances that say they are fenced.
+async fn heartbeat(
+    db: &PostgreSQL,
+    watched: &Watched,
+    fence_after: Duration,
+) -> (Option<(Arc<Pod>, bool)>, Vec<Arc<Pod>>) {
+    let ns = db.namespace().unwrap_or_default();
+    let secret = watched.secrets.get(&ns, &bosun_resources::instances::secret_name(db));
+    let Some(access) = secret.as_deref().and_then(bosun_resources::instances::access) else { return (None, vec![]) };
+    // A pod on a fake node runs nothing; one of the previous release has no API.
+    let pods: Vec<Arc<Pod>> = instance_pods(db, &watched.pods)
+        .into_iter()
+        .filter(|p| !bosun_resources::pods::simulated(p) && bosun_resources::instances::serves_api(p))
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
+        .collect();
+    let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    let reach = Instances::new(db, &refs, Some(&access));
+    let terms = bosun_instance::fence::Heartbeat {
+        standbys: u32::try_from(db.spec.replicas.saturating_sub(1)).unwrap_or(0),
+        fence_after_ms: u64::try_from(fence_after.as_millis()).unwrap_or(u64::MAX),
+    };
+    let beats = pods.iter().map(|pod| {
+        let reach = &reach;
+        async move { (pod.clone(), reach.heartbeat(&pod.name_any(), &terms, PROBE_TIMEOUT).await) }
+    });
+    let answers = futures::future::join_all(beats).await;
+    let recorded = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
+    let primary = answers
+        .iter()
+        .find(|(pod, _)| Some(pod.name_any().as_str()) == recorded && db.spec.replicas > 1 && build::pod_ready(pod))
+        // An instance that refuses the heartbeat (one of before it) answered all the same.
+        .map(|(pod, answer)| (pod.clone(), !matches!(answer, Err(AskError::Unreachable(_)))));
+    let fenced = answers.into_iter().filter(|(_, a)| a.as_ref().is_ok_and(|a| a.fenced)).map(|(p, _)| p).collect();
+    (primary, fenced)
 }
 
 /// Whether the standbys confirm a primary that stopped answering bosun is lost: at
@@ -668,6 +727,18 @@ async fn label((ctx, reach): (&Context, &Instances), pods: &[&Pod], primary: &st
     Ok(now)
 }
 
+/// Tell each instance that fenced itself its role, as labelled now (after this
+/// reconcile's own decisions): that lifts its fence, and it starts as what it is.
+async fn lift_fences(reach: &Instances, silences: &Silences, labelled: &[Pod]) {
+    let fenced = labelled.iter().filter(|p| silences.fenced(p));
+    let tells = fenced.filter_map(|pod| {
+        let role = pod.labels().get(ROLE_LABEL)?;
+        info!(pod = %pod.name_any(), role, "an instance that fenced itself is told its role");
+        Some(tell(reach, pod, role))
+    });
+    futures::future::join_all(tells).await;
+}
+
 /// Tell `pod`'s instance its new `role` directly (its API); best effort: a pod that
 /// cannot be reached goes by its label's file.
 async fn tell(reach: &Instances, pod: &Pod, role: &str) {
@@ -805,7 +876,7 @@ mod tests {
         let silences = Silences::default();
         let silent =
             Silent { uid: "uid-db-0".into(), since: Instant::now() - Duration::from_secs(10), triggered: true };
-        silences.lock().insert(("ns".into(), "db-0".into()), silent);
+        silences.lock().silent.insert(("ns".into(), "db-0".into()), silent);
         // The standbys still receive its WAL: only bosun cannot reach it.
         fake.set(fake::standby("db-1", "0/3000148"));
         fake.set(fake::standby("db-2", "0/3000200"));
@@ -838,6 +909,36 @@ mod tests {
         assert!(silences.record(vec![(p.clone(), false)], limit).is_empty(), "triggered once");
         assert!(silences.record(vec![(p.clone(), true)], limit).is_empty());
         assert_eq!(silences.of(&p), None, "an answer ends it");
+    }
+
+    #[tokio::test]
+    async fn an_instance_that_fenced_itself_is_told_its_role_as_labelled_once_heard_again() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::primary("db-0"));
+        fake.set(fake::standby("db-1", "0/3000148"));
+        fake.set(fake::standby("db-2", "0/3000148"));
+        let pods = vec![
+            pod("db-0", "primary", true, false),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let silences = Silences::default();
+        // The primary fenced itself (its partition healed before any failover), and so
+        // did an old primary since labelled replica.
+        let fenced = vec![Arc::new(pods[0].clone()), Arc::new(pods[2].clone())];
+        assert_eq!(silences.record_fenced(fenced.clone()).len(), 2);
+        assert!(silences.record_fenced(fenced).is_empty(), "reported once");
+        assert!(silences.fenced(&pods[0]) && !silences.fenced(&pods[1]));
+        let (primary, _) = ensure_rolling(&db, pods, &fake, None, &silences).await;
+        assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
+        let told = fake.told();
+        assert!(told.contains(&("db-0".into(), "/v1/role".into(), r#"{"role":"primary"}"#.into())), "{told:?}");
+        assert!(told.contains(&("db-2".into(), "/v1/role".into(), r#"{"role":"replica"}"#.into())), "{told:?}");
+        assert!(!told.iter().any(|(pod, _, _)| pod == "db-1"), "{told:?}");
+        // No longer fenced: forgotten.
+        assert!(silences.record_fenced(vec![]).is_empty());
+        assert!(!silences.fenced(&pod("db-0", "primary", true, false)));
     }
 
     #[tokio::test]

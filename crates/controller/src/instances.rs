@@ -117,6 +117,19 @@ impl Instances {
         self.call(pod, Method::POST, api::paths::ROLE, Some(body), timeout).await.map(drop)
     }
 
+    /// bosun's heartbeat to `pod`'s instance, with `terms`: whether it says it is fenced.
+    pub async fn heartbeat(
+        &self,
+        pod: &str,
+        terms: &bosun_instance::fence::Heartbeat,
+        timeout: Duration,
+    ) -> Result<bosun_instance::fence::HeartbeatAnswer, AskError> {
+        let body = serde_json::to_vec(terms).unwrap_or_default();
+        let answer = self.call(pod, Method::POST, api::paths::HEARTBEAT, Some(body), timeout).await?;
+        serde_json::from_slice(&answer)
+            .map_err(|e| AskError::Unreachable(format!("an answer that does not parse: {e}")))
+    }
+
     /// Have `pod`'s standby rewind its data on its next start.
     pub async fn rewind_on_start(&self, pod: &str, timeout: Duration) -> Result<(), AskError> {
         self.call(pod, Method::POST, api::paths::REWIND, None, timeout).await.map(drop)

@@ -131,7 +131,8 @@ pub async fn run(
     let (silent, silent_pods) = futures::channel::mpsc::unbounded();
     let ctrl = wiring::triggered_by::<PostgreSQL, Pod>(CONTROLLER, ctrl, &ctx, silent_pods, instance_of);
     let limit = ctx.settings.postgres.unanswered_failover;
-    let watchdog = tokio::spawn(failover::watch_primaries(ctrl.store(), pods.clone(), silences.clone(), limit, silent));
+    let watched = failover::Watched { databases: ctrl.store(), pods: pods.clone(), secrets: secrets.clone() };
+    let watchdog = tokio::spawn(failover::watch_primaries(watched, silences.clone(), limit, silent));
     let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs, silences };
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;

@@ -6,18 +6,20 @@
 //! carry no token: they say a status code and a word, nothing else.
 //!
 //! ```text
-//! GET  /healthz         200: the server accepts connections (startup and liveness probes); 503 otherwise
+//! GET  /healthz         200: the server accepts connections, or is fenced (startup and liveness probes); 503 otherwise
 //! GET  /readyz          200: it accepts them and serves its data, not recovering from an archive (readiness)
 //! GET  /v1/status       Status (JSON): role, data directory, the server's answers
 //! POST /v1/role         {"role": "primary"|"replica"}: followed at once, until the label's file is refreshed
 //! POST /v1/rewind       a standby that cannot follow: rewound (pg_rewind) on its next start
 //! POST /v1/checkpoint   CHECKPOINT on this server
+//! POST /v1/heartbeat    {"standbys": n, "fenceAfterMs": ms}: bosun is here ([`crate::fence`]); answers {"fenced": bool}
 //! ```
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -33,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::data::{DataState, files};
+use crate::fence::{self, Heartbeat, HeartbeatAnswer};
 use crate::role::{Role, RoleSource};
 use crate::settings::InstanceArgs;
 use crate::status::{self, Status};
@@ -59,6 +62,7 @@ pub mod paths {
     pub const ROLE: &str = "/v1/role";
     pub const REWIND: &str = "/v1/rewind";
     pub const CHECKPOINT: &str = "/v1/checkpoint";
+    pub const HEARTBEAT: &str = "/v1/heartbeat";
 }
 
 /// The body of [`paths::ROLE`].
@@ -72,6 +76,35 @@ pub struct RoleRequest {
 pub struct Shared {
     /// A stop to rejoin as a standby was asked.
     pub demoting: AtomicBool,
+    /// The primary fenced itself ([`crate::fence`]) and waits to be told its role.
+    pub fenced: AtomicBool,
+    /// How many times bosun told the role (`/v1/role`).
+    pub told: AtomicU64,
+    /// bosun's heartbeat: when it was last heard, and the terms it gave.
+    pub bosun: Mutex<Bosun>,
+}
+
+/// bosun's heartbeat as the instance last heard it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bosun {
+    pub heard: Option<Instant>,
+    /// The last terms given (kept on the data volume, so known again after a restart).
+    pub terms: Option<Heartbeat>,
+}
+
+impl Shared {
+    pub fn bosun(&self) -> Bosun {
+        *self.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// bosun heard now with `terms`; whether the terms changed.
+    pub fn heard(&self, terms: Heartbeat) -> bool {
+        let mut bosun = self.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        bosun.heard = Some(Instant::now());
+        let changed = bosun.terms != Some(terms);
+        bosun.terms = Some(terms);
+        changed
+    }
 }
 
 /// The API's files, re-read when they change (the kubelet swaps a Secret volume's
@@ -223,7 +256,9 @@ const MAX_BODY: usize = 1024;
 async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
     if req.method() == Method::GET {
         match req.uri().path() {
-            paths::HEALTH => return health(api.accepting().await),
+            // A fenced primary is alive and holds its server stopped on purpose: a
+            // restart by the liveness probe would start it taking writes again.
+            paths::HEALTH => return health(api.shared.fenced.load(Ordering::Relaxed) || api.accepting().await),
             paths::READY => {
                 let serving = !api.args.pgdata.join(files::RECOVERY).exists() && api.accepting().await;
                 return health(serving);
@@ -243,11 +278,10 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
     match (method, path.as_str()) {
         (Method::GET, paths::STATUS) => json(&api.status().await),
         (Method::POST, paths::ROLE) => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(e) => return reply(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}\n")),
+            let role = match read_json::<RoleRequest>(req).await {
+                Ok(r) => Role::parse(&r.role),
+                Err(reply) => return reply,
             };
-            let role = serde_json::from_slice::<RoleRequest>(&body).ok().and_then(|r| Role::parse(&r.role));
             let Some(role) = role else {
                 return reply(
                     StatusCode::BAD_REQUEST,
@@ -256,11 +290,26 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
             };
             match api.roles().tell(role) {
                 Ok(()) => {
+                    api.shared.told.fetch_add(1, Ordering::Relaxed);
                     info!(%role, "bosun told this instance its role");
                     reply(StatusCode::NO_CONTENT, "")
                 }
                 Err(e) => reply(StatusCode::CONFLICT, format!("the role could not be recorded: {e}\n")),
             }
+        }
+        (Method::POST, paths::HEARTBEAT) => {
+            let terms = match read_json::<Heartbeat>(req).await {
+                Ok(terms) => terms,
+                Err(reply) => return reply,
+            };
+            if api.shared.heard(terms) {
+                info!(standbys = terms.standbys, fence_after = ?terms.fence_after(), "bosun's heartbeat gives new terms");
+                let path = fence::terms_path(&api.args.pgdata);
+                if let Err(e) = fence::write_terms(&path, &terms) {
+                    warn!(path = %path.display(), "the heartbeat's terms could not be kept: {e}");
+                }
+            }
+            json(&HeartbeatAnswer { fenced: api.shared.fenced.load(Ordering::Relaxed) })
         }
         (Method::POST, paths::REWIND) => match remove(&api.args.pgdata.join(files::STANDBY)) {
             Ok(()) => {
@@ -273,11 +322,20 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
             Ok(_) => reply(StatusCode::NO_CONTENT, ""),
             Err(e) => reply(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         },
-        (_, paths::STATUS | paths::ROLE | paths::REWIND | paths::CHECKPOINT) => {
+        (_, paths::STATUS | paths::ROLE | paths::REWIND | paths::CHECKPOINT | paths::HEARTBEAT) => {
             reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
         }
         _ => reply(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// A request's JSON body (at most [`MAX_BODY`]), or the reply that refuses it.
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Reply> {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) => return Err(reply(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}\n"))),
+    };
+    serde_json::from_slice(&body).map_err(|e| reply(StatusCode::BAD_REQUEST, format!("the body does not parse: {e}\n")))
 }
 
 fn health(ok: bool) -> Reply {
@@ -343,6 +401,7 @@ impl Api {
             server,
             server_error,
             demoting: self.shared.demoting.load(Ordering::Relaxed),
+            fenced: self.shared.fenced.load(Ordering::Relaxed),
             analyze_pending: self.args.pgdata.join(crate::setup::ANALYZE_MARKER).exists(),
             archive_error,
         }

@@ -33,6 +33,9 @@ pub trait Postgres {
     fn start(&self, command: &[String]) -> std::io::Result<Child>;
     /// The primary's setup beside a started server ([`crate::setup`]).
     fn setup(&self) -> impl Future<Output = ()>;
+    /// The standbys' last replies to this server ([`crate::fence::REPLIES_SQL`]); none
+    /// when it does not answer.
+    fn standby_replies(&self) -> impl Future<Output = Option<String>>;
 }
 
 /// The real programs, from PATH (the image's PostgreSQL).
@@ -144,6 +147,10 @@ impl Postgres for Commands<'_> {
 
     async fn setup(&self) {
         crate::setup::run(self.args).await;
+    }
+
+    async fn standby_replies(&self) -> Option<String> {
+        crate::setup::query(self.args, crate::fence::REPLIES_SQL).await.ok().map(|r| r.trim().to_owned())
     }
 }
 

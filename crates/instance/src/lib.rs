@@ -21,6 +21,7 @@ pub mod access;
 pub mod api;
 pub mod commands;
 pub mod data;
+pub mod fence;
 pub mod manager;
 pub mod ping;
 pub mod role;

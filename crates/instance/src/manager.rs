@@ -1,7 +1,8 @@
 //! The instance manager's loop: wait for a role → prepare the data for it
 //! ([`crate::data::next_step`], again after each step until the server may start) →
 //! start the server, its setup beside it → follow the role while it runs (promote,
-//! or stop to rejoin) → on a stop asked for by the role, round again. A signal
+//! or stop to rejoin; a primary that hears no one fences itself, [`crate::fence`]) →
+//! on a stop asked for by the role, or a fence lifted by bosun, round again. A signal
 //! (SIGTERM, SIGINT) stops the server fast and ends the manager; the server ending on
 //! its own ends it too, with its status, so the container restarts.
 
@@ -18,6 +19,7 @@ use crate::access::{self, Tls, ToPrimary};
 use crate::api::Shared;
 use crate::commands::{Postgres, conninfo};
 use crate::data::{self, DataState, Step, WhileRunning};
+use crate::fence;
 use crate::role::{Role, RoleSource};
 use crate::settings::InstanceArgs;
 
@@ -66,6 +68,11 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
     if let Err(e) = write_passfile(args) {
         return Outcome::Failed(format!("writing the passfile {}: {e}", args.passfile.display()));
     }
+    // The heartbeat's terms of before this container: a primary that restarts cut off
+    // fences itself too.
+    if let Some(terms) = fence::read_terms(&fence::terms_path(&args.pgdata)) {
+        shared.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner).terms.get_or_insert(terms);
+    }
     loop {
         let Some(role) = wait_for_role(&roles, stop).await else { return Outcome::Stopped };
         match prepare(args, pg, role, stop).await {
@@ -90,14 +97,61 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
             Ok(child) => child,
             Err(e) => return Outcome::Failed(format!("the server could not start: {e}")),
         };
-        let (status, demoted) = serve(args, pg, &roles, &mut server, stop, shared).await;
+        let (status, ended) = serve(args, pg, &roles, &mut server, stop, shared).await;
         shared.demoting.store(false, Ordering::Relaxed);
         if stop.is_cancelled() {
             return Outcome::Stopped;
         }
-        if !demoted {
-            warn!(status, "postgres exited");
-            return Outcome::ServerExited(status);
+        match ended {
+            Ended::Demoted => {}
+            Ended::Fenced => {
+                if !wait_unfenced(&roles, shared, stop).await {
+                    return Outcome::Stopped;
+                }
+            }
+            Ended::Own => {
+                warn!(status, "postgres exited");
+                return Outcome::ServerExited(status);
+            }
+        }
+    }
+}
+
+/// How a served server ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// On its own (a crash, an outside stop).
+    Own,
+    /// Stopped to rejoin as a standby (the role says replica).
+    Demoted,
+    /// Stopped by its fence: it heard no one.
+    Fenced,
+}
+
+/// A fenced primary's wait: until bosun tells it its role (whatever it is: bosun told
+/// it after its own decision), or its label's file says replica (rejoin). `false` when
+/// asked to stop first. The fence lasts as long as the wait; the kept terms stay.
+async fn wait_unfenced(roles: &RoleSource, shared: &Shared, stop: &CancellationToken) -> bool {
+    let told = shared.told.load(Ordering::Relaxed);
+    warn!(
+        "fenced: this primary heard neither bosun nor any standby; its server stays stopped until bosun tells it its role"
+    );
+    loop {
+        let lifted = if shared.told.load(Ordering::Relaxed) != told {
+            Some("bosun told this instance its role")
+        } else if roles.read() == Some(Role::Replica) {
+            Some("the role label says replica")
+        } else {
+            None
+        };
+        if let Some(why) = lifted {
+            info!(why, role = ?roles.read().map(Role::as_str), "the fence is lifted");
+            shared.fenced.store(false, Ordering::Relaxed);
+            return true;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }
 }
@@ -273,7 +327,10 @@ async fn recover<P: Postgres>(args: &InstanceArgs, pg: &P) -> Result<(), Halt> {
 /// receives within 5 s, which bosun waits for before it fails over to one; a
 /// primary drops a lost synchronous standby as soon. Each end pings the other after
 /// half of it, so an idle but living peer is never dropped.
-const REPLICATION_TIMEOUTS: [&str; 2] = ["wal_receiver_timeout=5s", "wal_sender_timeout=5s"];
+/// A standby also replies every second (10 s by default), which is how a primary
+/// knows it is not cut off ([`crate::fence`]).
+const REPLICATION_TIMEOUTS: [&str; 3] =
+    ["wal_receiver_timeout=5s", "wal_sender_timeout=5s", "wal_receiver_status_interval=1s"];
 
 /// The server's command: the image's, who may connect and how ([`access`]), then the
 /// standby's connection to the primary (a primary ignores it) and, while recovering
@@ -303,7 +360,8 @@ pub fn server_command(args: &InstanceArgs, tls: Option<&Tls>, to_primary: &ToPri
 }
 
 /// The running server, followed: its setup beside it, its role looked at every
-/// [`LOOK_EVERY`]. Returns its exit status and whether its stop was a demotion.
+/// [`LOOK_EVERY`], and, while it is the primary, whom it hears ([`fence::Watch`]).
+/// Returns its exit status and how it ended.
 async fn serve<P: Postgres>(
     args: &InstanceArgs,
     pg: &P,
@@ -311,9 +369,11 @@ async fn serve<P: Postgres>(
     server: &mut Child,
     stop: &CancellationToken,
     shared: &Shared,
-) -> (i32, bool) {
+) -> (i32, Ended) {
     let mut setup = pin!(pg.setup());
     let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
+    let mut watch = fence::Watch::new(std::time::Instant::now());
+    let mut fenced = false;
     let mut look = tokio::time::interval(LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The TLS files as the server loaded them: reloaded when the kubelet swaps them;
@@ -332,7 +392,8 @@ async fn serve<P: Postgres>(
                         1
                     }
                 };
-                return (code, demoted);
+                let ended = if fenced { Ended::Fenced } else if demoted { Ended::Demoted } else { Ended::Own };
+                return (code, ended);
             }
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
@@ -362,7 +423,28 @@ async fn serve<P: Postgres>(
                     }
                 }
                 let data = DataState::read(&args.pgdata);
-                match data::while_running(roles.read(), &data, demoted) {
+                let role = roles.read();
+                if role == Some(Role::Primary) && !data.standby && !demoted && !fenced && !stopping {
+                    let bosun = shared.bosun();
+                    let now = std::time::Instant::now();
+                    let mut next = watch.next(now, bosun.heard, bosun.terms.as_ref());
+                    if next == fence::Next::Sample {
+                        watch.sampled(now, pg.standby_replies().await);
+                        next = watch.next(now, bosun.heard, bosun.terms.as_ref());
+                    }
+                    match next {
+                        fence::Next::Nothing | fence::Next::Sample => {}
+                        fence::Next::Fence => {
+                            let after = bosun.terms.map(|t| t.fence_after());
+                            warn!(?after, "this primary has heard neither bosun nor any standby: fencing it (fast shutdown), so that it takes no write a new primary would not have");
+                            fenced = true;
+                            shared.fenced.store(true, Ordering::Relaxed);
+                            fast_shutdown(server);
+                            continue;
+                        }
+                    }
+                }
+                match data::while_running(role, &data, demoted) {
                     WhileRunning::Nothing => {}
                     WhileRunning::Demote => {
                         info!("bosun made this instance a standby: stopping the primary (fast shutdown) to rejoin as a standby");

@@ -28,6 +28,10 @@ pub struct Status {
     pub server_error: Option<String>,
     /// A stop was asked to rejoin as a standby (the role says replica).
     pub demoting: bool,
+    /// The primary fenced itself (it heard neither bosun nor a standby): its server is
+    /// stopped until bosun tells it its role.
+    #[serde(default)]
+    pub fenced: bool,
     /// A major upgrade's statistics are still to gather (the setup's marker).
     pub analyze_pending: bool,
     /// `bosun wal push`'s last failure's message, when it left one.

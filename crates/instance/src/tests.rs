@@ -28,6 +28,8 @@ struct Fake {
     /// The server: `sleep` unless told otherwise.
     server: RefCell<Vec<String>>,
     started_with: RefCell<Vec<Vec<String>>>,
+    /// What the standbys' replies are at each look: a count of them when they reply.
+    standbys_reply: Cell<bool>,
 }
 
 impl Fake {
@@ -41,6 +43,7 @@ impl Fake {
             recover_says: RefCell::new(Ok("recovered".into())),
             server: RefCell::new(vec!["sleep".into(), "30".into()]),
             started_with: RefCell::default(),
+            standbys_reply: Cell::new(false),
         }
     }
 
@@ -108,6 +111,11 @@ impl Postgres for Fake {
     async fn setup(&self) {
         self.call("setup");
     }
+    async fn standby_replies(&self) -> Option<String> {
+        self.call("standby_replies");
+        let looks = self.count("standby_replies");
+        Some(if self.standbys_reply.get() { format!("reply {looks}") } else { String::new() })
+    }
 }
 
 /// An instance in `dir`: data in `dir/pgdata`, its label's volume `dir/podinfo`.
@@ -148,9 +156,18 @@ async fn until(what: &str, fake: &Fake, mut done: impl FnMut() -> bool) {
 /// The manager run beside `script`, which ends by asking it to stop (or not):
 /// what the manager ended with.
 async fn drive(args: &InstanceArgs, fake: &Fake, script: impl AsyncFnOnce(&CancellationToken)) -> Outcome {
+    drive_with(args, fake, &crate::api::Shared::default(), script).await
+}
+
+/// [`drive`], with what the manager shares with the API.
+async fn drive_with(
+    args: &InstanceArgs,
+    fake: &Fake,
+    shared: &crate::api::Shared,
+    script: impl AsyncFnOnce(&CancellationToken),
+) -> Outcome {
     let stop = CancellationToken::new();
-    let shared = crate::api::Shared::default();
-    let (outcome, ()) = tokio::join!(manager::run(args, fake, &shared, &stop), script(&stop));
+    let (outcome, ()) = tokio::join!(manager::run(args, fake, shared, &stop), script(&stop));
     outcome
 }
 
@@ -202,7 +219,7 @@ async fn a_replica_clones_streams_is_promoted_then_demoted_and_rejoins() {
         assert!(
             command.starts_with(&format!(
                 "postgres -c wal_log_hints=on -c hba_file={} -c password_encryption=scram-sha-256 \
-                 -c wal_receiver_timeout=5s -c wal_sender_timeout=5s \
+                 -c wal_receiver_timeout=5s -c wal_sender_timeout=5s -c wal_receiver_status_interval=1s \
                  -c primary_conninfo=host=db-rw port=5432 sslmode=prefer user=replicator passfile=",
                 dir.join("pg_hba.conf").display()
             )),
@@ -463,5 +480,87 @@ fn what_an_earlier_container_left_in_the_emptydirs_is_cleared_before_a_start() {
     );
     assert!(!dir.join(".s.PGSQL.5432.lock").exists() && !dir.join(".s.PGSQL.5432").exists());
     manager::clear_leftovers(&args).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_told_its_role() {
+    use crate::fence::{Heartbeat, terms_path, write_terms};
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("fence");
+    let args = instance(&dir, &[]);
+    cluster(&args.pgdata, "17");
+    // Terms of a heartbeat before this container: one standby, fenced after 400 ms.
+    let terms = Heartbeat { standbys: 1, fence_after_ms: 400 };
+    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
+    let fake = Fake::new(&args.pgdata);
+    fake.standbys_reply.set(true);
+    set_label(&dir.join("podinfo"), 1, "primary");
+    let shared = crate::api::Shared::default();
+    let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    let outcome = drive_with(&args, &fake, &shared, async |stop| {
+        until("the primary to start", &fake, || fake.count("start") == 1).await;
+        // bosun away, a standby replying: it serves on.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(fake.count("standby_replies") >= 2, "{:?}", fake.calls());
+        assert!(!shared.fenced.load(Ordering::Relaxed));
+        // No one heard: fenced, and it stays so (no start) until told its role.
+        fake.standbys_reply.set(false);
+        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(fake.count("start"), 1, "{:?}", fake.calls());
+        shared.heard(terms);
+        roles.tell(crate::role::Role::Primary).unwrap();
+        shared.told.fetch_add(1, Ordering::Relaxed);
+        until("the restart bosun allowed", &fake, || fake.count("start") == 2).await;
+        assert!(!shared.fenced.load(Ordering::Relaxed));
+        stop.cancel();
+    })
+    .await;
+    assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_fenced_primary_whose_label_says_replica_rejoins() {
+    use crate::fence::{Heartbeat, terms_path, write_terms};
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("fence-rejoin");
+    let args = instance(&dir, &[]);
+    cluster(&args.pgdata, "17");
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 2, fence_after_ms: 300 }).unwrap();
+    let fake = Fake::new(&args.pgdata);
+    let podinfo = dir.join("podinfo");
+    set_label(&podinfo, 1, "primary");
+    let shared = crate::api::Shared::default();
+    drive_with(&args, &fake, &shared, async |stop| {
+        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
+        set_label(&podinfo, 2, "replica");
+        until("the rejoin", &fake, || fake.count("start") == 2).await;
+        assert_eq!(fake.count("rewind"), 1, "{:?}", fake.calls());
+        stop.cancel();
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_single_instance_never_fences() {
+    use crate::fence::{Heartbeat, terms_path, write_terms};
+    let dir = temp_dir("fence-single");
+    let args = instance(&dir, &[]);
+    cluster(&args.pgdata, "17");
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 0, fence_after_ms: 300 }).unwrap();
+    let fake = Fake::new(&args.pgdata);
+    set_label(&dir.join("podinfo"), 1, "primary");
+    let shared = crate::api::Shared::default();
+    drive_with(&args, &fake, &shared, async |stop| {
+        until("the primary to start", &fake, || fake.count("start") == 1).await;
+        tokio::time::sleep(Duration::from_millis(1800)).await;
+        assert_eq!(fake.count("standby_replies"), 0);
+        assert!(!shared.fenced.load(std::sync::atomic::Ordering::Relaxed));
+        stop.cancel();
+    })
+    .await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -104,10 +104,12 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_POSTGRES_CA_OVERLAP", default_value = "5m", value_parser = parse_duration)]
     pub postgres_ca_overlap: std::time::Duration,
 
-    /// How long the primary of a PostgreSQL with standbys may refuse bosun's
-    /// connections while its pod still looks Ready before a standby takes its place
+    /// How long the primary of a PostgreSQL with standbys may leave bosun's heartbeat
+    /// unanswered while its pod still looks Ready before a standby takes its place
     /// (the loss of its node, which Kubernetes declares only after its node monitor's
-    /// grace period and more), and only once the standbys too have lost it.
+    /// grace period and more), and only once the standbys too have lost it. A primary
+    /// that hears neither bosun nor a standby fences itself two heartbeats sooner (at
+    /// least half of it).
     #[arg(long, env = "BOSUN_POSTGRES_UNANSWERED_FAILOVER", default_value = "5s", value_parser = parse_duration)]
     pub postgres_unanswered_failover: std::time::Duration,
 

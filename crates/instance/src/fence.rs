@@ -1,0 +1,269 @@
+//! An isolated primary fences itself: a primary that has heard neither bosun (its
+//! heartbeat, [`crate::api`]'s `/v1/heartbeat`) nor any standby (a reply on a
+//! replication connection) for the time bosun gave it stops its server (a fast
+//! shutdown, which ends every session at once), and starts again only when bosun tells
+//! it its role again (`/v1/role`) or its label's file says replica.
+//!
+//! Why it is safe: bosun fails a primary over only after it has not answered bosun for
+//! bosun's limit (`--postgres-unanswered-failover`) *and* the standbys say they no
+//! longer receive from it. bosun gives each instance a fencing time shorter than that
+//! limit by more than a heartbeat's period ([`fence_after`]), so a primary cut off from
+//! both has stopped taking writes before any standby can be promoted: there are never
+//! two primaries acknowledging writes. A primary that still hears bosun or a standby is
+//! never fenced, so a bosun that restarts, or a standby that is lost, stops nothing;
+//! a database with no standby (bosun says `standbys: 0`) is never fenced either: there
+//! is no one to fail over to.
+//!
+//! The standbys' replies are watched only while bosun is silent (a `pg_stat_replication`
+//! look every [`SAMPLE_EVERY`]), and by this machine's clock alone: a reply counts when
+//! the standbys' reply times changed between two looks, whatever the standbys' clocks
+//! say. Standbys reply every second (`wal_receiver_status_interval=1s`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// What bosun's heartbeat says: how many standbys the database has, and how long this
+/// instance, as the primary, may hear no one before it fences itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    pub standbys: u32,
+    pub fence_after_ms: u64,
+}
+
+impl Heartbeat {
+    pub fn fence_after(&self) -> Duration {
+        Duration::from_millis(self.fence_after_ms)
+    }
+
+    /// Whether a primary given this fences itself at all.
+    pub fn armed(&self) -> bool {
+        self.standbys > 0 && self.fence_after_ms > 0
+    }
+}
+
+/// The heartbeat's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatAnswer {
+    /// The instance fenced itself and waits for bosun to tell it its role.
+    pub fenced: bool,
+}
+
+/// The fencing time bosun gives instances when it fails a primary over after `limit`
+/// without an answer: the limit less two heartbeat periods (the last heartbeat the
+/// primary heard may be one period older than bosun's first unanswered one, and the
+/// fence itself needs a moment), never less than half the limit.
+pub fn fence_after(limit: Duration, heartbeat_every: Duration) -> Duration {
+    limit.saturating_sub(2 * heartbeat_every).max(limit / 2)
+}
+
+/// How long bosun may be silent before the standbys' replies are looked at (a third
+/// of the fencing time when that is shorter).
+pub const WATCH_AFTER: Duration = Duration::from_secs(1);
+/// How often they are looked at while it is (a sixth of the fencing time when that is
+/// shorter).
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// What is looked at: the standbys' last reply times, all of them (any reply counts).
+pub const REPLIES_SQL: &str =
+    "SELECT coalesce(string_agg(reply_time::text, ',' ORDER BY pid), '') FROM pg_stat_replication";
+
+/// What the watch decides at a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to do.
+    Nothing,
+    /// Look at the standbys' replies ([`REPLIES_SQL`]) and say what they were.
+    Sample,
+    /// No one heard for the fencing time: stop taking writes.
+    Fence,
+}
+
+/// A serving primary's watch over whom it hears.
+#[derive(Debug)]
+pub struct Watch {
+    /// When the server started: a primary that never heard bosun since counts from it.
+    started: Instant,
+    /// The standbys' replies as last sampled (none before the first sample of a silence).
+    replies: Option<String>,
+    /// When a standby was last heard (by a change of its replies), in this silence.
+    standby_heard: Option<Instant>,
+    sampled: Option<Instant>,
+}
+
+impl Watch {
+    pub fn new(started: Instant) -> Watch {
+        Watch { started, replies: None, standby_heard: None, sampled: None }
+    }
+
+    /// What to do at `now`, bosun having been heard last at `bosun` with `heartbeat`;
+    /// after a [`Next::Sample`] (and [`Watch::sampled`]), asked again at the same `now`.
+    pub fn next(&mut self, now: Instant, bosun: Option<Instant>, heartbeat: Option<&Heartbeat>) -> Next {
+        let Some(heartbeat) = heartbeat.filter(|h| h.armed()) else { return Next::Nothing };
+        let bosun = bosun.map_or(self.started, |b| b.max(self.started));
+        // A short fencing time is watched sooner and closer, so that standbys are
+        // always looked at twice before it ends.
+        let after = heartbeat.fence_after();
+        let (watch_after, sample_every) = (WATCH_AFTER.min(after / 3), SAMPLE_EVERY.min(after / 6));
+        if now.saturating_duration_since(bosun) < watch_after {
+            // Heard: the next silence starts afresh.
+            (self.replies, self.standby_heard, self.sampled) = (None, None, None);
+            return Next::Nothing;
+        }
+        // The standbys are looked at first, so that a fence is decided on a fresh look.
+        if self.sampled.is_none_or(|at| now.saturating_duration_since(at) >= sample_every) {
+            return Next::Sample;
+        }
+        let heard = self.standby_heard.map_or(bosun, |s| s.max(bosun));
+        if now.saturating_duration_since(heard) >= after { Next::Fence } else { Next::Nothing }
+    }
+
+    /// The standbys' replies sampled at `now` (`None`: the server did not answer, which
+    /// hears no one).
+    pub fn sampled(&mut self, now: Instant, replies: Option<String>) {
+        self.sampled = Some(now);
+        let Some(replies) = replies else { return };
+        if let Some(before) = &self.replies
+            && *before != replies
+            && !replies.is_empty()
+        {
+            self.standby_heard = Some(now);
+        }
+        self.replies = Some(replies);
+    }
+}
+
+/// Where the last heartbeat's terms are kept, beside the data directory (on the data
+/// volume): a primary whose container restarts while it is cut off fences itself too.
+pub fn terms_path(pgdata: &Path) -> PathBuf {
+    pgdata.with_file_name("bosun-heartbeat.json")
+}
+
+/// The kept terms; none when there are none (or they do not read).
+pub fn read_terms(path: &Path) -> Option<Heartbeat> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Keep `heartbeat`'s terms (replaced whole, never half written).
+pub fn write_terms(path: &Path, heartbeat: &Heartbeat) -> std::io::Result<()> {
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, serde_json::to_vec(heartbeat).unwrap_or_default())?;
+    std::fs::rename(&partial, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TERMS: Heartbeat = Heartbeat { standbys: 1, fence_after_ms: 3000 };
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    /// Runs a watch from `t0` at 100 ms looks until `until`, bosun last heard at
+    /// `bosun`, the standbys' replies at each sample given by `replies(elapsed)`;
+    /// returns when it fenced (elapsed), if it did.
+    fn run(
+        bosun: Option<f64>,
+        terms: Option<Heartbeat>,
+        until: f64,
+        replies: impl Fn(f64) -> Option<String>,
+    ) -> Option<f64> {
+        let t0 = Instant::now();
+        let mut watch = Watch::new(t0);
+        let bosun = bosun.map(|b| t0 + secs(b));
+        let mut t = 0.0;
+        while t <= until {
+            let now = t0 + secs(t);
+            let mut next = watch.next(now, bosun, terms.as_ref());
+            if next == Next::Sample {
+                watch.sampled(now, replies(t));
+                next = watch.next(now, bosun, terms.as_ref());
+            }
+            if next == Next::Fence {
+                return Some(t);
+            }
+            t += 0.1;
+        }
+        None
+    }
+
+    #[test]
+    fn a_primary_that_hears_no_one_fences_at_the_time_bosun_gave() {
+        let fenced = run(Some(0.0), Some(TERMS), 10.0, |_| Some(String::new())).expect("fenced");
+        assert!((2.95..3.15).contains(&fenced), "{fenced}");
+        // Replies that never change are no one heard either (a standby gone silent
+        // stays in pg_stat_replication until its sender's timeout).
+        let fenced = run(Some(0.0), Some(TERMS), 10.0, |_| Some("2026-11-29 06:00:00+00".into())).expect("fenced");
+        assert!((2.95..3.15).contains(&fenced), "{fenced}");
+    }
+
+    #[test]
+    fn a_standby_that_replies_keeps_the_primary_serving_while_bosun_is_away() {
+        let ticking = |t: f64| Some(format!("reply at {}", (t as u64)));
+        assert_eq!(run(Some(0.0), Some(TERMS), 30.0, ticking), None);
+        // Until it stops replying: fenced the fencing time after its last reply.
+        let stops = |t: f64| Some(format!("reply at {}", (t.min(10.0) as u64)));
+        let fenced = run(Some(0.0), Some(TERMS), 30.0, stops).expect("fenced");
+        assert!((12.9..13.7).contains(&fenced), "{fenced}");
+    }
+
+    #[test]
+    fn no_standby_or_no_terms_never_fences() {
+        let alone = Heartbeat { standbys: 0, fence_after_ms: 3000 };
+        assert_eq!(run(Some(0.0), Some(alone), 30.0, |_| None), None);
+        assert_eq!(run(Some(0.0), None, 30.0, |_| None), None);
+    }
+
+    #[test]
+    fn a_primary_that_never_heard_bosun_counts_from_its_start() {
+        let fenced = run(None, Some(TERMS), 10.0, |_| None).expect("fenced");
+        assert!((2.95..3.15).contains(&fenced), "{fenced}");
+    }
+
+    #[test]
+    fn bosun_heard_again_starts_the_next_silence_afresh() {
+        let t0 = Instant::now();
+        let mut watch = Watch::new(t0);
+        let changing = |t: f64| Some(format!("{t}"));
+        // A silence in which a standby was heard at 2.5 s…
+        let mut t = 1.0;
+        while t < 2.6 {
+            if watch.next(t0 + secs(t), Some(t0), Some(&TERMS)) == Next::Sample {
+                watch.sampled(t0 + secs(t), changing(t));
+            }
+            t += 0.1;
+        }
+        // …then bosun at 5 s: what the standby said before is forgotten.
+        assert_eq!(watch.next(t0 + secs(5.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Nothing);
+        assert_eq!(watch.next(t0 + secs(6.5), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Sample);
+        watch.sampled(t0 + secs(6.5), changing(6.5));
+        assert_eq!(watch.next(t0 + secs(6.5), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Nothing);
+        assert_eq!(watch.next(t0 + secs(8.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Sample);
+        watch.sampled(t0 + secs(8.0), changing(6.5));
+        assert_eq!(watch.next(t0 + secs(8.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Fence);
+    }
+
+    #[test]
+    fn the_fencing_time_leaves_two_heartbeats_before_bosuns_limit() {
+        let every = Duration::from_secs(1);
+        assert_eq!(fence_after(Duration::from_secs(5), every), Duration::from_secs(3));
+        assert_eq!(fence_after(Duration::from_secs(30), every), Duration::from_secs(28));
+        assert_eq!(fence_after(Duration::from_secs(2), every), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn terms_are_kept_beside_the_data_directory() {
+        let dir = std::env::temp_dir().join(format!("bosun-fence-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = terms_path(&dir.join("pgdata"));
+        assert_eq!(path, dir.join("bosun-heartbeat.json"));
+        assert_eq!(read_terms(&path), None);
+        write_terms(&path, &TERMS).unwrap();
+        assert_eq!(read_terms(&path), Some(TERMS));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
