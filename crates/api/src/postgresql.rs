@@ -436,6 +436,12 @@ pub struct InstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     pub ready: bool,
+    /// Since when its pod, Ready in the API, has left bosun's heartbeat unanswered
+    /// (RFC 3339; shown once that lasted `--postgres-unanswered-failover`): its node
+    /// lost or cut off, which Kubernetes shows only after its node monitor's grace
+    /// period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unanswered_since: Option<String>,
 }
 
 /// `status.serverCertificate`.

@@ -346,6 +346,8 @@ struct Heard {
 struct Silent {
     uid: String,
     since: Instant,
+    /// The same, by the wall clock (for the status).
+    at: Timestamp,
     triggered: bool,
 }
 
@@ -365,13 +367,21 @@ impl Silences {
         (Some(&silent.uid) == pod.metadata.uid.as_ref()).then(|| silent.since.elapsed())
     }
 
+    /// Since when `pod` has not answered, once that lasted `limit`.
+    pub fn unanswered_since(&self, pod: &Pod, limit: Duration) -> Option<Timestamp> {
+        let heard = self.lock();
+        let silent = heard.silent.get(&key_of(pod))?;
+        (Some(&silent.uid) == pod.metadata.uid.as_ref() && silent.since.elapsed() >= limit).then_some(silent.at)
+    }
+
     /// Whether `pod` (this very pod) said it fenced itself.
     pub fn fenced(&self, pod: &Pod) -> bool {
         self.lock().fenced.get(&key_of(pod)) == pod.metadata.uid.as_ref()
     }
 
-    /// Records one round of primaries' answers; returns the pods that have just been
-    /// silent for `limit` (each once). Pods not asked this round are forgotten.
+    /// Records one round of answers of Ready instances; returns the pods that have just
+    /// been silent for `limit` (each once), and those whose such silence just ended. Pods
+    /// not asked this round are forgotten.
     fn record(&self, answers: Vec<(Arc<Pod>, bool)>, limit: Duration) -> Vec<Arc<Pod>> {
         let mut heard = self.lock();
         let mut crossed = Vec::new();
@@ -380,11 +390,15 @@ impl Silences {
             let key = key_of(&pod);
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if answered {
+                // A silence that was reported ends: reported too.
+                if heard.silent.remove(&key).is_some_and(|seen| seen.triggered && seen.uid == uid) {
+                    crossed.push(pod.clone());
+                }
                 continue;
             }
             let mut silent = match heard.silent.remove(&key) {
                 Some(seen) if seen.uid == uid => seen,
-                _ => Silent { uid, since: Instant::now(), triggered: false },
+                _ => Silent { uid, since: Instant::now(), at: Timestamp::now(), triggered: false },
             };
             if silent.since.elapsed() >= limit && !silent.triggered {
                 silent.triggered = true;
@@ -418,10 +432,11 @@ pub(crate) struct Watched {
 /// The watchdog: each second, bosun's heartbeat goes to every instance that serves the
 /// API (its instance API, with the database's token), saying how many standbys the
 /// database has and how long a primary that hears no one may go on before it fences
-/// itself ([`bosun_instance::fence`]). A Ready primary that does not answer for `limit`
-/// triggers its database's reconcile, which fails over once the standbys have lost it
-/// too ([`ensure`]): the loss of a node, which Kubernetes declares only after its node
-/// monitor's grace period. An instance that answers that it fenced itself triggers it
+/// itself ([`bosun_instance::fence`]). A Ready instance that does not answer for
+/// `limit` triggers its database's reconcile, which reports it (`status.instances`)
+/// and, for the primary, fails over once the standbys have lost it too ([`ensure`]):
+/// the loss of a node, which Kubernetes declares only after its node monitor's grace
+/// period. An instance that answers that it fenced itself triggers it
 /// too: the reconcile tells it its role, which lifts its fence.
 pub(crate) async fn watch_primaries(
     watched: Watched,
@@ -438,13 +453,20 @@ pub(crate) async fn watch_primaries(
             let watched = &watched;
             async move { heartbeat(&db, watched, terms_after).await }
         });
-        let (mut primaries, mut fenced) = (Vec::new(), Vec::new());
-        for (primary, fenced_here) in futures::future::join_all(rounds).await {
-            primaries.extend(primary);
+        let (mut ready, mut fenced) = (Vec::new(), Vec::new());
+        for (ready_here, fenced_here) in futures::future::join_all(rounds).await {
+            ready.extend(ready_here);
             fenced.extend(fenced_here);
         }
-        for pod in silences.record(primaries, limit) {
-            warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), ?limit, "a primary whose pod looks Ready has not answered");
+        for pod in silences.record(ready, limit) {
+            match silences.of(&pod) {
+                Some(_) => {
+                    warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), ?limit, "an instance whose pod looks Ready has not answered")
+                }
+                None => {
+                    info!(pod = %pod.name_any(), namespace = ?pod.namespace(), "an instance that had not answered answers again")
+                }
+            }
             let _ = trigger.unbounded_send((*pod).clone());
         }
         for pod in silences.record_fenced(fenced) {
@@ -454,16 +476,16 @@ pub(crate) async fn watch_primaries(
     }
 }
 
-/// One round of `db`'s heartbeats: whether its primary (when it is Ready) answered,
-/// and the instances that say they are fenced.
+/// One round of `db`'s heartbeats: whether each Ready instance answered, and the
+/// instances that say they are fenced.
 async fn heartbeat(
     db: &PostgreSQL,
     watched: &Watched,
     fence_after: Duration,
-) -> (Option<(Arc<Pod>, bool)>, Vec<Arc<Pod>>) {
+) -> (Vec<(Arc<Pod>, bool)>, Vec<Arc<Pod>>) {
     let ns = db.namespace().unwrap_or_default();
     let secret = watched.secrets.get(&ns, &bosun_resources::instances::secret_name(db));
-    let Some(access) = secret.as_deref().and_then(bosun_resources::instances::access) else { return (None, vec![]) };
+    let Some(access) = secret.as_deref().and_then(bosun_resources::instances::access) else { return (vec![], vec![]) };
     // A pod on a fake node runs nothing; one of the previous release has no API.
     let pods: Vec<Arc<Pod>> = instance_pods(db, &watched.pods)
         .into_iter()
@@ -482,14 +504,14 @@ async fn heartbeat(
         async move { (pod.clone(), reach.heartbeat(&pod.name_any(), &terms, PROBE_TIMEOUT).await) }
     });
     let answers = futures::future::join_all(beats).await;
-    let recorded = db.status.as_ref().and_then(|s| s.current_primary.as_deref());
-    let primary = answers
+    let ready = answers
         .iter()
-        .find(|(pod, _)| Some(pod.name_any().as_str()) == recorded && db.spec.replicas > 1 && build::pod_ready(pod))
+        .filter(|(pod, _)| build::pod_ready(pod))
         // An instance that refuses the heartbeat (one of before it) answered all the same.
-        .map(|(pod, answer)| (pod.clone(), !matches!(answer, Err(AskError::Unreachable(_)))));
+        .map(|(pod, answer)| (pod.clone(), !matches!(answer, Err(AskError::Unreachable(_)))))
+        .collect();
     let fenced = answers.into_iter().filter(|(_, a)| a.as_ref().is_ok_and(|a| a.fenced)).map(|(p, _)| p).collect();
-    (primary, fenced)
+    (ready, fenced)
 }
 
 /// Whether the standbys confirm a primary that stopped answering bosun is lost: at
@@ -874,8 +896,12 @@ mod tests {
             ]
         };
         let silences = Silences::default();
-        let silent =
-            Silent { uid: "uid-db-0".into(), since: Instant::now() - Duration::from_secs(10), triggered: true };
+        let silent = Silent {
+            uid: "uid-db-0".into(),
+            since: Instant::now() - Duration::from_secs(10),
+            at: Timestamp::now(),
+            triggered: true,
+        };
         silences.lock().silent.insert(("ns".into(), "db-0".into()), silent);
         // The standbys still receive its WAL: only bosun cannot reach it.
         fake.set(fake::standby("db-1", "0/3000148"));
@@ -907,8 +933,10 @@ mod tests {
         std::thread::sleep(limit);
         assert_eq!(silences.record(vec![(p.clone(), false)], limit).len(), 1, "the limit reached");
         assert!(silences.record(vec![(p.clone(), false)], limit).is_empty(), "triggered once");
-        assert!(silences.record(vec![(p.clone(), true)], limit).is_empty());
+        assert!(silences.unanswered_since(&p, limit).is_some());
+        assert_eq!(silences.record(vec![(p.clone(), true)], limit).len(), 1, "its end is reported");
         assert_eq!(silences.of(&p), None, "an answer ends it");
+        assert!(silences.record(vec![(p.clone(), true)], limit).is_empty());
     }
 
     #[tokio::test]

@@ -230,7 +230,9 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         archiving: archiving.as_ref(),
         upgrade: major.as_ref(),
         server_certificate: certificates.server.as_ref(),
-        instances: &build::instances_status(instances.iter().map(|p| p.as_ref())),
+        instances: &build::instances_status(instances.iter().map(|p| p.as_ref()), |pod| {
+            children.silences.unanswered_since(pod, ctx.settings.postgres.unanswered_failover)
+        }),
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;

@@ -48,8 +48,12 @@ pub struct Observed<'a> {
     pub instances: &'a [InstanceStatus],
 }
 
-/// `status.instances` of `pods` (the database's instances'), by name.
-pub fn instances_status<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<InstanceStatus> {
+/// `status.instances` of `pods` (the database's instances'), by name, each with since
+/// when it has not answered bosun, if it has not for long.
+pub fn instances_status<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    unanswered_since: impl Fn(&Pod) -> Option<Timestamp>,
+) -> Vec<InstanceStatus> {
     let mut instances: Vec<InstanceStatus> = pods
         .into_iter()
         .map(|pod| InstanceStatus {
@@ -57,6 +61,7 @@ pub fn instances_status<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Vec<Inst
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             role: pod.labels().get(ROLE_LABEL).cloned(),
             ready: crate::failover::pod_ready(pod),
+            unanswered_since: unanswered_since(pod).map(|t| t.to_string()),
         })
         .collect();
     instances.sort_by(|a, b| a.name.cmp(&b.name));
