@@ -328,9 +328,16 @@ async fn recover<P: Postgres>(args: &InstanceArgs, pg: &P) -> Result<(), Halt> {
 /// primary drops a lost synchronous standby as soon. Each end pings the other after
 /// half of it, so an idle but living peer is never dropped.
 /// A standby also replies every second (10 s by default), which is how a primary
-/// knows it is not cut off ([`crate::fence`]).
-const REPLICATION_TIMEOUTS: [&str; 3] =
-    ["wal_receiver_timeout=5s", "wal_sender_timeout=5s", "wal_receiver_status_interval=1s"];
+/// knows it is not cut off ([`crate::fence`]); and one whose primary is gone tries the
+/// primary's Service again each second (5 s by default: up to 4 s more before a
+/// synchronous standby confirms the new primary's first commit; with an archive, each
+/// try also asks it for the next WAL file).
+const REPLICATION_TIMEOUTS: [&str; 4] = [
+    "wal_receiver_timeout=5s",
+    "wal_sender_timeout=5s",
+    "wal_receiver_status_interval=1s",
+    "wal_retrieve_retry_interval=1s",
+];
 
 /// The server's command: the image's, who may connect and how ([`access`]), then the
 /// standby's connection to the primary (a primary ignores it) and, while recovering

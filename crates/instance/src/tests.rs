@@ -220,6 +220,7 @@ async fn a_replica_clones_streams_is_promoted_then_demoted_and_rejoins() {
             command.starts_with(&format!(
                 "postgres -c wal_log_hints=on -c hba_file={} -c password_encryption=scram-sha-256 \
                  -c wal_receiver_timeout=5s -c wal_sender_timeout=5s -c wal_receiver_status_interval=1s \
+                 -c wal_retrieve_retry_interval=1s \
                  -c primary_conninfo=host=db-rw port=5432 sslmode=prefer user=replicator passfile=",
                 dir.join("pg_hba.conf").display()
             )),
