@@ -225,7 +225,7 @@ bench-appconfig: cluster ## Change an AppConfig with CONSUMERS (default 50) cons
 
 BENCH_RUNS ?= 5
 .PHONY: bench-failover
-bench-failover: cluster ## PostgreSQL failover on the real nodes: write outage of a deleted pod, a killed postmaster, a primary that cannot start, a switchover (BENCH_RUNS each, default 5), with and without synchronous replication; then the primary's node lost (power, partition); rows lost; writes target/bench/failover-*.json and node-loss.json.
+bench-failover: cluster ## PostgreSQL failover on the real nodes: write outage of a deleted pod, a killed postmaster, a primary that cannot start, a switchover (BENCH_RUNS each, default 5), with and without synchronous replication; then the primary's node lost (power, partition; asynchronous and synchronous); rows lost, writes the cut-off primary acknowledged after the decision; writes target/bench/failover-*.json and node-loss-*.json.
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test failover -- --ignored --nocapture --test-threads 2 bench_failover
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test node_loss -- --ignored --nocapture bench_node_loss
 

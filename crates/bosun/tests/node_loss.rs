@@ -5,9 +5,13 @@
 //! after its node monitor's grace period); when the node comes back, the old primary
 //! rejoins as a standby. A writer pod on the surviving node measures the write outage.
 //! Then the same node is cut off the network instead: its primary fences itself before
-//! bosun promotes the standby, which a writer on the cut-off node proves.
+//! bosun promotes the standby, which a writer on the cut-off node proves. Then the
+//! faults around it: the standby's node lost (no failover, the standby reported), a
+//! flapping partition (never two primaries taking writes), and bosun down when the node
+//! is lost and killed again at its decision (the next bosun finishes the failover).
 //!
-//! It stops a node every test may use, so it runs alone (hack/test.sh's `alone`).
+//! It stops and partitions the second real node, so it runs beside no other test that
+//! uses that node (hack/test.sh's `node 2`).
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // a test fails loudly
 
 mod writer;
@@ -24,9 +28,13 @@ use writer::{acks, acks_of, outage, start_writer_named, start_writer_on, unix_no
 
 const BOSUN: &[&str] =
     &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
-const MANIFEST: &str = "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {name: test-db}\n\
-                        spec: {version: \"15\", storage: 1Gi, replicas: 2, failoverDelay: 10s}\n";
-const INSTANCES: [&str; 2] = ["test-db-0", "test-db-1"];
+/// The database, `extra` added to its spec (`, synchronous: {number: 1}`).
+fn manifest(replicas: usize, extra: &str) -> String {
+    format!(
+        "apiVersion: database.example.com/v1\nkind: PostgreSQL\nmetadata: {{name: test-db}}\n\
+         spec: {{version: \"15\", storage: 1Gi, replicas: {replicas}, failoverDelay: 10s{extra}}}\n"
+    )
+}
 /// The test and the benchmark each break the same node: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -38,10 +46,18 @@ fn psql(env: &Env, pod: &str, sql: &str) -> Option<String> {
     ok.then(|| out.trim().to_owned())
 }
 
-/// The primary, once exactly one instance is out of recovery and streams to the other.
+/// The database's instances, by its `spec.replicas`.
+fn instances(env: &Env) -> Vec<String> {
+    let (_, out) = env.kubectl(&["get", "postgresql", "test-db", "-o", "jsonpath={.spec.replicas}"]);
+    (0..out.trim().parse::<usize>().unwrap_or(2)).map(|i| format!("test-db-{i}")).collect()
+}
+
+/// The primary, once exactly one instance is out of recovery and every other streams
+/// from it.
 fn streaming_primary(env: &Env) -> Result<String, String> {
+    let all = instances(env);
     let mut primaries = Vec::new();
-    for pod in INSTANCES {
+    for pod in &all {
         match psql(env, pod, "SELECT pg_is_in_recovery()").as_deref() {
             Some("f") => primaries.push(pod),
             Some("t") => {}
@@ -50,7 +66,7 @@ fn streaming_primary(env: &Env) -> Result<String, String> {
     }
     let [primary] = primaries[..] else { return Err(format!("instances out of recovery: {primaries:?}")) };
     let streaming = psql(env, primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'");
-    if streaming.as_deref() != Some("1") {
+    if streaming != Some((all.len() - 1).to_string()) {
         return Err(format!("{primary} streams to {streaming:?} standbys"));
     }
     Ok(primary.to_owned())
@@ -80,38 +96,83 @@ async fn node_ready(env: &Env, name: &str) -> bool {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// bosun and the 2-instance `test-db`, its instances spread over the real nodes and its
-/// primary on the second one (switched over there if it started on the first):
-/// (bosun, the primary, the standby).
-async fn database(env: &Env) -> (Bosun, String, String) {
+/// bosun and `test-db` of `replicas` instances, spread over the real nodes with one
+/// alone on the second (moved off it while it holds more), and its primary there
+/// (switched over if it started elsewhere): (bosun, the primary, a standby).
+async fn database(env: &Env, replicas: usize, extra: &str) -> (Bosun, String, String) {
     env.use_real_nodes().await;
     let bosun = env.start_bosun(BOSUN).await;
-    let (ok, out) = env.kubectl_apply(MANIFEST);
+    let (ok, out) = env.kubectl_apply(&manifest(replicas, extra));
     assert!(ok, "{out}");
     wait_streaming(env, "a new database", Duration::from_secs(300)).await;
-    let nodes = [node_of(env, INSTANCES[0]).await, node_of(env, INSTANCES[1]).await];
-    assert!(nodes[0] != nodes[1], "the instances are spread over the real nodes: {nodes:?}");
+    let mut on_second = on_the_second_node(env).await;
+    if replicas == 2 {
+        assert_eq!(on_second.len(), 1, "the instances are spread over the real nodes");
+    }
+    while on_second.len() > 1 {
+        let standby = on_second.iter().find(|p| psql(env, p, "SELECT pg_is_in_recovery()").as_deref() == Some("t"));
+        let standby = standby.expect("a standby on the second node").clone();
+        let _cordon = Cordon::new(env);
+        let (ok, out) = env.kubectl(&["delete", "pod", &standby]);
+        assert!(ok, "{out}");
+        wait_streaming(env, "an instance moved off the second node", Duration::from_secs(180)).await;
+        on_second = on_the_second_node(env).await;
+    }
+    assert_eq!(on_second.len(), 1, "one instance on the second node");
     let (primary, standby) = primary_on_the_second_node(env).await;
     (bosun, primary, standby)
 }
 
-/// The primary moved to the second node if it is not there: (the primary, the standby).
+/// The instances on the second real node.
+async fn on_the_second_node(env: &Env) -> Vec<String> {
+    let mut on = Vec::new();
+    for pod in instances(env) {
+        if node_of(env, &pod).await == SECOND_REAL_NODE {
+            on.push(pod);
+        }
+    }
+    on
+}
+
+/// The second real node cordoned while it lives: a pod deleted there is placed on the
+/// first.
+struct Cordon<'a>(&'a Env);
+
+impl<'a> Cordon<'a> {
+    fn new(env: &'a Env) -> Cordon<'a> {
+        let (ok, out) = env.kubectl(&["cordon", SECOND_REAL_NODE]);
+        assert!(ok, "{out}");
+        Cordon(env)
+    }
+}
+
+impl Drop for Cordon<'_> {
+    fn drop(&mut self) {
+        let (ok, out) = self.0.kubectl(&["uncordon", SECOND_REAL_NODE]);
+        if !ok {
+            eprintln!("uncordoning {SECOND_REAL_NODE} failed: {out}");
+        }
+    }
+}
+
+/// The primary moved to the instance on the second node if it is not there: (the
+/// primary, a standby).
 async fn primary_on_the_second_node(env: &Env) -> (String, String) {
     let mut primary = wait_streaming(env, "before moving the primary", Duration::from_secs(180)).await;
     if node_of(env, &primary).await != SECOND_REAL_NODE {
-        let other = INSTANCES.iter().find(|p| **p != primary).unwrap();
+        let other = on_the_second_node(env).await.into_iter().next().expect("an instance on the second node");
         let request = format!("database.example.com/switchover-to={other}");
         let (ok, out) = env.kubectl(&["annotate", "--overwrite", "postgresql", "test-db", &request]);
         assert!(ok, "{out}");
         let start = Instant::now();
-        while psql(env, other, "SELECT pg_is_in_recovery()").as_deref() != Some("f") {
+        while psql(env, &other, "SELECT pg_is_in_recovery()").as_deref() != Some("f") {
             assert!(start.elapsed() < Duration::from_secs(120), "no switchover to {other}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         primary = wait_streaming(env, "a switchover to the second node", Duration::from_secs(120)).await;
-        assert_eq!(primary, *other);
+        assert_eq!(primary, other);
     }
-    let standby = INSTANCES.iter().find(|p| **p != primary).unwrap().to_string();
+    let standby = instances(env).into_iter().find(|p| *p != primary).unwrap();
     (primary, standby)
 }
 
@@ -141,7 +202,7 @@ async fn on_node(action: NodeAction) {
 async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_and_the_old_primary_rejoins() {
     let _one = ONE_AT_A_TIME.lock().await;
     e2e("node-loss", |env| async move {
-        let (_bosun, primary, standby) = database(&env).await;
+        let (mut bosun, primary, standby) = database(&env, 2, "").await;
         start_writer_on(&env, Some(REAL_NODE)).await;
 
         // The power cut.
@@ -155,8 +216,8 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         assert_eq!((change.from.as_str(), change.to.as_str(), change.kind.as_str()), (primary.as_str(), standby.as_str(), "Failover"));
         assert!(change.reason.contains("has not answered"), "{change:?}");
         assert_eq!(psql(&env, &standby, "SELECT pg_is_in_recovery()").as_deref(), Some("f"));
-        let outage = outage(&acks(&env), at);
-        eprintln!("node loss: {primary} on {SECOND_REAL_NODE} → {standby}; writes back within {writable_after:.1} s, longest gap between acknowledged writes {outage:.2} s");
+        let gap = outage(&acks(&env), at);
+        eprintln!("node loss: {primary} on {SECOND_REAL_NODE} → {standby}; writes back within {writable_after:.1} s, longest gap between acknowledged writes {gap:.2} s");
 
         // The node back: the old primary follows the new one, within the issue's minute.
         on_node(NodeAction::Start).await;
@@ -165,8 +226,10 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         assert_eq!(back, standby, "the new primary stays");
         assert_eq!(psql(&env, &primary, "SELECT pg_is_in_recovery()").as_deref(), Some("t"), "the old primary is a standby");
         eprintln!("node loss: every instance streaming {:.1} s after the node's return", returned.elapsed().as_secs_f64());
+        // The acknowledgements first: every one of them was committed before the table is read.
+        let acked = acks(&env);
         let stored = psql(&env, &standby, "SELECT id FROM w ORDER BY id").unwrap();
-        let lost = writer::lost(&stored, &acks(&env));
+        let lost = writer::lost(&stored, &acked);
         eprintln!("node loss: acknowledged rows lost without synchronous replication: {}", lost.len());
 
         // The network cut instead: the cut-off primary fences itself before a standby is
@@ -197,8 +260,96 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         assert_eq!(after, 0, "writes acknowledged by the cut-off primary after a new one was decided");
         let (_, log) = env.kubectl(&["logs", &primary, "-c", "postgres"]);
         assert!(log.contains("fencing it"), "the old primary fenced itself: {}", &log[log.len().saturating_sub(3000)..]);
+
+        // The standby's node lost instead: no failover, the primary goes on taking
+        // writes, and the database reports the standby that does not answer.
+        let (primary, standby) = (standby, primary);
+        let last_change = decided(&env).await;
+        let at = unix_now();
+        on_node(NodeAction::Stop).await;
+        let reported = wait_for(&env, "the lost standby reported", |db| unanswered(db, &standby).is_some()).await;
+        let gap = outage(&acks(&env), at);
+        assert_eq!(decided(&env).await, last_change, "no change of primary when a standby's node is lost");
+        assert!(gap < 5.0, "the primary went on taking writes: the longest gap was {gap:.1} s");
+        eprintln!("standby's node lost: reported {reported:.1} s after; longest gap between acknowledged writes {gap:.2} s");
+        on_node(NodeAction::Start).await;
+        assert_eq!(wait_streaming(&env, "the standby back", Duration::from_secs(60)).await, primary);
+        wait_for(&env, "the standby no longer reported", |db| unanswered(db, &standby).is_none()).await;
+
+        // A flapping partition of the primary's node: cut and healed again and again,
+        // one cut long enough for a failover. Never two primaries taking writes; one
+        // primary, every instance streaming, at the end.
+        let (primary, _) = primary_on_the_second_node(&env).await;
+        let split = split_brain_check(&env, &primary, "flap", 2_000_000).await;
+        let (at, before) = (unix_now(), decided(&env).await);
+        for cut in [2, 4, 7, 3] {
+            on_node(NodeAction::Partition).await;
+            tokio::time::sleep(Duration::from_secs(cut)).await;
+            on_node(NodeAction::Heal).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let now = wait_streaming(&env, "one primary after the flapping", Duration::from_secs(90)).await;
+        let decision = decided(&env).await.filter(|d| Some(*d) != before);
+        let (_, after, _) = split.acks_around(&env, decision.unwrap_or(f64::MAX));
+        eprintln!(
+            "flapping partition: primary {primary} → {now}, decided {} s after the first cut; writes the old primary \
+             acknowledged after it: {after}",
+            decision.map_or("never".into(), |d| format!("{:.1}", d - at))
+        );
+        assert_eq!(after, 0, "writes acknowledged by the old primary after a new one was decided");
+
+        // bosun down when the node is lost, started again, and killed again as soon as
+        // it has decided the failover: the next bosun finishes it.
+        let (primary, standby) = primary_on_the_second_node(&env).await;
+        bosun.signal("KILL");
+        bosun.wait_exit(Duration::from_secs(10)).await;
+        let at = unix_now();
+        on_node(NodeAction::Stop).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        bosun = env.start_bosun(BOSUN).await;
+        let start = Instant::now();
+        while current_primary(&env).await.as_deref() == Some(primary.as_str()) {
+            assert!(start.elapsed() < Duration::from_secs(60), "no failover began after bosun's restart");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bosun.signal("KILL");
+        bosun.wait_exit(Duration::from_secs(10)).await;
+        let decided_after = unix_now() - at;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _bosun = env.start_bosun(BOSUN).await;
+        let writable_after = writes_back(&env, at).await;
+        assert_eq!(current_primary(&env).await.as_deref(), Some(standby.as_str()));
+        assert_eq!(psql(&env, &standby, "SELECT pg_is_in_recovery()").as_deref(), Some("f"));
+        eprintln!(
+            "node loss with bosun down, then killed at its decision ({decided_after:.1} s): writes back within \
+             {writable_after:.1} s"
+        );
+        on_node(NodeAction::Start).await;
+        assert_eq!(wait_streaming(&env, "after the restarts", Duration::from_secs(60)).await, standby);
     })
     .await;
+}
+
+async fn current_primary(env: &Env) -> Option<String> {
+    env.api::<PostgreSQL>().get("test-db").await.ok()?.status?.current_primary
+}
+
+/// Since when the database reports `pod` unanswered.
+fn unanswered(db: &PostgreSQL, pod: &str) -> Option<String> {
+    db.status.as_ref()?.instances.iter().find(|i| i.name == pod)?.unanswered_since.clone()
+}
+
+/// Waits (up to 60 s) until the database's status says `done`; the seconds it took.
+async fn wait_for(env: &Env, what: &str, done: impl Fn(&PostgreSQL) -> bool) -> f64 {
+    let start = Instant::now();
+    loop {
+        let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        if done(&db) {
+            return start.elapsed().as_secs_f64();
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{what}: not within 60 s: {:?}", db.status);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// A writer pod on the second node writing straight to `primary`'s address: what the
@@ -224,88 +375,103 @@ impl SplitBrainCheck {
 }
 
 /// `make bench-failover`'s node cases: the primary's node loses its power, or is cut off
-/// the network, `BENCH_RUNS` (5) times each, on one asynchronous 2-instance database
-/// (the primary moved back to the second node before each run). Per case: writes back
+/// the network, `BENCH_RUNS` (5) times each, on a 2-instance asynchronous database and
+/// a 3-instance synchronous one (`number: 1`: with 2, the new primary would wait for
+/// the lost one), the primary alone on the second node (moved back before each run). Per case: writes back
 /// after the fault, the longest gap between acknowledged writes, bosun's decision, and
 /// every instance streaming again after the node's return; and, for the partition, the
 /// writes the cut-off old primary acknowledged (to a writer on its own node) after the
 /// new primary was decided: 0 when the old primary fenced itself in time. Prints a table
-/// and writes `target/bench/node-loss.json`. Not a test: numbers only.
+/// and writes `target/bench/node-loss-<mode>.json`. Not a test: numbers only.
 #[tokio::test]
 #[ignore = "a benchmark: make bench-failover"]
-async fn bench_node_loss() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    e2e("bench-node-loss", |env| async move {
-        let _bosun = database(&env).await;
-        start_writer_on(&env, Some(REAL_NODE)).await;
-        let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
-        let mut rows = Vec::new();
-        let mut island_acks = Vec::new();
-        println!("\nthe primary's node lost ({runs} runs each, asynchronous): seconds");
-        println!(
-            "{:<12} {:>12} {:>10} {:>10} {:>10} {:>14}",
-            "fault", "writes back", "gap", "decided", "rejoined", "split writes"
-        );
-        for (case, action, mend) in [
-            ("power loss", NodeAction::Stop, NodeAction::Start),
-            ("partition", NodeAction::Partition, NodeAction::Heal),
-        ] {
-            let mut samples = Vec::new();
-            for run in 0..runs {
-                let (primary, _) = primary_on_the_second_node(&env).await;
-                let island = match action {
-                    NodeAction::Partition => {
-                        let first = 1_000_000 * (i64::try_from(run).unwrap() + 1);
-                        Some(split_brain_check(&env, &primary, &format!("island-{run}"), first).await)
-                    }
-                    _ => None,
-                };
-                let _mend = NodeGuard(SECOND_REAL_NODE);
-                let at = unix_now();
-                on_node(action).await;
-                let back = writes_back(&env, at).await;
-                let decision = decided(&env).await.filter(|d| *d >= at).map(|d| d - at);
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                on_node(mend).await;
-                let returned = Instant::now();
-                wait_streaming(&env, "every instance streaming after the node's return", Duration::from_secs(240))
-                    .await;
-                let rejoined = returned.elapsed().as_secs_f64();
-                let gap = outage(&acks(&env), at);
-                let split = island.map(|check| {
-                    let (_, late, _) = check.acks_around(&env, at + decision.unwrap_or(0.0));
-                    island_acks.extend(acks_of(&env, &check.name));
-                    let (ok, out) = env.kubectl(&["delete", "pod", &check.name, "--wait=false"]);
-                    assert!(ok, "{out}");
-                    late
-                });
-                let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
-                println!(
-                    "{case:<12} {back:>12.2} {gap:>10.2} {:>10} {rejoined:>10.1} {:>14}",
-                    show(decision),
-                    split.map_or("-".to_owned(), |s| s.to_string())
-                );
-                samples.push(json!({"writes_back": back, "longest_gap": gap, "decided": decision,
-                                    "rejoined": rejoined, "split_writes": split}));
-            }
-            rows.push(json!({"fault": case, "runs": samples}));
-        }
-        let primary = wait_streaming(&env, "at the end", Duration::from_secs(240)).await;
-        let stored = psql(&env, &primary, "SELECT id FROM w ORDER BY id").unwrap();
-        let acked = acks(&env);
-        let lost = writer::lost(&stored, &acked).len();
-        let island_lost = writer::lost(&stored, &island_acks).len();
-        println!(
-            "the writer's acknowledged rows: {}, lost: {lost}; the cut-off primary's own writer: {} acknowledged, \
-             {island_lost} not in the final history",
-            acked.len(),
-            island_acks.len()
-        );
-        let report = json!({"runs": runs, "cases": rows, "acknowledged": acked.len(), "lost": lost,
-                            "island_acknowledged": island_acks.len(), "island_lost": island_lost});
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("node-loss.json"), serde_json::to_string_pretty(&report).unwrap()).unwrap();
+async fn bench_node_loss_asynchronous() {
+    e2e("bench-node-loss-async", |env| async move { bench_node_loss(&env, "asynchronous", 2, "").await }).await;
+}
+
+#[tokio::test]
+#[ignore = "a benchmark: make bench-failover"]
+async fn bench_node_loss_synchronous() {
+    e2e("bench-node-loss-sync", |env| async move {
+        bench_node_loss(&env, "synchronous", 3, ", synchronous: {number: 1}").await;
     })
     .await;
+}
+
+async fn bench_node_loss(env: &Env, mode: &str, replicas: usize, extra: &str) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let _bosun = database(env, replicas, extra).await;
+    start_writer_on(env, Some(REAL_NODE)).await;
+    let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+    let mut rows = Vec::new();
+    let mut island_acks = Vec::new();
+    println!("\nthe primary's node lost ({runs} runs each, {mode}): seconds");
+    println!(
+        "{:<12} {:>12} {:>10} {:>10} {:>10} {:>14}",
+        "fault", "writes back", "gap", "decided", "rejoined", "split writes"
+    );
+    for (case, action, mend) in
+        [("power loss", NodeAction::Stop, NodeAction::Start), ("partition", NodeAction::Partition, NodeAction::Heal)]
+    {
+        let mut samples = Vec::new();
+        for run in 0..runs {
+            let (primary, _) = primary_on_the_second_node(env).await;
+            let island = match action {
+                NodeAction::Partition => {
+                    let first = 1_000_000 * (i64::try_from(run).unwrap() + 1);
+                    Some(split_brain_check(env, &primary, &format!("island-{run}"), first).await)
+                }
+                _ => None,
+            };
+            let _mend = NodeGuard(SECOND_REAL_NODE);
+            let at = unix_now();
+            on_node(action).await;
+            let back = writes_back(env, at).await;
+            let decision = decided(env).await.filter(|d| *d >= at).map(|d| d - at);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            on_node(mend).await;
+            let returned = Instant::now();
+            wait_streaming(env, "every instance streaming after the node's return", Duration::from_secs(240)).await;
+            let rejoined = returned.elapsed().as_secs_f64();
+            let gap = outage(&acks(env), at);
+            let split = island.map(|check| {
+                let (_, late, _) = check.acks_around(env, at + decision.unwrap_or(0.0));
+                island_acks.extend(acks_of(env, &check.name));
+                let (ok, out) = env.kubectl(&["delete", "pod", &check.name, "--wait=false"]);
+                assert!(ok, "{out}");
+                late
+            });
+            let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+            println!(
+                "{case:<12} {back:>12.2} {gap:>10.2} {:>10} {rejoined:>10.1} {:>14}",
+                show(decision),
+                split.map_or("-".to_owned(), |s| s.to_string())
+            );
+            samples.push(json!({"writes_back": back, "longest_gap": gap, "decided": decision,
+                                    "rejoined": rejoined, "split_writes": split}));
+        }
+        rows.push(json!({"fault": case, "runs": samples}));
+    }
+    let primary = wait_streaming(env, "at the end", Duration::from_secs(240)).await;
+    // The acknowledgements first: every one of them was committed before the table is read.
+    let acked = acks(env);
+    let stored = psql(env, &primary, "SELECT id FROM w ORDER BY id").unwrap();
+    let lost = writer::lost(&stored, &acked);
+    if !lost.is_empty() {
+        let when: Vec<(i64, f64)> = acked.iter().filter(|(id, _)| lost.contains(id)).copied().collect();
+        println!("acknowledged rows lost (id, unix time acknowledged): {when:?}");
+    }
+    let lost = lost.len();
+    let island_lost = writer::lost(&stored, &island_acks).len();
+    println!(
+        "the writer's acknowledged rows: {}, lost: {lost}; the cut-off primary's own writer: {} acknowledged, \
+             {island_lost} not in the final history",
+        acked.len(),
+        island_acks.len()
+    );
+    let report = json!({"mode": mode, "runs": runs, "cases": rows, "acknowledged": acked.len(), "lost": lost,
+                            "island_acknowledged": island_acks.len(), "island_lost": island_lost});
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("node-loss-{mode}.json")), serde_json::to_string_pretty(&report).unwrap()).unwrap();
 }
