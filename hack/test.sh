@@ -9,13 +9,17 @@
 # the others (crates/testing's README part in the top-level README says more):
 #   alone       binaries that change what every test shares: the CRDs, the
 #               ClusterRole, cluster-wide webhooks, the apiserver itself, the whole
-#               cluster, VoteConfig's conversion, the second real node (install,
-#               chaos, lifecycle, voteconfig, packaging, nodes and node_loss:
-#               which stop and partition that node). Each runs with only binaries that do not
-#               use the cluster beside it (unit tests, the runner's tests).
-#   real node   the heavy users of the first real node (postgresql, failover, backup):
-#               at most two at a time, and failover (whose race of a restart against
-#               a failover wants the node's CPU) never beside another of them.
+#               cluster, VoteConfig's conversion (install, chaos, lifecycle,
+#               voteconfig, packaging). Each runs with only binaries that do not use
+#               the cluster beside it (unit tests, the runner's tests).
+#   node 2      the binaries that stop and partition the second real node (nodes,
+#               node_loss): one at a time, and never beside one that places pods on
+#               that node (webapp's tour; every other test's namespace is on the fake
+#               nodes or pinned to the first real node).
+#   real node   the heavy users of the real nodes (postgresql, failover, backup,
+#               node_loss): at most two at a time, and failover (whose race of a
+#               restart against a failover wants the node's CPU) never beside another
+#               of them.
 #   the rest    anything, as many at a time as BOSUN_TEST_JOBS.
 # The order: the `alone` ones first (the binaries that need no cluster fill the other
 # lanes meanwhile), then the others; the longest first within each (the times of the
@@ -69,8 +73,11 @@ while IFS=$'\t' read -r name path pkg; do exe[$name]=$path; dir[$name]=$pkg; don
 log "${#exe[@]} test binaries"
 
 # The classes (see the header). A name not present is simply not run.
-alone=(bosun-install bosun-chaos testing-lifecycle testing-nodes bosun-node_loss bosun-voteconfig bosun-packaging)
-heavy=(bosun-postgresql bosun-backup bosun-failover)
+alone=(bosun-install bosun-chaos testing-lifecycle bosun-voteconfig bosun-packaging)
+node2=(testing-nodes bosun-node_loss)
+# What places pods on the second real node without breaking it.
+on_node2=(bosun-webapp)
+heavy=(bosun-postgresql bosun-backup bosun-failover bosun-node_loss)
 # Binaries that never reach the cluster: they may run beside an `alone` one.
 offline=(bosun-backup_runner bosun-backup_runner_faults controller-crd_drift controller-docs_drift
   controller-rbac_drift controller-render runtime-webhook_drift bosun-instance)
@@ -129,6 +136,9 @@ may_start() { # NAME: whether it may start beside what runs now
     offline_name "$n" && continue
     # An `alone` one runs beside nothing that uses the cluster, and the reverse.
     if is_in "$name" "${alone[@]}" || is_in "$n" "${alone[@]}"; then return 1; fi
+    # Who breaks the second node runs beside no one else using it.
+    if is_in "$name" "${node2[@]}" && { is_in "$n" "${node2[@]}" || is_in "$n" "${on_node2[@]}"; }; then return 1; fi
+    if is_in "$n" "${node2[@]}" && is_in "$name" "${on_node2[@]}"; then return 1; fi
   done
   is_in "$name" "${heavy[@]}" || return 0
   [ "$(heavy_running)" -lt 2 ] || return 1

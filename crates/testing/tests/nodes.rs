@@ -3,7 +3,8 @@
 //! and a test can break the second node the ways a machine is lost (a network
 //! partition, a power loss) and mend it, with the cluster seeing each.
 //!
-//! It breaks a node every test may use, so it runs alone (hack/test.sh's `alone`).
+//! It breaks the second real node, so it runs beside no other test that uses that node
+//! (hack/test.sh's `node 2`).
 //! Run with a cluster up: `hack/controlplane/cluster.sh up`, then
 //! `cargo test -p bosun-testing --test nodes`.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)] // tests: failing loudly is the point
