@@ -325,8 +325,8 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// silent primary: three times their receiver's timeout (5 s).
 const CONFIRM_WINDOW: Duration = Duration::from_secs(15);
 
-/// What the watchdog ([`watch_primaries`]) heard: primaries that stopped answering,
-/// and instances that fenced themselves.
+/// What the watchdog ([`watch_instances`]) heard: Ready instances that stopped
+/// answering, and instances that fenced themselves.
 #[derive(Clone, Debug, Default)]
 pub struct Silences(Arc<std::sync::Mutex<Heard>>);
 
@@ -436,9 +436,9 @@ pub(crate) struct Watched {
 /// `limit` triggers its database's reconcile, which reports it (`status.instances`)
 /// and, for the primary, fails over once the standbys have lost it too ([`ensure`]):
 /// the loss of a node, which Kubernetes declares only after its node monitor's grace
-/// period. An instance that answers that it fenced itself triggers it
-/// too: the reconcile tells it its role, which lifts its fence.
-pub(crate) async fn watch_primaries(
+/// period. An instance that answers that it fenced itself triggers it too: the
+/// reconcile tells it its role, which lifts its fence.
+pub(crate) async fn watch_instances(
     watched: Watched,
     silences: Silences,
     limit: Duration,

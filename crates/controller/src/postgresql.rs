@@ -98,7 +98,7 @@ struct Children {
     backups: Owned<Backup>,
     pods: Owned<Pod>,
     jobs: Owned<Job>,
-    /// Primaries that stopped answering (the watchdog's, [`failover::watch_primaries`]).
+    /// What the watchdog heard ([`failover::watch_instances`]): silent and fenced instances.
     silences: failover::Silences,
 }
 
@@ -132,7 +132,7 @@ pub async fn run(
     let ctrl = wiring::triggered_by::<PostgreSQL, Pod>(CONTROLLER, ctrl, &ctx, silent_pods, instance_of);
     let limit = ctx.settings.postgres.unanswered_failover;
     let watched = failover::Watched { databases: ctrl.store(), pods: pods.clone(), secrets: secrets.clone() };
-    let watchdog = tokio::spawn(failover::watch_primaries(watched, silences.clone(), limit, silent));
+    let watchdog = tokio::spawn(failover::watch_instances(watched, silences.clone(), limit, silent));
     let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs, silences };
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;
