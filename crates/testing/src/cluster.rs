@@ -88,10 +88,18 @@ pub struct NodeGuard(pub &'static str);
 
 impl Drop for NodeGuard {
     fn drop(&mut self) {
-        for action in [NodeAction::Heal, NodeAction::Start] {
-            if let Err(e) = break_node(action, self.0) {
-                eprintln!("mending {} ({action:?}) failed: {e:#}", self.0);
+        // On a thread of its own: the supervisor's code runs a runtime of its own, which
+        // cannot start on the test's runtime thread this drop may run on.
+        let name = self.0;
+        let mend = std::thread::spawn(move || {
+            for action in [NodeAction::Heal, NodeAction::Start] {
+                if let Err(e) = break_node(action, name) {
+                    eprintln!("mending {name} ({action:?}) failed: {e:#}");
+                }
             }
+        });
+        if mend.join().is_err() {
+            eprintln!("mending {name} panicked");
         }
     }
 }
