@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use bosun_api::postgresql::PostgreSQL;
 use bosun_controller::instances::{AskError, Instances, Target};
+use bosun_instance::fence::{Heartbeat, read_terms, terms_path};
 use bosun_resources::instances::{self as credentials, Access};
 
 const BIN: &str = "/usr/lib/postgresql/15/bin";
@@ -456,6 +457,22 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert!(standby.standby_signal && !standby.analyze_pending && standby.data_major.as_deref() == Some("15"));
     let shown = serde_json::to_string(&primary).unwrap();
     assert!(!shown.contains(PASSWORD) && !shown.contains(REPLICATION_PASSWORD), "no password in a status");
+    // bosun's heartbeat: its terms are kept beside the data directory; then bosun goes
+    // silent, and the standby's replies (read from the real pg_stat_replication) keep
+    // the primary serving past the fencing time.
+    let terms = Heartbeat { standbys: 1, fence_after_ms: 3000 };
+    let answer = block_on(api.heartbeat(&name_a, &terms, ASK)).unwrap();
+    assert!(!answer.fenced, "{answer:?}");
+    assert_eq!(read_terms(&terms_path(&a_data)), Some(terms));
+    std::thread::sleep(Duration::from_secs(6));
+    let log = std::fs::read_to_string(&a.log).unwrap();
+    assert_eq!(in_recovery(pa), "f", "a primary whose standby replies does not fence itself:\n{log}");
+    assert!(!block_on(api.status(&name_a, ASK)).unwrap().fenced);
+    // The rest of this test has no bosun, and stops each instance in turn: terms
+    // without standbys, as bosun gives a database of one instance, never fence.
+    let alone = Heartbeat { standbys: 0, fence_after_ms: 3000 };
+    block_on(api.heartbeat(&name_a, &alone, ASK)).unwrap();
+    assert_eq!(read_terms(&terms_path(&a_data)), Some(alone));
     // Callers without the token, or that do not trust the database's CA, get nothing
     // and change nothing; a malformed request is refused with a message.
     let wrong = Access { token: "guessed".into(), ..access.clone() };

@@ -53,19 +53,24 @@ pub struct HeartbeatAnswer {
 }
 
 /// The fencing time bosun gives instances when it fails a primary over after `limit`
-/// without an answer: the limit less two heartbeat periods (the last heartbeat the
-/// primary heard may be one period older than bosun's first unanswered one, and the
-/// fence itself needs a moment), never less than half the limit.
+/// without an answer: the limit less one and a half heartbeat periods, never less than
+/// half the limit. bosun counts its silence from its first unanswered heartbeat, at
+/// the earliest when the cut came, and then waits the whole limit (and for the
+/// standbys to lose the primary); the primary counts from the last heartbeat it heard,
+/// at the latest when the cut came, and stops within a look (200 ms) of its time.
 pub fn fence_after(limit: Duration, heartbeat_every: Duration) -> Duration {
-    limit.saturating_sub(2 * heartbeat_every).max(limit / 2)
+    limit.saturating_sub(heartbeat_every * 3 / 2).max(limit / 2)
 }
 
-/// How long bosun may be silent before the standbys' replies are looked at (a third
-/// of the fencing time when that is shorter).
-pub const WATCH_AFTER: Duration = Duration::from_secs(1);
-/// How often they are looked at while it is (a sixth of the fencing time when that is
-/// shorter).
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+/// How long bosun may be silent before the standbys' replies are looked at: one and a
+/// half heartbeats, so that a heartbeat a little late starts nothing (a third of the
+/// fencing time when that is shorter).
+pub const WATCH_AFTER: Duration = Duration::from_millis(1500);
+/// How often they are looked at while it is: at each of the manager's looks (an
+/// eighth of the fencing time when that is shorter). A standby replies each second,
+/// so one that still hears the primary is seen within 1.2 s of the first look: the
+/// fencing time must leave that after the watch starts (it does from about 1.9 s).
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// What is looked at: the standbys' last reply times, all of them (any reply counts).
 pub const REPLIES_SQL: &str =
     "SELECT coalesce(string_agg(reply_time::text, ',' ORDER BY pid), '') FROM pg_stat_replication";
@@ -106,7 +111,7 @@ impl Watch {
         // A short fencing time is watched sooner and closer, so that standbys are
         // always looked at twice before it ends.
         let after = heartbeat.fence_after();
-        let (watch_after, sample_every) = (WATCH_AFTER.min(after / 3), SAMPLE_EVERY.min(after / 6));
+        let (watch_after, sample_every) = (WATCH_AFTER.min(after / 3), SAMPLE_EVERY.min(after / 8));
         if now.saturating_duration_since(bosun) < watch_after {
             // Heard: the next silence starts afresh.
             (self.replies, self.standby_heard, self.sampled) = (None, None, None);
@@ -248,10 +253,10 @@ mod tests {
     }
 
     #[test]
-    fn the_fencing_time_leaves_two_heartbeats_before_bosuns_limit() {
+    fn the_fencing_time_leaves_a_heartbeat_and_a_half_before_bosuns_limit() {
         let every = Duration::from_secs(1);
-        assert_eq!(fence_after(Duration::from_secs(5), every), Duration::from_secs(3));
-        assert_eq!(fence_after(Duration::from_secs(30), every), Duration::from_secs(28));
+        assert_eq!(fence_after(Duration::from_secs(5), every), Duration::from_millis(3500));
+        assert_eq!(fence_after(Duration::from_secs(30), every), Duration::from_millis(28500));
         assert_eq!(fence_after(Duration::from_secs(2), every), Duration::from_secs(1));
     }
 
