@@ -78,6 +78,11 @@ node2=(testing-nodes bosun-node_loss)
 # What places pods on the second real node without breaking it.
 on_node2=(bosun-webapp)
 heavy=(bosun-postgresql bosun-backup bosun-failover bosun-node_loss)
+# Tests at a time inside a binary (libtest runs as many as the machine has cores,
+# here 2): the postgresql binary's tests mostly wait for databases to start, and its
+# fifteen, two at a time, made it the longest binary of all (626 s, its longest test
+# 344 s).
+declare -A threads=([bosun-postgresql]=4)
 # Binaries that never reach the cluster: they may run beside an `alone` one.
 offline=(bosun-backup_runner bosun-backup_runner_faults controller-crd_drift controller-docs_drift
   controller-rbac_drift controller-render runtime-webhook_drift bosun-instance)
@@ -101,7 +106,9 @@ count_running() { local c=0 n; for n in "${!pid_of[@]}"; do c=$((c + 1)); done; 
 start() {
   local name=$1
   began[$name]=$(now)
-  (cd "${dir[$name]}" && exec "${exe[$name]}") >"$logs/$name.log" 2>&1 &
+  local with=()
+  [ -z "${threads[$name]:-}" ] || with=(env "RUST_TEST_THREADS=${threads[$name]}")
+  (cd "${dir[$name]}" && exec "${with[@]}" "${exe[$name]}") >"$logs/$name.log" 2>&1 &
   pid_of[$name]=$!
   log "started $name ($(count_running) running)"
 }

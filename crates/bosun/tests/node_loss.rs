@@ -264,6 +264,10 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         // The standby's node lost instead: no failover, the primary goes on taking
         // writes, and the database reports the standby that does not answer.
         let (primary, standby) = (standby, primary);
+        // Ready in the API too (the kubelet reports it after its probe): only a pod
+        // that looks Ready is reported as not answering.
+        wait_for(&env, "every instance Ready", |db| db.status.as_ref().is_some_and(|s| s.instances.iter().all(|i| i.ready)))
+            .await;
         let last_change = decided(&env).await;
         let at = unix_now();
         on_node(NodeAction::Stop).await;
