@@ -50,8 +50,9 @@ use crate::apply::{delete_as_seen, delete_exactly, merge_into};
 use crate::children::Owned;
 use crate::context::Context;
 use crate::error::Error;
-use crate::instances::{AskError, Instances};
+use crate::instances::{AskError, Connector, Instances};
 use crate::status::update_status;
+use bosun_resources::instances::Access;
 
 /// How long a standby may take to say where it is in the WAL.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -447,11 +448,27 @@ pub(crate) async fn watch_instances(
     let terms_after = bosun_instance::fence::fence_after(limit, PROBE_EVERY);
     let mut tick = tokio::time::interval(PROBE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Each database's TLS connector, made again only when its Secret's access changes.
+    let mut connectors: std::collections::HashMap<PodKey, (Access, Result<Connector, String>)> = Default::default();
     loop {
         tick.tick().await;
-        let rounds = watched.databases.state().into_iter().filter_map(|g| g.0.as_ref().ok().cloned()).map(|db| {
-            let watched = &watched;
-            async move { heartbeat(&db, watched, terms_after).await }
+        let mut kept = std::collections::HashMap::new();
+        let mut databases = Vec::new();
+        for db in watched.databases.state().into_iter().filter_map(|g| g.0.as_ref().ok().cloned()) {
+            let key = (db.namespace().unwrap_or_default(), db.name_any());
+            let secret = watched.secrets.get(&key.0, &bosun_resources::instances::secret_name(&db));
+            let Some(access) = secret.as_deref().and_then(bosun_resources::instances::access) else { continue };
+            let made = match connectors.remove(&key) {
+                Some((seen, made)) if seen == access => made,
+                _ => crate::instances::connector(&access),
+            };
+            databases.push((db, made.clone()));
+            kept.insert(key, (access, made));
+        }
+        connectors = kept;
+        let rounds = databases.into_iter().map(|(db, connector)| {
+            let pods = &watched.pods;
+            async move { heartbeat(&db, pods, connector, terms_after).await }
         });
         let (mut ready, mut fenced) = (Vec::new(), Vec::new());
         for (ready_here, fenced_here) in futures::future::join_all(rounds).await {
@@ -480,28 +497,22 @@ pub(crate) async fn watch_instances(
 /// instances that say they are fenced.
 async fn heartbeat(
     db: &PostgreSQL,
-    watched: &Watched,
+    pods: &Owned<Pod>,
+    connector: Result<Connector, String>,
     fence_after: Duration,
 ) -> (Vec<(Arc<Pod>, bool)>, Vec<Arc<Pod>>) {
-    let ns = db.namespace().unwrap_or_default();
-    let secret = watched.secrets.get(&ns, &bosun_resources::instances::secret_name(db));
-    let Some(access) = secret.as_deref().and_then(bosun_resources::instances::access) else { return (vec![], vec![]) };
-    // A pod on a fake node runs nothing; one of the previous release has no API.
-    let pods: Vec<Arc<Pod>> = instance_pods(db, &watched.pods)
-        .into_iter()
-        .filter(|p| !bosun_resources::pods::simulated(p) && bosun_resources::instances::serves_api(p))
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some())
-        .collect();
-    let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
-    let reach = Instances::new(db, &refs, Some(&access));
+    let mine = instance_pods(db, pods);
+    let refs: Vec<&Pod> = mine.iter().map(|p| p.as_ref()).collect();
+    let reach = Instances::with_connector(db, &refs, connector);
+    let pods: Vec<&Arc<Pod>> =
+        mine.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && reach.reaches(&p.name_any())).collect();
     let terms = bosun_instance::fence::Heartbeat {
         standbys: u32::try_from(db.spec.replicas.saturating_sub(1)).unwrap_or(0),
         fence_after_ms: u64::try_from(fence_after.as_millis()).unwrap_or(u64::MAX),
     };
     let beats = pods.iter().map(|pod| {
         let reach = &reach;
-        async move { (pod.clone(), reach.heartbeat(&pod.name_any(), &terms, PROBE_TIMEOUT).await) }
+        async move { ((*pod).clone(), reach.heartbeat(&pod.name_any(), &terms, PROBE_TIMEOUT).await) }
     });
     let answers = futures::future::join_all(beats).await;
     let ready = answers

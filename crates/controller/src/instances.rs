@@ -60,7 +60,7 @@ pub const DEMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The instances of one database, as bosun reaches them.
 #[derive(Clone)]
 pub struct Instances {
-    connector: Option<(TlsConnector, Arc<String>)>,
+    connector: Option<Connector>,
     why_not: String,
     targets: HashMap<String, Target>,
     /// How long a primary told to step down may take to stop serving (its fast
@@ -78,17 +78,24 @@ impl Instances {
     /// `db`'s instances `pods`, reached with `access` (none: its Secret is not there
     /// yet, and every call is [`AskError::Unreachable`]).
     pub fn new(db: &PostgreSQL, pods: &[&Pod], access: Option<&Access>) -> Instances {
-        // A pod on a fake node runs nothing: asking it would only wait for a timeout; a
-        // pod of the previous release has no API to ask.
-        let targets = pods
-            .iter()
-            .filter(|p| !bosun_resources::pods::simulated(p) && build::serves_api(p))
-            .filter_map(|p| {
-                let ip = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
-                Some((p.name_any(), Target { ip, port: api::PORT, server_name: build::server_name(db, &p.name_any()) }))
-            })
-            .collect();
-        Instances::with_targets(access, targets, || format!("the Secret {} is not there yet", build::secret_name(db)))
+        Instances::with_targets(access, targets(db, pods), || {
+            format!("the Secret {} is not there yet", build::secret_name(db))
+        })
+    }
+
+    /// `db`'s instances `pods`, reached with a connector made before (or why there is
+    /// none): a caller that asks every second keeps it while the Secret stays the same.
+    pub fn with_connector(db: &PostgreSQL, pods: &[&Pod], connector: Result<Connector, String>) -> Instances {
+        let (connector, why_not) = match connector {
+            Ok(c) => (Some(c), String::new()),
+            Err(why) => (None, why),
+        };
+        Instances { connector, why_not, targets: targets(db, pods), demote_timeout: DEMOTE_TIMEOUT }
+    }
+
+    /// Whether `pod` has an address to be asked at.
+    pub fn reaches(&self, pod: &str) -> bool {
+        self.targets.contains_key(pod)
     }
 
     /// Instances at `targets` (by name), reached with `access`.
@@ -154,8 +161,23 @@ impl Instances {
     }
 }
 
+/// `pods`' addresses and certificate names. A pod on a fake node runs nothing: asking
+/// it would only wait for a timeout; a pod of the previous release has no API to ask.
+fn targets(db: &PostgreSQL, pods: &[&Pod]) -> HashMap<String, Target> {
+    pods.iter()
+        .filter(|p| !bosun_resources::pods::simulated(p) && build::serves_api(p))
+        .filter_map(|p| {
+            let ip = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+            Some((p.name_any(), Target { ip, port: api::PORT, server_name: build::server_name(db, &p.name_any()) }))
+        })
+        .collect()
+}
+
+/// A TLS connector and the token to send with it.
+pub type Connector = (TlsConnector, Arc<String>);
+
 /// A TLS connector that trusts `access`'s CAs only, and its token.
-pub fn connector(access: &Access) -> Result<(TlsConnector, Arc<String>), String> {
+pub fn connector(access: &Access) -> Result<Connector, String> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(access.ca_bundle.as_bytes()) {
         let cert = cert.map_err(|e| format!("the instance Secret's CA: {e}"))?;
