@@ -98,6 +98,9 @@ fi
 by_time() { local n; for n in "$@"; do echo "${took[$n]:-30} $n"; done | sort -rn | cut -d' ' -f2; }
 
 # --- running ---------------------------------------------------------------------------
+# A test's panic names its line; a backtrace per failure would push the causes of the
+# others out of the summary a reader sees (set BOSUN_TEST_BACKTRACE=1 to have them).
+export RUST_BACKTRACE=${BOSUN_TEST_BACKTRACE:-0}
 declare -A pid_of=() began=()
 failed=()
 : >"$logs/durations.new"
@@ -183,6 +186,15 @@ cargo test --workspace --doc >"$logs/doctests.log" 2>&1 || doc_rc=$?
 if [ "$doc_rc" != 0 ]; then failed+=(doctests); log "FAILED  doctests (log: $logs/doctests.log)"; else log "ok      doctests"; fi
 
 sort -rn "$logs/durations.new" >"$durations"
+# Why each failed, in short, before the long sections: a reader (or CI) that sees only
+# the beginning of what follows still sees every cause.
+if ((${#failed[@]})); then
+  echo
+  echo "=== why, in short ==="
+  for n in "${failed[@]}"; do
+    grep -h -A 3 "panicked at" "$logs/$n.log" | sed "s|^|$n: |" | head -n 40 || true
+  done
+fi
 for n in "${failed[@]}"; do
   echo
   echo "=== $n ($logs/$n.log) ==="
