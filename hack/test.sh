@@ -22,7 +22,8 @@
 #               of them.
 #   the rest    anything, as many at a time as BOSUN_TEST_JOBS.
 # The order: the `alone` ones first (the binaries that need no cluster fill the other
-# lanes meanwhile), then the others; the longest first within each (the times of the
+# lanes meanwhile), then the others, then install, whose images (a release build) are
+# made in the background meanwhile; the longest first within each (the times of the
 # last run, in target/test-logs/durations, else a fixed guess), so the tail is short.
 #
 # Each binary's output goes to target/test-logs/<name>.log; a line per binary says
@@ -49,6 +50,15 @@ cargo test --workspace --no-run --message-format=json-render-diagnostics >"$logs
 log "building the static bosun of the images (hack/static-bosun.sh)"
 BOSUN_STATIC_BIN=$(hack/static-bosun.sh)
 export BOSUN_STATIC_BIN
+# The install tests' images (`make docker-build`: a release build of bosun, minutes of
+# one core; and the previous release's, hack/previous-release.sh) are built in the
+# background, at the lowest priority, while the other tests run: the install binary
+# runs last, once they are there (its own `make docker-build` then finds them fresh).
+log "building the install tests' images in the background (log: $logs/images.log)"
+: >"$logs/images.log"
+(nice -n 19 make -s docker-build && nice -n 19 hack/previous-release.sh) >>"$logs/images.log" 2>&1 &
+images_pid=$!
+images_ready() { ! kill -0 "$images_pid" 2>/dev/null; }
 # name <TAB> executable <TAB> the package's directory (cargo test's working directory)
 python3 - "$logs/build.json" >"$logs/binaries.tsv" <<'EOF'
 import json, os, sys
@@ -142,6 +152,7 @@ heavy_running() { local c=0 n; for n in $(running_names); do is_in "$n" "${heavy
 may_start() { # NAME: whether it may start beside what runs now
   local name=$1 n
   offline_name "$name" && return 0
+  if [ "$name" = bosun-install ] && ! images_ready; then return 1; fi
   for n in $(running_names); do
     offline_name "$n" && continue
     # An `alone` one runs beside nothing that uses the cluster, and the reverse.
@@ -158,11 +169,13 @@ may_start() { # NAME: whether it may start beside what runs now
   return 0
 }
 
-# The `alone` ones first, with the offline ones beside them; then the rest. The
-# longest first within each; whatever may not start yet waits for the next that may.
+# The `alone` ones first, with the offline ones beside them; then the rest; install
+# last (its images). The longest first within each; whatever may not start yet waits
+# for the next that may.
 queue=()
-for n in $(by_time "${alone[@]}"); do [ -z "${exe[$n]:-}" ] || queue+=("$n"); done
+for n in $(by_time "${alone[@]}"); do [ -z "${exe[$n]:-}" ] || [ "$n" = bosun-install ] || queue+=("$n"); done
 for n in $(by_time "${!exe[@]}"); do is_in "$n" "${alone[@]}" || queue+=("$n"); done
+[ -z "${exe[bosun-install]:-}" ] || queue+=(bosun-install)
 while ((${#queue[@]} > 0)); do
   picked=-1
   if (($(count_running) < jobs)); then
@@ -173,11 +186,14 @@ while ((${#queue[@]} > 0)); do
   if ((picked >= 0)); then
     start "${queue[$picked]}"
     queue=("${queue[@]:0:picked}" "${queue[@]:picked+1}")
+  elif (($(count_running) == 0)); then
+    sleep 1 # only install is left, its images still building
   else
     reap
   fi
 done
 while (($(count_running) > 0)); do reap; done
+wait "$images_pid" 2>/dev/null || true
 
 # Doc tests (cargo builds them as it runs them).
 log "doc tests (cargo test --workspace --doc)"
