@@ -37,6 +37,13 @@
 #   localhost/bosun-runner-base:trixie     pg_dump 17, mariadb-dump, zstd, from trixie:
 #                                          the newest clients dump and base-back-up
 #                                          every older server (pg_dump 15 refuses 17)
+#   localhost/pgbouncer:trixie             pgbouncer 1.24 and psql 17 from trixie, for
+#                                          PostgreSQL's pooler (spec.pooler): user
+#                                          postgres (999, the default User), no
+#                                          entrypoint (the pod's command writes the
+#                                          configuration and starts /usr/sbin/pgbouncer,
+#                                          on PATH); no /etc/pgbouncer/pgbouncer.ini
+#                                          or userlist.txt
 #   localhost/bosun-toolbox:bookworm       bosun-base + curl, dig, ip, ping, nc, ps
 #                                          (for probing from inside a pod)
 #   localhost/bosun-distroless:bookworm    no shell, no package manager: glibc,
@@ -45,7 +52,7 @@
 #                                          gcr.io/distroless/cc; the base of the
 #                                          bosun image (the Dockerfile's BASE_IMAGE)
 # All but pause, bosun-distroless and the images of other suites than bookworm
-# (postgres:13, postgres:17, bosun-runner-base) are layered: bosun-base's layer, for the database images
+# (postgres:13, postgres:17, bosun-runner-base, pgbouncer) are layered: bosun-base's layer, for the database images
 # and the runner a shared layer with perl (see `hidden`), then their own. A
 # containerd stores and unpacks a shared layer once, and unpacking (creating
 # files) is what importing mostly costs.
@@ -99,7 +106,7 @@ elapsed() { local us=$(( $(now) - $1 )); printf '%d.%01d' $((us / 1000000)) $((u
 # --- the images ------------------------------------------------------------------
 
 # In build order: an image after the one it is layered on.
-images=(bosun-base bosun-perl pause postgres postgres-13 postgres-17 mariadb redis nginx bosun-runner-base bosun-toolbox bosun-distroless)
+images=(bosun-base bosun-perl pause postgres postgres-13 postgres-17 mariadb redis nginx bosun-runner-base pgbouncer bosun-toolbox bosun-distroless)
 declare -A ref=(
   [pause]=localhost/pause:k8s-$KUBE_VERSION
   [bosun-base]=localhost/bosun-base:bookworm
@@ -111,6 +118,7 @@ declare -A ref=(
   [redis]=localhost/redis:7
   [nginx]=localhost/nginx:bookworm
   [bosun-runner-base]=localhost/bosun-runner-base:trixie
+  [pgbouncer]=localhost/pgbouncer:trixie
   [bosun-toolbox]=localhost/bosun-toolbox:bookworm
   [bosun-distroless]=localhost/bosun-distroless:bookworm
 )
@@ -151,6 +159,7 @@ declare -A packages=(
   [redis]=redis-server
   [nginx]=nginx
   [bosun-runner-base]=postgresql-client-17,mariadb-client,zstd
+  [pgbouncer]=pgbouncer,postgresql-client-17
   [bosun-toolbox]=curl,bind9-dnsutils,iproute2,iputils-ping,netcat-openbsd,procps
   # Extracted only (see rootfs_debian): exactly these, no dependencies, no
   # maintainer scripts; the customize hook does what theirs would have done.
@@ -158,7 +167,7 @@ declare -A packages=(
 )
 # The Debian suite of an image (bookworm unless named here): the one that carries
 # its PostgreSQL major. An image of another suite is a full tree (no base).
-declare -A suite_of=([postgres-13]=bullseye [postgres-17]=trixie [bosun-runner-base]=trixie)
+declare -A suite_of=([postgres-13]=bullseye [postgres-17]=trixie [bosun-runner-base]=trixie [pgbouncer]=trixie)
 # Images whose packages are extracted, not installed: no dpkg, no shell.
 declare -A extract_only=([bosun-distroless]=1)
 # Files packages install that an image leaves out (dpkg path-exclude).
@@ -221,6 +230,11 @@ EOF
  "ExposedPorts": ["80/tcp", "8080/tcp"], "StopSignal": "SIGQUIT"}
 EOF
       ;;
+    pgbouncer) v=$(<"$2/pgbouncer.version"); cat <<EOF
+{"Cmd": ["bash"], "User": "999:999", "WorkingDir": "/",
+ "Env": ["PATH=$path", "PGBOUNCER_VERSION=${v%%-*}"], "ExposedPorts": ["6432/tcp"]}
+EOF
+      ;;
     redis) v=$(<"$2/redis.version"); cat <<EOF
 {"Entrypoint": ["docker-entrypoint.sh"], "Cmd": ["redis-server"], "WorkingDir": "/data",
  "Env": ["PATH=$path", "REDIS_VERSION=${v%%-*}"],
@@ -273,6 +287,8 @@ EOF
       ;;
     mariadb) add_user "$r" mysql 999 /var/lib/mysql /bin/false "MySQL Server" ;;
     redis) add_user "$r" redis 999 /var/lib/redis /usr/sbin/nologin "" ;;
+    # (postgresql-common, which pgbouncer depends on, would add it with the next free id)
+    pgbouncer) add_user "$r" postgres 999 /var/lib/postgresql /bin/bash "PostgreSQL administrator" ;;
   esac
 }
 
@@ -335,6 +351,19 @@ ln -sf /dev/stderr /var/log/nginx/error.log
 chmod 1777 /var/log/nginx /var/lib/nginx
 rm -rf /etc/nginx/sites-enabled /etc/nginx/sites-available
 nginx -t
+EOF
+      ;;
+    pgbouncer)
+      pkg_version "$r" pgbouncer >"$work/pgbouncer.version"
+      in_root "$r" <<'EOF'
+# Nothing uses Debian's sample configuration: the pooler writes its own.
+rm -f /etc/pgbouncer/pgbouncer.ini /etc/pgbouncer/userlist.txt
+mkdir -p /etc/pgbouncer /var/lib/postgresql /run/postgresql /var/log/postgresql
+chown 999:999 /etc/pgbouncer /var/lib/postgresql /run/postgresql /var/log/postgresql
+# As in the postgres images: any uid may create the socket (and log).
+chmod 3777 /run/postgresql
+chmod 1777 /var/log/postgresql
+[ "$(command -v pgbouncer)" = /usr/sbin/pgbouncer ] && command -v psql >/dev/null
 EOF
       ;;
     redis)

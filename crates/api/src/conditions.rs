@@ -194,4 +194,6 @@ pub mod postgresql_types {
     pub const BACKUP_CONFIGURED: &str = "BackupConfigured";
     /// Whether continuous archiving of the WAL works (only with `spec.backup.continuous`).
     pub const WAL_ARCHIVING: &str = "WALArchiving";
+    /// Whether every pooler pod asked for is ready (only with `spec.pooler`).
+    pub const POOLER_READY: &str = "PoolerReady";
 }

@@ -148,6 +148,8 @@ pub struct Continuous {
         .message("spec.bootstrap is immutable: it says how the database was first made; create a new PostgreSQL to recover again"),
     validation = Rule::new("!has(self.spec.enableSuperuserAccess) || self.spec.enableSuperuserAccess || !has(self.spec.backup) || !self.spec.backup.enabled")
         .message("spec.enableSuperuserAccess: false cannot go with spec.backup.enabled: true: the backups (dumps and base backups) connect as the superuser over the network; keep the superuser's access, or turn backups off"),
+    validation = Rule::new("!has(self.spec.pooler) || !has(self.spec.pooler.readOnly) || !self.spec.pooler.readOnly || self.spec.replicas > 1")
+        .message("spec.pooler.readOnly needs spec.replicas of 2 or more: it pools connections to the standbys (the Service <name>-ro), and one instance has none"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -189,7 +191,7 @@ pub struct PostgreSQLSpec {
     /// `<name>-credentials`. A new name makes a new role; the old one is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z_][a-z0-9_]*$"))]
-    #[x_kube(validation = Rule::new("!self.startsWith('pg_') && !(self in ['postgres', 'replicator'])").message("spec.owner must not be postgres or replicator, nor start with pg_: PostgreSQL and bosun keep those names"))]
+    #[x_kube(validation = Rule::new("!self.startsWith('pg_') && !(self in ['postgres', 'replicator', 'bosun_pooler'])").message("spec.owner must not be postgres, replicator or bosun_pooler, nor start with pg_: PostgreSQL and bosun keep those names"))]
     pub owner: Option<String>,
     /// The application's database (default `app`), owned by `spec.owner`; made when it
     /// does not exist, never dropped.
@@ -220,6 +222,69 @@ pub struct PostgreSQLSpec {
     /// they go with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// A connection pooler (PgBouncer) in front of the primary: clients connect to the
+    /// Service `<name>-pooler` (port 5432, TLS, the same roles and passwords), and
+    /// bosun pauses it while the primary changes, so that they wait instead of
+    /// failing. Setting or removing it restarts the instances once (they learn the
+    /// pooler's own role), standbys first, then a switchover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler: Option<Pooler>,
+}
+
+/// `spec.pooler`: PgBouncer instances (a Deployment `<name>-pooler`) behind the
+/// Service `<name>-pooler`, and with `readOnly` a second set (`<name>-pooler-ro`) in
+/// front of the standbys.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pooler {
+    /// How many PgBouncer pods: 1 to 10, default 2 (on different nodes when there are
+    /// enough); a lost one's clients reconnect to the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub instances: Option<i32>,
+    /// `transaction` (default): a server connection is a client's for one transaction
+    /// (session state such as `SET` or prepared statements outside a transaction is not
+    /// kept); `session`: for the client's whole connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PoolMode>,
+    /// Server connections per user and database in each pod (PgBouncer's
+    /// `default_pool_size`): 1 to 1000, default 20. Keep `instances` × this under the
+    /// server's `max_connections` (100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub default_pool_size: Option<i32>,
+    /// Client connections each pod accepts (`max_client_conn`): 1 to 100000, default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_client_connections: Option<i32>,
+    /// Also pool connections to the standbys, behind `<name>-pooler-ro` (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// The longest a change of primary may keep the pooler's clients waiting, e.g. `10s`
+    /// (the default): past it, the pooler lets them through again on its own and bosun
+    /// reports it with a Warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 16), regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    pub max_pause: Option<String>,
+}
+
+/// `spec.pooler.mode`: how long a server connection is a client's.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PoolMode {
+    #[default]
+    Transaction,
+    Session,
+}
+
+impl PoolMode {
+    /// PgBouncer's word for it (`pool_mode`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::Transaction => "transaction",
+            PoolMode::Session => "session",
+        }
+    }
 }
 
 /// `spec.affinity`: the instances kept apart, so that losing one node loses one instance.
@@ -412,6 +477,9 @@ pub struct PostgreSQLStatus {
     /// Each instance: its node, its role and whether it is ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceStatus>,
+    /// The pooler (`spec.pooler`), as its Deployments report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler: Option<PoolerStatus>,
     #[serde(default)]
     #[x_kube(merge_strategy = kube::core::ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -442,6 +510,19 @@ pub struct InstanceStatus {
     /// period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unanswered_since: Option<String>,
+}
+
+/// `status.pooler`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolerStatus {
+    /// Where the pooler's clients connect: `<name>-pooler.<namespace>.svc:5432`.
+    pub endpoint: String,
+    /// Its pods ready to serve (of `spec.pooler.instances`).
+    pub ready_instances: i32,
+    /// With `readOnly`: the standbys' pooler pods ready to serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_ready_instances: Option<i32>,
 }
 
 /// `status.serverCertificate`.

@@ -69,6 +69,9 @@ enum Command {
     /// PostgreSQL's instance manager: the first process of a database pod, which runs
     /// the server (the command after `--`) in the role bosun gives the instance.
     Instance(Box<bosun_instance::InstanceArgs>),
+    /// PostgreSQL's pooler: the first process of a pooler pod (`spec.pooler`), which
+    /// runs PgBouncer and pauses it while the primary changes.
+    Pooler(Box<bosun_instance::pooler::PoolerArgs>),
     /// A major upgrade of a PostgreSQL's data with pg_upgrade --link (the upgrade
     /// Job's containers: `copy` in the old major's image, `run` in the new one's).
     #[command(subcommand)]
@@ -154,6 +157,11 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             // One thread: it waits on a server, a few files and a few programs.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             return Ok(runtime.block_on(bosun_instance::run(&args)));
+        }
+        Command::Pooler(args) => {
+            init_logging(cli.log_format);
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            return Ok(runtime.block_on(bosun_instance::pooler::run(*args)));
         }
         Command::Upgrade(command) => {
             init_logging(cli.log_format);

@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The spec's example, verbatim.
@@ -1705,6 +1705,154 @@ async fn instances_are_kept_on_different_nodes_and_the_status_says_where() {
             .await;
         let message = condition(&db, "Ready").unwrap().message.clone();
         assert!(message.contains("anti-affinity"), "{message}\n{}", bosun.log_tail(20));
+    })
+    .await;
+}
+
+/// Run `sql` with psql in a pod of its own as the application's role (`test-db-app`),
+/// through `host`, with libpq's `sslmode` (verifying with `test-db-ca`); returns
+/// (succeeded, output). `user` and `database` stand in for the Secret's when given.
+async fn app_client(env: &Env, name: &str, host: &str, sql: &str, sslmode: &str, user: Option<&str>) -> (bool, String) {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
+    let user = match user {
+        Some(u) => json!({"name": "PGUSER", "value": u}),
+        None => json!({"name": "PGUSER", "valueFrom": secret("username")}),
+    };
+    let env_vars = [
+        json!({"name": "PGHOST", "value": host}),
+        user,
+        json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
+        json!({"name": "PGDATABASE", "valueFrom": secret("dbname")}),
+        json!({"name": "PGCONNECT_TIMEOUT", "value": "5"}),
+        json!({"name": "PGSSLMODE", "value": sslmode}),
+    ];
+    let pod = psql_pod(name, &["sh", "-c", WAIT_THEN_PSQL, sql], &env_vars);
+    env.apply(&pod).await;
+    let done = env
+        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .await;
+    let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
+    let (_, out) = env.kubectl(&["logs", name]);
+    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
+    (ok, out.trim().to_owned())
+}
+
+#[tokio::test]
+async fn the_pooler_serves_the_application_over_tls_and_refuses_what_it_must() {
+    e2e("postgresql-pooler", |env| async move {
+        env.use_real_node().await;
+        let bosun = env.start_bosun(REAL_NODE).await;
+        let spec =
+            r#"{version: "14", storage: 1Gi, replicas: 2, pooler: {instances: 2, defaultPoolSize: 5, readOnly: true}}"#;
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace(r#"{version: "14", storage: 1Gi, replicas: 1}"#, spec));
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let pooled = is("PoolerReady", "True", "AllReplicasReady");
+        let db = env.wait_for_within::<PostgreSQL>("test-db", "PoolerReady", Duration::from_secs(180), pooled).await;
+        let pooler = db.status.as_ref().and_then(|s| s.pooler.clone()).expect("status.pooler");
+        assert_eq!((pooler.ready_instances, pooler.read_only_ready_instances), (2, Some(2)), "{pooler:?}");
+        assert_eq!(pooler.endpoint, format!("test-db-pooler.{}.svc:5432", env.ns));
+
+        // The application writes through the pooler, verifying its certificate (the
+        // database's own, which names the pooler's Service), over TLS 1.3 both ways.
+        let write = "CREATE TABLE t (v text); INSERT INTO t VALUES ('pooled'); \
+                     SELECT ssl || ' ' || version FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+        let (ok, out) = app_client(&env, "through-pooler", "test-db-pooler", write, "verify-full", None).await;
+        assert!(ok, "the application could not write through the pooler: {out}\n{}", bosun.log_tail(30));
+        assert_eq!(out.lines().last(), Some("true TLSv1.3"), "the pooler's own connection to the server: {out}");
+        // The standbys' pooler reads what the primary wrote, from a standby.
+        let read = "SELECT v || ' ' || pg_is_in_recovery() FROM t";
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, out) = app_client(&env, "through-pooler-ro", "test-db-pooler-ro", read, "verify-full", None).await;
+            if ok && out == "pooled true" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no read through the standbys' pooler: {out}");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+
+        // What it refuses: a client without TLS, the superuser, the lookup role, the
+        // console from the network.
+        let (ok, out) = app_client(&env, "no-tls", "test-db-pooler", "SELECT 1", "disable", None).await;
+        assert!(!ok, "a client without TLS got through: {out}");
+        for (name, user, database) in [
+            ("as-superuser", "postgres", None),
+            ("as-lookup", "bosun_pooler", None),
+            ("console", "app", Some("pgbouncer")),
+        ] {
+            let sql = match database {
+                Some(db) => format!("\\c {db}\nSHOW POOLS"),
+                None => "SELECT 1".to_owned(),
+            };
+            let (ok, out) = app_client(&env, name, "test-db-pooler", &sql, "verify-full", Some(user)).await;
+            assert!(!ok, "{name} got through the pooler: {out}");
+        }
+
+        // Its statistics, for Prometheus, from its pods' API (no token: no secret in
+        // them); PgBouncer totals them every few seconds.
+        let pods =
+            env.api::<Pod>().list(&ListParams::default().labels("database.example.com/pooler=rw")).await.unwrap();
+        let ips: Vec<String> = pods.items.iter().filter_map(|p| p.status.as_ref()?.pod_ip.clone()).collect();
+        assert_eq!(ips.len(), 2, "{ips:?}");
+        let script: Vec<String> =
+            ips.iter().map(|ip| format!("curl -sfk --retry 3 https://{ip}:8000/metrics")).collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let name = format!("scrape-{attempt}");
+            let probe = serde_json::from_value::<Pod>(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "curl", "image": images::TOOLBOX, "imagePullPolicy": "IfNotPresent",
+                                         "command": ["sh", "-c", script.join(" && ")]}]},
+            }))
+            .unwrap();
+            env.apply(&probe).await;
+            env.wait_pod(&name, "finished", Duration::from_secs(60), |p| {
+                matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+            })
+            .await;
+            let (_, metrics) = env.kubectl(&["logs", &name]);
+            assert_eq!(metrics.matches("bosun_pooler_paused 0\n").count(), 2, "each pod's metrics:\n{metrics}");
+            let xacts: f64 = metrics
+                .lines()
+                .filter_map(|l| l.strip_prefix("pgbouncer_stats_total_xact_count{database=\"app\"} "))
+                .filter_map(|v| v.parse::<f64>().ok())
+                .sum();
+            if xacts >= 1.0 && metrics.contains("pgbouncer_pools_cl_active{database=\"app\",user=\"app\"}") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no transaction of the application counted:\n{metrics}");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+
+        // Careless input is refused at apply time, naming the field; the pooler runs on.
+        for (bad, field) in [
+            ("pooler: {mode: statement}", "spec.pooler.mode"),
+            ("pooler: {defaultPoolSize: 0}", "spec.pooler.defaultPoolSize"),
+            ("pooler: {instances: 11}", "spec.pooler.instances"),
+            ("pooler: {maxPause: soon}", "spec.pooler.maxPause"),
+        ] {
+            let manifest = TEST_DB.replace(
+                r#"{version: "14", storage: 1Gi, replicas: 1}"#,
+                &format!(r#"{{version: "14", storage: 1Gi, replicas: 2, {bad}}}"#),
+            );
+            let (ok, out) = env.kubectl_apply(&manifest);
+            assert!(!ok && out.contains(field), "{bad} was not refused naming {field}: {out}");
+        }
+        let one = TEST_DB.replace(
+            r#"{version: "14", storage: 1Gi, replicas: 1}"#,
+            r#"{version: "14", storage: 1Gi, replicas: 1, pooler: {readOnly: true}}"#,
+        );
+        let (ok, out) = env.kubectl_apply(&one);
+        assert!(!ok && out.contains("spec.pooler.readOnly"), "{out}");
+        let (ok, out) =
+            app_client(&env, "after-refusals", "test-db-pooler", "SELECT v FROM t", "verify-full", None).await;
+        assert!(ok && out == "pooled", "{out}");
     })
     .await;
 }

@@ -35,6 +35,7 @@ pub mod metrics;
 #[cfg(test)]
 mod mock;
 pub mod permissions;
+pub mod pooler;
 pub mod postgresql;
 pub mod queue;
 pub mod rbac;

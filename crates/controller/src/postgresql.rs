@@ -31,7 +31,7 @@ use bosun_resources::provided;
 use bosun_resources::upgrade::{Plan, data_version, plan};
 use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::runtime::reflector::ObjectRef;
@@ -47,6 +47,7 @@ use crate::instances::Instances;
 use crate::kinds::{Served, Type};
 use crate::metrics::Gauges;
 use crate::permissions::{self, Permission};
+use crate::pooler;
 use crate::status::update_status;
 use crate::upgrade::{self, Running};
 use crate::wiring::{self, Outcome};
@@ -66,6 +67,9 @@ pub const PERMISSIONS: &[Permission] = &{
         b,
         c,
         Permission::new("apps", "statefulsets", permissions::OWN),
+        // The pooler's (spec.pooler), and deleted when it goes.
+        Permission::new("apps", "deployments", permissions::OWN),
+        Permission::new("apps", "deployments", &["delete"]),
         Permission::new("", "services", permissions::OWN),
         Permission::new("backup.example.com", "backups", permissions::OWN),
         // A Backup when backups are turned off; the `-ro` Service when one instance is left.
@@ -92,6 +96,7 @@ pub const PERMISSIONS: &[Permission] = &{
 #[derive(Clone, Debug)]
 struct Children {
     statefulsets: Owned<StatefulSet>,
+    deployments: Owned<Deployment>,
     services: Owned<Service>,
     secrets: Owned<Secret>,
     claims: Owned<PersistentVolumeClaim>,
@@ -121,6 +126,7 @@ pub async fn run(
     let ctrl = wiring::controller_for::<PostgreSQL>(CONTROLLER, &ctx, ns);
     tokio::spawn(gauges(&ctx).export(ctrl.store()));
     let (statefulsets, ctrl) = watched(&ctx, ns, ctrl);
+    let (deployments, ctrl) = watched(&ctx, ns, ctrl);
     let (services, ctrl) = watched(&ctx, ns, ctrl);
     let (secrets, ctrl) = watched(&ctx, ns, ctrl);
     let (claims, ctrl) = watched(&ctx, ns, ctrl);
@@ -133,7 +139,7 @@ pub async fn run(
     let limit = ctx.settings.postgres.unanswered_failover;
     let watched = failover::Watched { databases: ctrl.store(), pods: pods.clone(), secrets: secrets.clone() };
     let watchdog = tokio::spawn(failover::watch_instances(watched, silences.clone(), limit, silent));
-    let children = Children { statefulsets, services, secrets, claims, backups, pods, jobs, silences };
+    let children = Children { statefulsets, deployments, services, secrets, claims, backups, pods, jobs, silences };
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |db, ctx| reconcile(db, ctx, children.clone()))
         .await;
     watchdog.abort();
@@ -209,6 +215,17 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             Err(err) => return Err(err),
         },
     };
+    let pooler = match &refusal {
+        Some(_) => None,
+        None => {
+            let caches = pooler::Caches {
+                deployments: &children.deployments,
+                services: &children.services,
+                secrets: &children.secrets,
+            };
+            pooler::serve(db, &ctx, caches).await?
+        }
+    };
     let simulated = instances.iter().find(|p| bosun_resources::pods::simulated(p)).map(|p| p.name_any());
     let primary_says = match &primary {
         Some(p) if asks_primary(db, simulated.as_deref()) => ask_primary(db, &reach, &children.pods, &p.name).await,
@@ -230,6 +247,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         archiving: archiving.as_ref(),
         upgrade: major.as_ref(),
         server_certificate: certificates.server.as_ref(),
+        pooler: pooler.as_ref(),
         instances: &build::instances_status(instances.iter().map(|p| p.as_ref()), |pod| {
             children.silences.unanswered_since(pod, ctx.settings.postgres.unanswered_failover)
         }),
@@ -647,6 +665,7 @@ mod tests {
     fn children(statefulsets: Vec<StatefulSet>) -> Children {
         Children {
             statefulsets: mock::cache(statefulsets),
+            deployments: mock::cache([]),
             services: mock::cache([]),
             secrets: mock::cache([]),
             claims: mock::cache([]),

@@ -186,8 +186,22 @@ pub struct Api {
     pub shared: Arc<Shared>,
 }
 
-/// Serve the API on `listener` with the files in `dir` until `stop`.
-pub async fn serve(listener: TcpListener, dir: PathBuf, api: Arc<Api>, stop: CancellationToken) {
+/// What answers an API's requests (the instance's, the pooler's): the probes' paths
+/// without the token, the rest only with it ([`Handler::handle`] checks, with
+/// [`unauthorized`]).
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, token: &str, req: Request<Incoming>) -> impl std::future::Future<Output = Reply> + Send;
+}
+
+impl Handler for Api {
+    async fn handle(&self, token: &str, req: Request<Incoming>) -> Reply {
+        handle(self, token, req).await
+    }
+}
+
+/// Serve `api` on `listener` with the files in `dir` (certificate, key, token) until
+/// `stop`.
+pub async fn serve<H: Handler>(listener: TcpListener, dir: PathBuf, api: Arc<H>, stop: CancellationToken) {
     let credentials = Arc::new(Credentials { dir, loaded: Mutex::new(None) });
     let mut said = false;
     loop {
@@ -217,7 +231,7 @@ pub async fn serve(listener: TcpListener, dir: PathBuf, api: Arc<Api>, stop: Can
             };
             let service = hyper::service::service_fn(move |req| {
                 let (api, token) = (api.clone(), token.clone());
-                async move { Ok::<_, Infallible>(handle(&api, &token, req).await) }
+                async move { Ok::<_, Infallible>(api.handle(&token, req).await) }
             });
             if let Err(err) =
                 hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await
@@ -228,15 +242,15 @@ pub async fn serve(listener: TcpListener, dir: PathBuf, api: Arc<Api>, stop: Can
     }
 }
 
-type Reply = Response<Full<Bytes>>;
+pub type Reply = Response<Full<Bytes>>;
 
-fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
+pub fn reply(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response
 }
 
-fn json(value: &impl Serialize) -> Reply {
+pub fn json(value: &impl Serialize) -> Reply {
     let mut response = reply(StatusCode::OK, serde_json::to_vec(value).unwrap_or_default());
     response
         .headers_mut()
@@ -248,6 +262,17 @@ fn json(value: &impl Serialize) -> Reply {
 pub fn authorized(header: Option<&[u8]>, token: &str) -> bool {
     let Some(given) = header.and_then(|h| h.strip_prefix(b"Bearer ")) else { return false };
     given.len() == token.len() && given.iter().zip(token.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The reply that refuses `req` when it does not carry `token`; `None` when it does.
+pub fn unauthorized<B>(req: &Request<B>, token: &str) -> Option<Reply> {
+    let header = req.headers().get(hyper::header::AUTHORIZATION).map(|h| h.as_bytes());
+    if authorized(header, token) {
+        return None;
+    }
+    let mut response = reply(StatusCode::UNAUTHORIZED, "a bearer token from the instance Secret is required\n");
+    response.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+    Some(response)
 }
 
 /// The largest request body read.
@@ -266,13 +291,8 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
             _ => {}
         }
     }
-    let header = req.headers().get(hyper::header::AUTHORIZATION).map(|h| h.as_bytes());
-    if !authorized(header, token) {
-        let mut response = reply(StatusCode::UNAUTHORIZED, "a bearer token from the instance Secret is required\n");
-        response
-            .headers_mut()
-            .insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
-        return response;
+    if let Some(refused) = unauthorized(&req, token) {
+        return refused;
     }
     let (method, path) = (req.method().clone(), req.uri().path().to_owned());
     match (method, path.as_str()) {
@@ -330,7 +350,7 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
 }
 
 /// A request's JSON body (at most [`MAX_BODY`]), or the reply that refuses it.
-async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Reply> {
+pub async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, Reply> {
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) => return Err(reply(StatusCode::BAD_REQUEST, format!("the body could not be read: {e}\n"))),
@@ -338,7 +358,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
     serde_json::from_slice(&body).map_err(|e| reply(StatusCode::BAD_REQUEST, format!("the body does not parse: {e}\n")))
 }
 
-fn health(ok: bool) -> Reply {
+pub fn health(ok: bool) -> Reply {
     if ok {
         reply(StatusCode::OK, "ok\n")
     } else {

@@ -24,6 +24,7 @@ pub mod data;
 pub mod fence;
 pub mod manager;
 pub mod ping;
+pub mod pooler;
 pub mod role;
 pub mod scram;
 pub mod settings;

@@ -24,6 +24,10 @@ pub mod env {
     pub const APP_USER: &str = "BOSUN_APP_USER";
     pub const APP_DATABASE: &str = "BOSUN_APP_DATABASE";
     pub const APP_PASSWORD_FILE: &str = "app-password";
+    /// The pooler's role's password (`spec.pooler`), in the credentials directory:
+    /// with it, the primary keeps the role [`crate::pooler::AUTH_USER`] and the
+    /// function the pooler looks passwords up with.
+    pub const POOLER_PASSWORD_FILE: &str = "pooler-password";
     /// The replication role's name and password (the Secret's; no password: no role).
     pub const REPLICATION_USER: &str = "REPLICATION_USER";
     pub const REPLICATION_PASSWORD: &str = "REPLICATION_PASSWORD";
@@ -214,6 +218,11 @@ impl InstanceArgs {
     pub fn application(&self) -> Option<(&str, &str, String)> {
         let (user, database) = (self.app_user.as_deref()?, self.app_database.as_deref()?);
         Some((user, database, self.credential(env::APP_PASSWORD_FILE)?))
+    }
+
+    /// The pooler's role's password, when the database has a pooler.
+    pub fn pooler_password(&self) -> Option<String> {
+        self.credential(env::POOLER_PASSWORD_FILE)
     }
 
     /// The replication password, when there is one.

@@ -99,6 +99,9 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
             literal(user)
         ));
     }
+    if let Some(password) = args.pooler_password() {
+        sql.push_str(&pooler_sql(&args.superuser, &hashed(&password)));
+    }
     // The application's role, and its database (made once, never dropped; one that
     // exists keeps its owner).
     if let Some((user, database, password)) = args.application() {
@@ -115,6 +118,33 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
         ));
     }
     sql
+}
+
+/// The pooler's role (`spec.pooler`) with its password (`hashed`, a quoted literal),
+/// and the one thing it may do: look up, through a function that runs as the
+/// superuser, the password verifier of a role that logs in through the pooler, so
+/// that PgBouncer checks clients against the database's own roles (`auth_query`)
+/// without a copy of their passwords. Superusers and replication roles are not
+/// looked up: they do not log in through the pooler. In the database `postgres`
+/// (PgBouncer's `auth_dbname`), where the setup runs.
+fn pooler_sql(superuser: &str, hashed: &str) -> String {
+    use crate::pooler::{AUTH_SCHEMA, AUTH_USER, LOOKUP_FUNCTION};
+    let user = ident(AUTH_USER);
+    format!(
+        "SELECT format('CREATE ROLE %I', {role}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {role}) \\gexec\n\
+         ALTER ROLE {user} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD {hashed};\n\
+         CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {owner};\n\
+         CREATE OR REPLACE FUNCTION {schema}.{function}(i_username text, OUT usename name, OUT passwd text) \
+         RETURNS record LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog AS \
+         $$SELECT usename, passwd FROM pg_catalog.pg_shadow WHERE usename = i_username AND NOT usesuper AND NOT userepl$$;\n\
+         REVOKE ALL ON FUNCTION {schema}.{function}(text) FROM PUBLIC;\n\
+         GRANT USAGE ON SCHEMA {schema} TO {user};\n\
+         GRANT EXECUTE ON FUNCTION {schema}.{function}(text) TO {user};\n",
+        role = literal(AUTH_USER),
+        schema = ident(AUTH_SCHEMA),
+        function = ident(LOOKUP_FUNCTION),
+        owner = ident(superuser),
+    )
 }
 
 /// After a major upgrade (pg_upgrade carries no planner statistics): the indexes of
@@ -212,6 +242,20 @@ mod tests {
         argv.extend(extra);
         argv.extend(["--", "postgres"]);
         crate::settings::tests::parse(argv)
+    }
+
+    #[test]
+    fn a_pooler_password_gives_the_pooler_its_role_and_its_one_lookup() {
+        let dir = crate::role::tests::temp_dir("pooler-password");
+        let dirs = dir.to_str().unwrap().to_owned();
+        std::fs::write(dir.join(crate::settings::env::POOLER_PASSWORD_FILE), "p'w").unwrap();
+        let sql = roles_sql(&args(&["--password", "su", "--credentials-dir", &dirs]));
+        assert!(sql.contains(r#"ALTER ROLE "bosun_pooler" WITH LOGIN NOSUPERUSER"#), "{sql}");
+        assert!(sql.contains("SECURITY DEFINER SET search_path = pg_catalog"), "{sql}");
+        assert!(sql.contains("AND NOT usesuper AND NOT userepl"), "{sql}");
+        assert!(sql.contains(r#"REVOKE ALL ON FUNCTION "bosun_pooler"."lookup"(text) FROM PUBLIC"#), "{sql}");
+        assert!(!sql.contains("p'w"), "the password goes as its verifier: {sql}");
+        assert!(!roles_sql(&args(&["--password", "su"])).contains("bosun_pooler"));
     }
 
     #[test]

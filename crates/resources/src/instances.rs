@@ -50,6 +50,9 @@ pub fn names(db: &PostgreSQL) -> Vec<String> {
         names.extend([format!("{service}.{ns}.svc"), format!("{service}.{ns}.svc.cluster.local"), service]);
     }
     names.extend([format!("*.{headless}.{ns}.svc"), format!("*.{headless}.{ns}.svc.cluster.local")]);
+    // The pooler's Services (`spec.pooler`): its pods serve clients and bosun with
+    // this certificate too.
+    names.extend(crate::postgresql::pooler_names(db));
     names
 }
 

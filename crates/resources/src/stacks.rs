@@ -298,6 +298,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
             affinity: None,
             enable_superuser_access: None,
             deletion_policy: None,
+            pooler: None,
         },
     );
     pg.metadata = meta(owner, plan, plan.database_name(), DATABASE_COMPONENT);

@@ -85,6 +85,11 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_POSTGRES_IMAGE", default_value = bosun_controller::settings::DEFAULT_POSTGRES_IMAGE)]
     pub postgres_image: String,
 
+    /// The image of PostgreSQL's pooler pods (`spec.pooler`): PgBouncer 1.21 or later
+    /// and psql on PATH, run by the `bosun` the runner image puts in.
+    #[arg(long, env = "BOSUN_POOLER_IMAGE", default_value = bosun_resources::postgresql::DEFAULT_POOLER_IMAGE)]
+    pub pooler_image: String,
+
     /// Validity of each PostgreSQL's server certificate (its clients' TLS, its
     /// instances' API), and how long before expiry it is renewed.
     #[arg(long, env = "BOSUN_POSTGRES_CERT_VALIDITY", default_value = "2160h", value_parser = parse_duration)]

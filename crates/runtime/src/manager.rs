@@ -74,6 +74,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let mut ctx = Context::new(client.clone(), &identity, metrics);
     ctx.settings.runner_image = args.runner_image.clone();
     ctx.settings.postgres.image = args.postgres_image.clone();
+    ctx.settings.postgres.pooler_image = args.pooler_image.clone();
     ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
     ctx.settings.postgres.unanswered_failover = args.postgres_unanswered_failover;
     ctx.settings.postgres.runner_image = args.runner_image.clone();

@@ -44,8 +44,8 @@ use bosun_api::backup::{
 };
 use bosun_api::conditions::{Condition, postgresql_types, reasons, types};
 use bosun_api::postgresql::{
-    AntiAffinityType, DeletionPolicy, InstanceStatus, MajorUpgrade, Phase, PostgreSQL, PostgreSQLStatus, PrimaryChange,
-    Recovery, ServerCertificate, UpgradeStep, Version, WalArchiving,
+    AntiAffinityType, DeletionPolicy, InstanceStatus, MajorUpgrade, Phase, PoolerStatus, PostgreSQL, PostgreSQLStatus,
+    PrimaryChange, Recovery, ServerCertificate, UpgradeStep, Version, WalArchiving,
 };
 use jiff::Timestamp;
 use k8s_openapi::ByteString;
@@ -76,6 +76,7 @@ use crate::quantity;
 mod archiving;
 mod backups;
 mod check;
+mod pooler;
 mod recovery;
 mod secret;
 mod services;
@@ -85,6 +86,7 @@ mod status;
 pub use archiving::*;
 pub use backups::*;
 pub use check::*;
+pub use pooler::*;
 pub use recovery::*;
 pub use secret::*;
 pub use services::*;

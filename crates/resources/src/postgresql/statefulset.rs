@@ -335,6 +335,9 @@ pub struct Settings {
     /// The image whose `bosun` archives WAL, copied into each instance with
     /// continuous archiving (`--runner-image`).
     pub runner_image: String,
+    /// The image of the pooler's pods (`spec.pooler`): PgBouncer and psql
+    /// (`--pooler-image`).
+    pub pooler_image: String,
     /// How long each database's CA and server certificate live, and when they are
     /// replaced (`--postgres-cert-validity` and the others).
     pub certificates: crate::pki::Lifetimes,
@@ -349,6 +352,7 @@ impl Default for Settings {
             image: DEFAULT_IMAGE.to_owned(),
             volume_permissions: false,
             runner_image: crate::backup::DEFAULT_RUNNER_IMAGE.to_owned(),
+            pooler_image: super::DEFAULT_POOLER_IMAGE.to_owned(),
             certificates: crate::pki::Lifetimes::default(),
             unanswered_failover: std::time::Duration::from_secs(5),
         }
@@ -402,10 +406,20 @@ pub(super) fn credentials_volume(db: &PostgreSQL) -> Volume {
     Volume {
         name: CREDENTIALS_VOLUME.to_owned(),
         projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![
-                secret(secret_name(db), superuser),
-                secret(app_secret_name(db), vec![item(keys::PASSWORD, instance::APP_PASSWORD_FILE)]),
-            ]),
+            sources: Some(
+                [
+                    Some(secret(secret_name(db), superuser)),
+                    Some(secret(app_secret_name(db), vec![item(keys::PASSWORD, instance::APP_PASSWORD_FILE)])),
+                    // Only with a pooler: an instance template without it is the one of
+                    // before pools existed, and does not restart the instances.
+                    db.spec.pooler.as_ref().map(|_| {
+                        secret(pooler_secret_name(db), vec![item(POOLER_PASSWORD_KEY, instance::POOLER_PASSWORD_FILE)])
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
             default_mode: Some(0o440),
         }),
         ..Volume::default()

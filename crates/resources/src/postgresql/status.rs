@@ -46,6 +46,8 @@ pub struct Observed<'a> {
     pub server_certificate: Option<&'a ServerCertificate>,
     /// The instances' pods.
     pub instances: &'a [InstanceStatus],
+    /// The pooler, as its Deployments report it ([`pooler_status`]).
+    pub pooler: Option<&'a PoolerStatus>,
 }
 
 /// `status.instances` of `pods` (the database's instances'), by name, each with since
@@ -147,12 +149,18 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
             .cloned()
             .or_else(|| previous_status(db)?.server_certificate.clone()),
         instances: observed.instances.to_vec(),
+        pooler: observed.pooler.cloned(),
         conditions: conditions::merge(
             previous,
-            [Some(ready), Some(backup_configured(db, observed.backup, observed.backup_conflict)), archiving_condition]
-                .into_iter()
-                .flatten()
-                .collect(),
+            [
+                Some(ready),
+                Some(backup_configured(db, observed.backup, observed.backup_conflict)),
+                archiving_condition,
+                pooler_condition(db, observed.pooler),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             generation,
             now,
         ),

@@ -755,3 +755,70 @@ fn the_instances_are_kept_apart_preferred_by_default_required_on_request() {
     let together = db(r#"{version: "14", storage: 1Gi, affinity: {enablePodAntiAffinity: false}}"#);
     assert_eq!(pod_affinity(&together), None);
 }
+
+#[test]
+fn the_pooler_runs_restricted_pods_that_no_instance_selector_takes() {
+    let pooled =
+        db(r#"{version: "15", storage: 1Gi, replicas: 2, pooler: {instances: 3, mode: session, readOnly: true}}"#);
+    assert_eq!(pooler_sides(&pooled), [false, true]);
+    let deployment = desired_pooler_deployment(&pooled, &Settings::default(), false).expect("a Deployment");
+    assert_eq!(deployment.metadata.name.as_deref(), Some("test-db-pooler"));
+    let spec = deployment.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    let pod_labels = spec.template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    // The instances' selector (the StatefulSet's, the Services', the anti-affinity)
+    // must not match a pooler pod.
+    assert!(labels(&pooled).iter().any(|(k, v)| pod_labels.get(k) != Some(v)), "{pod_labels:?}");
+    let pod = spec.template.spec.as_ref().unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(container.command.as_deref(), Some(&[format!("{RUNNER_MOUNT}/bosun"), "pooler".to_owned()][..]));
+    assert_eq!(container.image.as_deref(), Some(DEFAULT_POOLER_IMAGE));
+    let env: BTreeMap<_, _> =
+        container.env.iter().flatten().map(|e| (e.name.as_str(), e.value.clone().unwrap_or_default())).collect();
+    assert_eq!(env[bosun_instance::pooler::env::SERVER_HOST], "test-db.shop.svc");
+    assert_eq!(env[bosun_instance::pooler::env::MODE], "session");
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!((security.read_only_root_filesystem, security.allow_privilege_escalation), (Some(true), Some(false)));
+    assert_eq!(pod.security_context.as_ref().unwrap().run_as_non_root, Some(true));
+    let ro = desired_pooler_deployment(&pooled, &Settings::default(), true).unwrap();
+    let ro_env = ro.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+    assert!(ro_env.iter().any(
+        |e| e.name == bosun_instance::pooler::env::SERVER_HOST && e.value.as_deref() == Some("test-db-ro.shop.svc")
+    ));
+    let service = desired_pooler_service(&pooled, false);
+    assert_eq!(service.spec.unwrap().selector, Some(pooler_labels(&pooled, false)));
+    // The certificate the pooler serves names its Services.
+    let names = crate::instances::names(&pooled);
+    for name in ["test-db-pooler.shop.svc", "test-db-pooler-ro.shop.svc"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(!crate::instances::names(&example()).iter().any(|n| n.contains("pooler")));
+}
+
+#[test]
+fn only_a_database_with_a_pooler_gives_its_instances_the_pooler_password() {
+    let projected = |db: &PostgreSQL| {
+        let sts = desired_statefulset(db, &Settings::default(), None, "d", crate::upgrade::Running::of(db, None));
+        let volumes = sts.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+        let credentials = volumes.into_iter().find(|v| v.projected.is_some()).unwrap();
+        credentials.projected.unwrap().sources.unwrap().len()
+    };
+    // Unchanged without one: a release with pools restarts no database of before.
+    assert_eq!(projected(&example()), 2);
+    assert_eq!(projected(&db(r#"{version: "14", storage: 1Gi, replicas: 1, pooler: {}}"#)), 3);
+}
+
+#[test]
+fn the_pooler_is_ready_when_every_pod_asked_for_is() {
+    let pooled = db(r#"{version: "14", storage: 1Gi, replicas: 2, pooler: {readOnly: true}}"#);
+    let status = |rw: i32, ro: i32| PoolerStatus {
+        endpoint: pooler_endpoint(&pooled),
+        ready_instances: rw,
+        read_only_ready_instances: Some(ro),
+    };
+    let ready = |s: &PoolerStatus| pooler_condition(&pooled, Some(s)).unwrap().status;
+    assert_eq!(ready(&status(2, 2)), "True");
+    assert_eq!(ready(&status(2, 1)), "False");
+    assert_eq!(ready(&status(1, 2)), "False");
+    assert!(pooler_condition(&example(), None).is_none());
+}
