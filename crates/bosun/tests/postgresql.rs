@@ -1830,6 +1830,88 @@ async fn the_pooler_serves_the_application_over_tls_and_refuses_what_it_must() {
             tokio::time::sleep(Duration::from_secs(3)).await;
         }
 
+        // A switchover under load: one client session through the pooler and one
+        // straight to the Service, each committing a row every 50 ms. The pooler's
+        // client waits (its transactions go on against the new primary, on the same
+        // session); the direct one loses its connection.
+        let (ok, out) =
+            app_client(&env, "table-w", "test-db-pooler", "CREATE TABLE w (n int)", "verify-full", None).await;
+        assert!(ok, "{out}");
+        let writer = |name: &str, host: &str| {
+            let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
+            let script = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); \
+                          echo \"INSERT INTO w VALUES ($i) RETURNING n, extract(epoch from clock_timestamp());\"; \
+                          sleep 0.05; done | psql -X -tA -v ON_ERROR_STOP=0 2>&1";
+            psql_pod(
+                name,
+                &["sh", "-c", script],
+                &[
+                    json!({"name": "PGHOST", "value": host}),
+                    json!({"name": "PGUSER", "valueFrom": secret("username")}),
+                    json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
+                    json!({"name": "PGDATABASE", "valueFrom": secret("dbname")}),
+                    json!({"name": "PGSSLMODE", "value": "verify-full"}),
+                ],
+            )
+        };
+        for (name, host) in [("pooled-writer", "test-db-pooler"), ("direct-writer", "test-db")] {
+            env.apply(&writer(name, host)).await;
+            env.wait_pod_ready(name, Duration::from_secs(60)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let before = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        let first = before.status.and_then(|s| s.current_primary).expect("a primary");
+        let to = if first == "test-db-0" { "test-db-1" } else { "test-db-0" };
+        let (ok, out) =
+            env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={to}")]);
+        assert!(ok, "{out}");
+        let switched = |db: &PostgreSQL| {
+            db.status
+                .as_ref()
+                .and_then(|s| s.last_primary_change.as_ref())
+                .is_some_and(|c| c.to == to && c.seconds.is_some())
+        };
+        env.wait_for_within::<PostgreSQL>("test-db", "the switchover", Duration::from_secs(120), switched).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let acked = |log: &str| -> Vec<(i64, f64)> {
+            log.lines()
+                .filter_map(|l| l.split_once('|'))
+                .filter_map(|(n, t)| Some((n.trim().parse().ok()?, t.trim().parse().ok()?)))
+                .collect()
+        };
+        let (_, pooled) = env.kubectl(&["logs", "pooled-writer"]);
+        let (_, direct) = env.kubectl(&["logs", "direct-writer"]);
+        // What is neither a commit's row nor its command tag: psql's errors.
+        let failed = |log: &str| {
+            log.lines().filter(|l| !l.contains('|') && !l.trim().is_empty() && !l.starts_with("INSERT 0 1")).count()
+        };
+        let rows = acked(&pooled);
+        let longest = rows.windows(2).map(|w| w[1].1 - w[0].1).fold(0.0, f64::max);
+        eprintln!(
+            "pooler: switchover {first} → {to}: through the pooler {} commits, {} errors, longest gap {longest:.2} s; \
+             straight to the Service {} commits, {} errors",
+            rows.len(),
+            failed(&pooled),
+            acked(&direct).len(),
+            failed(&direct)
+        );
+        assert_eq!(failed(&pooled), 0, "the pooler's client saw errors:\n{pooled}\n{}", bosun.log_tail(40));
+        assert!(longest <= 3.0, "a transaction through the pooler waited {longest:.2} s");
+        let newest = rows.last().map(|r| r.0).unwrap_or_default();
+        let on_new = app_client(
+            &env,
+            "on-new",
+            "test-db-pooler",
+            &format!("SELECT count(*) FROM w WHERE n = {newest}"),
+            "verify-full",
+            None,
+        )
+        .await;
+        assert_eq!(on_new, (true, "1".to_owned()), "the last pooled commit is on the new primary");
+        let (_, events) =
+            env.kubectl(&["get", "events", "--field-selector", "reason=PoolerPauseExpired", "-o", "name"]);
+        assert!(events.trim().is_empty(), "a pause outlived its bound: {events}");
+
         // Careless input is refused at apply time, naming the field; the pooler runs on.
         for (bad, field) in [
             ("pooler: {mode: statement}", "spec.pooler.mode"),

@@ -620,6 +620,9 @@ async fn change_primary(
     status.current_primary = Some(to.to_owned());
     status.last_primary_change = Some(change.clone());
     update_status(ctx, controller, db, &status).await?;
+    // The pooler's clients wait from here until the new primary serves (a switchover:
+    // once their transactions in flight ended, before the old primary stops).
+    let paused = crate::pooler::pause(db, ctx, reach, kind == Kind::Switchover).await;
     // The pods as labelled so far (this look saw them before).
     let mut current: Vec<Pod> = pods.iter().map(|p| (*p).clone()).collect();
     if kind == Kind::Switchover {
@@ -654,6 +657,9 @@ async fn change_primary(
             undone.last_primary_change = Some(change);
             update_status(ctx, controller, &db, &undone).await?;
             ctx.events.refused(&db.object_ref(&()), "SwitchoverFailed", &note);
+            if let Some(paused) = paused {
+                crate::pooler::resume(&db, ctx, paused).await;
+            }
             return Ok(None);
         }
     }
@@ -675,6 +681,9 @@ async fn change_primary(
     let note = format!("{verb} from {from} to {to} in {seconds:.1}s: {why}");
     ctx.events.primary_changed(&db.object_ref(&()), pod, (reason, warning), note);
     info!(db = %db.name_any(), from, to, why, seconds, "{verb}");
+    if let Some(paused) = paused {
+        crate::pooler::resume(db, ctx, paused).await;
+    }
     Ok(Some(change))
 }
 

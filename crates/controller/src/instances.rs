@@ -137,6 +137,30 @@ impl Instances {
             .map_err(|e| AskError::Unreachable(format!("an answer that does not parse: {e}")))
     }
 
+    /// The same access to other pods of the database (its pooler's): `targets`.
+    pub fn retargeted(&self, targets: HashMap<String, Target>) -> Instances {
+        Instances { targets, ..self.clone() }
+    }
+
+    /// Pause `pod`'s pooler, for `max` at most: `Ok` once it holds (`drain`: once the
+    /// transactions in flight ended too).
+    pub async fn pause_pooler(&self, pod: &str, max: Duration, drain: bool, timeout: Duration) -> Result<(), AskError> {
+        let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        let body = serde_json::to_vec(&bosun_instance::pooler::PauseRequest { max_ms, drain }).unwrap_or_default();
+        self.call(pod, Method::POST, bosun_instance::pooler::paths::PAUSE, Some(body), timeout).await.map(drop)
+    }
+
+    /// Resume `pod`'s pooler (it waits for the read-write Service to reach a primary).
+    pub async fn resume_pooler(
+        &self,
+        pod: &str,
+        timeout: Duration,
+    ) -> Result<bosun_instance::pooler::ResumeAnswer, AskError> {
+        let answer = self.call(pod, Method::POST, bosun_instance::pooler::paths::RESUME, None, timeout).await?;
+        serde_json::from_slice(&answer)
+            .map_err(|e| AskError::Unreachable(format!("an answer that does not parse: {e}")))
+    }
+
     /// Have `pod`'s standby rewind its data on its next start.
     pub async fn rewind_on_start(&self, pod: &str, timeout: Duration) -> Result<(), AskError> {
         self.call(pod, Method::POST, api::paths::REWIND, None, timeout).await.map(drop)

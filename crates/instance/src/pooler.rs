@@ -208,6 +208,8 @@ pub struct Shared {
     pause: Mutex<Option<Pause>>,
     /// Pauses that outlived their bound and were lifted by the pooler itself.
     expired: AtomicU64,
+    /// Whether the last pause was lifted by its bound (answered to the resume).
+    last_expired: std::sync::atomic::AtomicBool,
     /// Pauses asked for, and the longest one (ms).
     pauses: AtomicU64,
     longest_pause_ms: AtomicU64,
@@ -242,6 +244,19 @@ impl Shared {
 pub struct PauseRequest {
     /// The longest the pause may last: past it the pooler resumes on its own.
     pub max_ms: u64,
+    /// Answer once every server connection is released (the transactions in flight
+    /// ended): a switchover stops the old primary only then. Without it the answer
+    /// comes at once (a lost primary's connections may never be released).
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// `/v1/resume`'s answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeAnswer {
+    /// The pause had outlived its bound: the pooler had let clients through on its own.
+    pub expired: bool,
 }
 
 /// `/v1/status`'s answer.
@@ -257,7 +272,7 @@ pub struct PoolerStatus {
 #[derive(Debug)]
 pub struct Pooler {
     pub args: PoolerArgs,
-    pub shared: Shared,
+    pub shared: Arc<Shared>,
 }
 
 impl Pooler {
@@ -309,9 +324,11 @@ impl Pooler {
 
     /// PAUSE, waiting at most `max`: `Ok` once every server connection is released
     /// (in-flight transactions finished); the pause then ends at `max` at the latest.
+    /// New transactions wait from the moment PgBouncer reads the command.
     async fn pause(&self, max: Duration) -> Result<(), String> {
         let started = Instant::now();
         self.shared.pauses.fetch_add(1, Ordering::Relaxed);
+        self.shared.last_expired.store(false, Ordering::Relaxed);
         self.shared.set_pause(Some(Pause { since: started, until: started + max }));
         match self.console("PAUSE", max).await {
             Ok(_) => {
@@ -341,6 +358,7 @@ impl Pooler {
             let ms = pause.since.elapsed().as_millis() as u64;
             if expired {
                 self.shared.expired.fetch_add(1, Ordering::Relaxed);
+                self.shared.last_expired.store(true, Ordering::Relaxed);
                 warn!(paused_ms = ms, "the pause outlived its bound: clients let through without a word from bosun");
             } else {
                 info!(paused_ms = ms, "resumed");
@@ -349,7 +367,7 @@ impl Pooler {
     }
 
     /// Resume once the read-write Service reaches a primary (a standby pooler at once),
-    /// or when the pause's bound comes.
+    /// or when the pause's bound comes; nothing when no pause is in force.
     async fn resume(&self) {
         let files = Files::of(&self.args.api_dir);
         if !self.args.read_only {
@@ -487,16 +505,30 @@ impl api::Handler for Pooler {
                 if self.args.read_only {
                     return reply(StatusCode::NO_CONTENT, "");
                 }
-                match self.pause(Duration::from_millis(asked.max_ms)).await {
-                    Ok(()) => reply(StatusCode::NO_CONTENT, ""),
-                    Err(e) => reply(StatusCode::GATEWAY_TIMEOUT, format!("not paused: {e}\n")),
+                // The pause holds (or fails and is lifted) in the background; with
+                // `drain` the answer waits for it, half the bound at most: a longer
+                // transaction then fails with the old primary, the new ones still wait.
+                let max = Duration::from_millis(asked.max_ms);
+                let pooler = Pooler { args: self.args.clone(), shared: self.shared.clone() };
+                let (done, held) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    let _ = done.send(pooler.pause(max).await);
+                });
+                if !asked.drain {
+                    return reply(StatusCode::ACCEPTED, "");
+                }
+                match tokio::time::timeout(max / 2, held).await {
+                    Ok(Ok(Ok(()))) => reply(StatusCode::NO_CONTENT, ""),
+                    Ok(Ok(Err(e))) => reply(StatusCode::GATEWAY_TIMEOUT, format!("not paused: {e}\n")),
+                    Ok(Err(_)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "the pause was lost\n"),
+                    Err(_) => reply(StatusCode::ACCEPTED, "paused; transactions still in flight\n"),
                 }
             }
             (Method::POST, paths::RESUME) => {
                 // The body, if any, is not read: resuming takes no terms.
                 let _ = req.into_body().collect().await;
                 self.resume().await;
-                reply(StatusCode::NO_CONTENT, "")
+                json(&ResumeAnswer { expired: self.shared.last_expired.swap(false, Ordering::Relaxed) })
             }
             (_, paths::STATUS | paths::PAUSE | paths::RESUME) => {
                 reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
@@ -563,7 +595,7 @@ pub async fn run(args: PoolerArgs) -> std::process::ExitCode {
             });
         }
     }
-    let pooler = Arc::new(Pooler { args: args.clone(), shared: Shared::default() });
+    let pooler = Arc::new(Pooler { args: args.clone(), shared: Arc::new(Shared::default()) });
     let addr = std::net::SocketAddr::from(([0, 0, 0, 0], args.api_port));
     match tokio::net::TcpListener::bind(addr).await {
         Ok(listener) => {
