@@ -229,6 +229,10 @@ bench-failover: cluster ## PostgreSQL failover on the real nodes: write outage o
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test failover -- --ignored --nocapture --test-threads 2 bench_failover
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test node_loss -- --ignored --nocapture bench_node_loss
 
+.PHONY: bench-pooler
+bench-pooler: cluster ## PostgreSQL's pooler (spec.pooler) beside direct connections, 8 pgbench clients each, on the real node: steady-state throughput, then a switchover, a rolling change and a deleted primary pod (failed transactions, aborted clients, longest transaction, tps before/during/after); writes target/bench/pooler.json.
+	$(CARGO) test -p bosun --test failover -- --ignored --nocapture bench_pooler
+
 BENCH_UPGRADE_SCALE ?= 68
 .PHONY: bench-upgrade
 bench-upgrade: cluster ## PostgreSQL 13 → 17 on the real node, pgbench scale BENCH_UPGRADE_SCALE (default 68, ~1 GiB): the write outage of the in-place upgrade (pg_upgrade --link) beside a dump and restore by the runner; writes target/bench/upgrade-<size>.json.

@@ -758,3 +758,220 @@ fn ready(db: &PostgreSQL) -> bool {
             && s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True")
     })
 }
+
+/// One pgbench run's numbers ([`pgbench`]): per second (epoch), the transactions and
+/// the longest one (ms); the clients it lost, the failed transactions it counted.
+#[derive(Debug, Default)]
+struct Bench {
+    seconds: std::collections::BTreeMap<i64, (u64, f64)>,
+    aborted_clients: usize,
+    failed: u64,
+    finished: bool,
+}
+
+impl Bench {
+    /// From pgbench's output, then `=== aggregate` and its `--aggregate-interval=1` logs.
+    fn parse(out: &str) -> Bench {
+        let mut bench = Bench::default();
+        let (summary, aggregate) = out.split_once("=== aggregate").unwrap_or((out, ""));
+        bench.aborted_clients = summary.lines().filter(|l| l.contains("aborted in command")).count();
+        bench.failed = summary
+            .lines()
+            .find_map(|l| l.strip_prefix("number of failed transactions: "))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        bench.finished = summary.contains("exit=0");
+        for line in aggregate.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 {
+                continue;
+            }
+            let (Ok(at), Ok(count), Ok(max_us)) = (f[0].parse::<i64>(), f[1].parse::<u64>(), f[5].parse::<f64>())
+            else {
+                continue;
+            };
+            let entry = bench.seconds.entry(at).or_default();
+            entry.0 += count;
+            entry.1 = entry.1.max(max_us / 1000.0);
+        }
+        bench
+    }
+
+    /// Transactions a second over `[from, to)` (epoch seconds).
+    fn tps(&self, from: i64, to: i64) -> f64 {
+        let n: u64 = self.seconds.range(from..to).map(|(_, (c, _))| c).sum();
+        n as f64 / (to - from).max(1) as f64
+    }
+
+    /// The longest transaction (ms) over `[from, to)`.
+    fn longest(&self, from: i64, to: i64) -> f64 {
+        self.seconds.range(from..to).map(|(_, (_, m))| *m).fold(0.0, f64::max)
+    }
+
+    /// The last second with a transaction.
+    fn last(&self) -> i64 {
+        self.seconds.iter().rev().find(|(_, (c, _))| *c > 0).map_or(0, |(at, _)| *at)
+    }
+}
+
+/// A pgbench pod (the application's role, TLS verified) against `host`: `clients`
+/// clients, TPC-B-like transactions of five statements, for `seconds` (`flags`: more
+/// of pgbench's, e.g. `-C`, a connection per transaction); prints its summary, then its
+/// per-second aggregates.
+fn pgbench(name: &str, host: &str, clients: u32, seconds: u32, flags: &str) -> Pod {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
+    let script = format!(
+        "pgbench -n {flags} -c {clients} -j 2 -T {seconds} --aggregate-interval=1 -l --log-prefix=/tmp/agg >/tmp/out 2>&1; \
+         echo exit=$?; cat /tmp/out; echo '=== aggregate'; cat /tmp/agg.*"
+    );
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "pgbench", "image": bosun_testing::node::images::POSTGRES, "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "PGHOST", "value": host},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
+                    {"name": "PGDATABASE", "valueFrom": secret("dbname")},
+                    {"name": "PGSSLMODE", "value": "verify-full"},
+                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
+                ],
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}, {"name": "tmp", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}, {"name": "tmp", "emptyDir": {}}],
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 999, "runAsGroup": 999},
+        },
+    }))
+    .unwrap()
+}
+
+/// A fault injected into the database whose primary is the `&str`.
+type Fault = dyn Fn(&Env, &str) + Sync;
+
+/// Run pgbench pods `(name, host)` side by side for `seconds`, `fault` injected
+/// `after` seconds in; their numbers, and when the fault came (epoch seconds).
+async fn pgbench_through(
+    env: &Env,
+    runs: &[(&str, &str)],
+    (seconds, flags): (u32, &str),
+    after: Option<(Duration, &Fault)>,
+) -> (Vec<Bench>, i64) {
+    for (name, host) in runs {
+        env.apply(&pgbench(name, host, 8, seconds, flags)).await;
+    }
+    let started = unix_now();
+    let mut fault_at = 0;
+    if let Some((after, fault)) = after {
+        tokio::time::sleep(after).await;
+        let current = db(env).await.status.and_then(|s| s.current_primary).unwrap_or_default();
+        fault_at = unix_now() as i64;
+        fault(env, &current);
+    }
+    let mut benches = Vec::new();
+    for (name, _) in runs {
+        let left = Duration::from_secs_f64((started + f64::from(seconds) + 120.0 - unix_now()).max(10.0));
+        env.wait_pod(name, "finished", left, |p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .await;
+        let (_, out) = env.kubectl(&["logs", name]);
+        benches.push(Bench::parse(&out));
+        let _ = env.api::<Pod>().delete(name, &Default::default()).await;
+    }
+    (benches, fault_at)
+}
+
+/// Through `spec.pooler` beside straight to the Service, the same run: steady-state
+/// throughput; then a switchover, a rolling change and a lost primary (its pod
+/// deleted) under 8 clients each: failed transactions, aborted clients, the longest
+/// transaction, throughput before, during (5 s from the fault) and after. Prints a
+/// table and writes `target/bench/pooler.json`. Not a test: numbers only.
+#[tokio::test]
+#[ignore = "a benchmark: make bench-pooler"]
+async fn bench_pooler() {
+    e2e("bench-pooler", |env| async move {
+        let (_bosun, _) = database(&env, ", pooler: {instances: 2, defaultPoolSize: 10}").await;
+        let pooled = |db: &PostgreSQL| {
+            db.status.as_ref().and_then(|s| s.pooler.as_ref()).is_some_and(|p| p.ready_instances == 2)
+        };
+        env.wait_for_within::<PostgreSQL>("test-db", "the pooler ready", Duration::from_secs(180), pooled).await;
+        let init = pgbench("init", "test-db", 1, 1, "");
+        let mut init_pod = init.clone();
+        init_pod.spec.as_mut().unwrap().containers[0].command =
+            Some(vec!["sh".into(), "-c".into(), "pgbench -i -s 10 -q && echo exit=0".into()]);
+        env.apply(&init_pod).await;
+        env.wait_pod("init", "finished", Duration::from_secs(300), |p| {
+            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+        })
+        .await;
+
+        // Steady state, one after the other: the pooler's cost with connections kept,
+        // and what it saves with a connection per transaction (`-C`).
+        let steady = |b: &Bench| {
+            let first = b.seconds.keys().next().copied().unwrap_or(0);
+            b.tps(first + 2, first + 14)
+        };
+        let mut steady_rows = Vec::new();
+        for (connections, flags) in [("kept", ""), ("one per transaction", "-C")] {
+            let (pooled, _) = pgbench_through(&env, &[("steady-pooled", "test-db-pooler")], (15, flags), None).await;
+            let (direct, _) = pgbench_through(&env, &[("steady-direct", "test-db")], (15, flags), None).await;
+            let (pooled, direct) = (steady(&pooled[0]), steady(&direct[0]));
+            println!(
+                "steady state, 8 clients, connections {connections}: through the pooler {pooled:.0} tps, straight \
+                 {direct:.0} tps: {:.2}×",
+                pooled / direct.max(1.0)
+            );
+            steady_rows.push(json!({"connections": connections, "pooler_tps": pooled, "direct_tps": direct,
+                                    "ratio": pooled / direct.max(1.0)}));
+        }
+
+        let switchover = |env: &Env, current: &str| {
+            let to = if current == "test-db-1" { "test-db-2" } else { "test-db-1" };
+            let (ok, out) = env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={to}")]);
+            assert!(ok, "{out}");
+        };
+        let rolling = |env: &Env, _: &str| {
+            let (ok, out) = env.kubectl_apply(&manifest(", pooler: {instances: 2, defaultPoolSize: 10}, synchronous: {number: 1}"));
+            assert!(ok, "{out}");
+        };
+        let lost = |env: &Env, current: &str| force_delete(env, current);
+        let faults: [(&str, &Fault, u32); 3] =
+            [("switchover", &switchover, 30), ("rolling change", &rolling, 60), ("primary pod deleted", &lost, 40)];
+        let mut rows = Vec::new();
+        println!("| fault | client | failed transactions | aborted clients | longest transaction | tps before | during (5 s) | after |");
+        println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for (i, (fault, inject, seconds)) in faults.into_iter().enumerate() {
+            wait_converged(&env, "before the fault", Duration::from_secs(240)).await;
+            let runs = [(format!("pooled-{i}"), "test-db-pooler"), (format!("direct-{i}"), "test-db")];
+            let runs: Vec<(&str, &str)> = runs.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+            let (benches, at) = pgbench_through(&env, &runs, (seconds, ""), Some((Duration::from_secs(10), inject))).await;
+            for ((client, _), bench) in [("pooler", ""), ("direct", "")].iter().zip(&benches) {
+                let first = bench.seconds.keys().next().copied().unwrap_or(at);
+                let end = first + i64::from(seconds);
+                let (before, during, after) = (bench.tps(first + 1, at), bench.tps(at, at + 5), bench.tps(at + 5, end));
+                let longest = bench.longest(first, end + 1);
+                let stopped_early = bench.last() < end - 2;
+                println!(
+                    "| {fault} | {client} | {} | {} | {longest:.0} ms | {before:.0} | {during:.0} | {after:.0}{} |",
+                    bench.failed,
+                    bench.aborted_clients,
+                    if stopped_early { " (every client lost)" } else { "" }
+                );
+                rows.push(json!({"fault": fault, "client": client, "failed_transactions": bench.failed,
+                                 "aborted_clients": bench.aborted_clients, "longest_ms": longest,
+                                 "tps_before": before, "tps_during": during, "tps_after": after,
+                                 "all_clients_lost": stopped_early}));
+            }
+            // Let the database settle (the rolling change's last restart) before the next.
+            wait_converged(&env, "after the fault", Duration::from_secs(300)).await;
+        }
+        let (_, logs) = env.kubectl(&["logs", "-l", "database.example.com/pooler=rw", "--tail=40", "--prefix"]);
+        eprintln!("the pooler's logs:\n{logs}");
+        let report = json!({"clients": 8, "steady": steady_rows, "faults": rows});
+        write_report("pooler", &report);
+    })
+    .await;
+}

@@ -387,7 +387,8 @@ async fn serve<P: Postgres>(
     // and the passwords as they were set: set again when the Secret is edited.
     let tls = Tls::of(args);
     let mut loaded = tls.as_ref().map(Tls::generation);
-    let mut passwords = (args.superuser_password(), args.replication_password(), args.application());
+    let mut passwords =
+        (args.superuser_password(), args.replication_password(), args.application(), args.pooler_password());
     let mut looks = 0u32;
     loop {
         tokio::select! {
@@ -418,7 +419,8 @@ async fn serve<P: Postgres>(
                             loaded = Some(now);
                         }
                     }
-                    let now = (args.superuser_password(), args.replication_password(), args.application());
+                    let now =
+                        (args.superuser_password(), args.replication_password(), args.application(), args.pooler_password());
                     if now != passwords {
                         info!("a password changed in the credentials Secret: it is set without a restart");
                         if let Err(e) = write_passfile(args) {

@@ -167,6 +167,11 @@ pub fn ini(args: &PoolerArgs, files: &Files) -> String {
          server_tls_ca_file = {ca}\n\
          server_tls_protocols = tlsv1.3\n\
          server_login_retry = 1\n\
+         tcp_user_timeout = 5000\n\
+         tcp_keepalive = 1\n\
+         tcp_keepidle = 5\n\
+         tcp_keepintvl = 1\n\
+         tcp_keepcnt = 3\n\
          log_connections = 0\n\
          log_disconnections = 0\n\
          stats_period = 5\n",
@@ -611,8 +616,8 @@ pub async fn run(args: PoolerArgs) -> std::process::ExitCode {
             status = child.wait() => break status.ok(),
             () = stop.cancelled() => {
                 // Safe shutdown: transactions in flight end, then PgBouncer exits.
-                if let Some(pid) = child.id() {
-                    let _ = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status();
+                if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
                 }
                 break child.wait().await.ok();
             }
