@@ -264,10 +264,11 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         // The standby's node lost instead: no failover, the primary goes on taking
         // writes, and the database reports the standby that does not answer.
         let (primary, standby) = (standby, primary);
-        // Ready in the API too (the kubelet reports it after its probe): only a pod
-        // that looks Ready is reported as not answering.
-        wait_for(&env, "every instance Ready", |db| db.status.as_ref().is_some_and(|s| s.instances.iter().all(|i| i.ready)))
-            .await;
+        // Ready in the API too (the kubelet reports it after its probe), and staying so:
+        // only a pod that looks Ready is reported as not answering, and the rejoined
+        // instance's pod was once seen Ready in bosun's status while it had turned
+        // not Ready again (CI).
+        steadily_ready(&env, 2).await;
         let last_change = decided(&env).await;
         let at = unix_now();
         on_node(NodeAction::Stop).await;
@@ -338,6 +339,25 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         assert_eq!(wait_streaming(&env, "after the restarts", Duration::from_secs(60)).await, standby);
     })
     .await;
+}
+
+/// Waits (up to 90 s) until `count` instance pods are Ready in the API for 5 s running.
+async fn steadily_ready(env: &Env, count: usize) {
+    let (start, mut since) = (Instant::now(), None::<Instant>);
+    loop {
+        let params = kube::api::ListParams::default()
+            .labels("app.kubernetes.io/instance=test-db,app.kubernetes.io/name=postgresql");
+        let pods = env.api::<Pod>().list(&params).await.map(|l| l.items).unwrap_or_default();
+        let ready = pods.len() == count && pods.iter().all(bosun_testing::node::pod_ready);
+        since = if ready { since.or(Some(Instant::now())) } else { None };
+        if since.is_some_and(|s| s.elapsed() >= Duration::from_secs(5)) {
+            return;
+        }
+        let states: Vec<_> =
+            pods.iter().map(|p| (kube::ResourceExt::name_any(p), bosun_testing::node::pod_ready(p))).collect();
+        assert!(start.elapsed() < Duration::from_secs(90), "the instances not steadily Ready within 90 s: {states:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 async fn current_primary(env: &Env) -> Option<String> {

@@ -20,6 +20,8 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+mod writer;
+
 /// The spec's example, verbatim.
 const TEST_DB: &str = r#"apiVersion: database.example.com/v1
 kind: PostgreSQL
@@ -100,15 +102,22 @@ async fn client_trusting(
     if let Some(volume) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()).and_then(|v| v.first_mut()) {
         volume.secret.as_mut().unwrap().secret_name = Some(ca_secret.to_owned());
     }
+    run_once(env, pod).await
+}
+
+/// Run `pod` (which never restarts) to its end: whether it succeeded, and its output;
+/// then delete it.
+async fn run_once(env: &Env, pod: Pod) -> (bool, String) {
+    let name = pod.name_any();
     env.apply(&pod).await;
     let done = env
-        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
+        .wait_pod(&name, "finished", Duration::from_secs(120), |p| {
             matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
         })
         .await;
     let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
-    let (_, out) = env.kubectl(&["logs", name]);
-    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
+    let (_, out) = env.kubectl(&["logs", &name]);
+    let _ = env.api::<Pod>().delete(&name, &DeleteParams::default()).await;
     (ok, out.trim().to_owned())
 }
 
@@ -1726,17 +1735,7 @@ async fn app_client(env: &Env, name: &str, host: &str, sql: &str, sslmode: &str,
         json!({"name": "PGCONNECT_TIMEOUT", "value": "5"}),
         json!({"name": "PGSSLMODE", "value": sslmode}),
     ];
-    let pod = psql_pod(name, &["sh", "-c", WAIT_THEN_PSQL, sql], &env_vars);
-    env.apply(&pod).await;
-    let done = env
-        .wait_pod(name, "finished", Duration::from_secs(120), |p| {
-            matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
-        })
-        .await;
-    let ok = done.status.and_then(|s| s.phase).as_deref() == Some("Succeeded");
-    let (_, out) = env.kubectl(&["logs", name]);
-    let _ = env.api::<Pod>().delete(name, &DeleteParams::default()).await;
-    (ok, out.trim().to_owned())
+    run_once(env, psql_pod(name, &["sh", "-c", WAIT_THEN_PSQL, sql], &env_vars)).await
 }
 
 #[tokio::test]
@@ -1834,31 +1833,9 @@ async fn the_pooler_serves_the_application_over_tls_and_refuses_what_it_must() {
         // straight to the Service, each committing a row every 50 ms. The pooler's
         // client waits (its transactions go on against the new primary, on the same
         // session); the direct one loses its connection.
-        let (ok, out) =
-            app_client(&env, "table-w", "test-db-pooler", "CREATE TABLE w (n int)", "verify-full", None).await;
-        assert!(ok, "{out}");
-        let writer = |name: &str, host: &str| {
-            let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
-            let script = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); \
-                          echo \"INSERT INTO w VALUES ($i) RETURNING n, extract(epoch from clock_timestamp());\"; \
-                          sleep 0.05; done | psql -X -tA -v ON_ERROR_STOP=0 2>&1";
-            psql_pod(
-                name,
-                &["sh", "-c", script],
-                &[
-                    json!({"name": "PGHOST", "value": host}),
-                    json!({"name": "PGUSER", "valueFrom": secret("username")}),
-                    json!({"name": "PGPASSWORD", "valueFrom": secret("password")}),
-                    json!({"name": "PGDATABASE", "valueFrom": secret("dbname")}),
-                    json!({"name": "PGSSLMODE", "value": "verify-full"}),
-                ],
-            )
-        };
         for (name, host) in [("pooled-writer", "test-db-pooler"), ("direct-writer", "test-db")] {
-            env.apply(&writer(name, host)).await;
-            env.wait_pod_ready(name, Duration::from_secs(60)).await;
+            writer::start_session_writer(&env, name, host).await;
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
         let before = env.api::<PostgreSQL>().get("test-db").await.unwrap();
         let first = before.status.and_then(|s| s.current_primary).expect("a primary");
         let to = if first == "test-db-0" { "test-db-1" } else { "test-db-0" };
@@ -1866,51 +1843,79 @@ async fn the_pooler_serves_the_application_over_tls_and_refuses_what_it_must() {
             env.kubectl(&["annotate", "postgresql", "test-db", &format!("database.example.com/switchover-to={to}")]);
         assert!(ok, "{out}");
         let switched = |db: &PostgreSQL| {
-            db.status
-                .as_ref()
-                .and_then(|s| s.last_primary_change.as_ref())
-                .is_some_and(|c| c.to == to && c.seconds.is_some())
+            let change = db.status.as_ref().and_then(|s| s.last_primary_change.as_ref());
+            change.is_some_and(|c| c.to == to && c.seconds.is_some())
         };
         env.wait_for_within::<PostgreSQL>("test-db", "the switchover", Duration::from_secs(120), switched).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let acked = |log: &str| -> Vec<(i64, f64)> {
-            log.lines()
-                .filter_map(|l| l.split_once('|'))
-                .filter_map(|(n, t)| Some((n.trim().parse().ok()?, t.trim().parse().ok()?)))
-                .collect()
-        };
-        let (_, pooled) = env.kubectl(&["logs", "pooled-writer"]);
-        let (_, direct) = env.kubectl(&["logs", "direct-writer"]);
-        // What is neither a commit's row nor its command tag: psql's errors.
-        let failed = |log: &str| {
-            log.lines().filter(|l| !l.contains('|') && !l.trim().is_empty() && !l.starts_with("INSERT 0 1")).count()
-        };
-        let rows = acked(&pooled);
-        let longest = rows.windows(2).map(|w| w[1].1 - w[0].1).fold(0.0, f64::max);
+        let (pooled, direct) = (writer::acks_of(&env, "pooled-writer"), writer::acks_of(&env, "direct-writer"));
+        let (pooled_errors, direct_errors) =
+            (writer::session_errors(&env, "pooled-writer"), writer::session_errors(&env, "direct-writer"));
+        let longest = writer::outage(&pooled, 0.0);
         eprintln!(
             "pooler: switchover {first} → {to}: through the pooler {} commits, {} errors, longest gap {longest:.2} s; \
              straight to the Service {} commits, {} errors",
-            rows.len(),
-            failed(&pooled),
-            acked(&direct).len(),
-            failed(&direct)
+            pooled.len(),
+            pooled_errors.len(),
+            direct.len(),
+            direct_errors.len()
         );
-        assert_eq!(failed(&pooled), 0, "the pooler's client saw errors:\n{pooled}\n{}", bosun.log_tail(40));
+        assert!(pooled_errors.is_empty(), "the pooler's client saw errors: {pooled_errors:?}\n{}", bosun.log_tail(40));
         assert!(longest <= 3.0, "a transaction through the pooler waited {longest:.2} s");
-        let newest = rows.last().map(|r| r.0).unwrap_or_default();
-        let on_new = app_client(
+        let newest = pooled.last().map(|r| r.0).unwrap_or_default();
+        let on_new = format!("SELECT count(*) FROM ws WHERE id = {newest}");
+        let (ok, out) = app_client(&env, "on-new", "test-db-pooler", &on_new, "verify-full", None).await;
+        assert_eq!((ok, out.as_str()), (true, "1"), "the last pooled commit is on the new primary");
+        let expired =
+            || env.kubectl(&["get", "events", "--field-selector", "reason=PoolerPauseExpired", "-o", "name"]).1;
+        assert!(expired().trim().is_empty(), "a pause outlived its bound: {}", expired());
+
+        // A pooler pod lost: the other carries the clients; a new one takes its place.
+        let pods =
+            env.api::<Pod>().list(&ListParams::default().labels("database.example.com/pooler=rw")).await.unwrap();
+        let lost = pods.items[0].name_any();
+        env.api::<Pod>()
+            .delete(&lost, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
+            .await
+            .unwrap();
+        let (ok, out) =
+            app_client(&env, "one-pod-left", "test-db-pooler", "SELECT count(*) > 0 FROM ws", "verify-full", None)
+                .await;
+        assert_eq!((ok, out.as_str()), (true, "t"), "with one pooler pod lost");
+        let two = |db: &PostgreSQL| {
+            db.status.as_ref().and_then(|s| s.pooler.as_ref()).is_some_and(|p| p.ready_instances == 2)
+                && condition(db, "PoolerReady").is_some_and(|c| c.status == "True")
+        };
+        env.wait_for_within::<PostgreSQL>("test-db", "the pooler whole again", Duration::from_secs(120), two).await;
+
+        // A bound too short for a change of primary: the pooler lets its clients through
+        // on its own, and bosun says so.
+        patch_spec(
             &env,
-            "on-new",
-            "test-db-pooler",
-            &format!("SELECT count(*) FROM w WHERE n = {newest}"),
-            "verify-full",
-            None,
+            "test-db",
+            json!({"pooler": {"instances": 2, "defaultPoolSize": 5, "readOnly": true, "maxPause": "100ms"}}),
         )
         .await;
-        assert_eq!(on_new, (true, "1".to_owned()), "the last pooled commit is on the new primary");
-        let (_, events) =
-            env.kubectl(&["get", "events", "--field-selector", "reason=PoolerPauseExpired", "-o", "name"]);
-        assert!(events.trim().is_empty(), "a pause outlived its bound: {events}");
+        let seen =
+            |db: &PostgreSQL| db.status.as_ref().is_some_and(|s| s.observed_generation == db.metadata.generation);
+        env.wait_for_within::<PostgreSQL>("test-db", "maxPause seen", Duration::from_secs(60), seen).await;
+        let (ok, out) = env.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "postgresql",
+            "test-db",
+            &format!("database.example.com/switchover-to={first}"),
+        ]);
+        assert!(ok, "{out}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while expired().trim().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "no PoolerPauseExpired Warning after a 100 ms bound\n{}",
+                bosun.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
 
         // Careless input is refused at apply time, naming the field; the pooler runs on.
         for (bad, field) in [

@@ -97,3 +97,60 @@ pub fn lost(stored: &str, acks: &[(i64, f64)]) -> Vec<i64> {
     let stored: std::collections::BTreeSet<i64> = stored.lines().filter_map(|l| l.trim().parse().ok()).collect();
     acks.iter().map(|(id, _)| *id).filter(|id| !stored.contains(id)).collect()
 }
+
+/// The session writer: one psql session that inserts a numbered row every 50 ms and
+/// logs `ack <id> <unix time>` for each commit, psql's errors in between (it goes on
+/// after one); a lost connection ends it.
+const SESSION_WRITER: &str = r#"{ echo "CREATE TABLE IF NOT EXISTS ws (id bigint);"
+i=0; while :; do i=$((i+1))
+  echo "INSERT INTO ws VALUES ($i) RETURNING 'ack ' || $i || ' ' || extract(epoch from clock_timestamp());"
+  sleep 0.05; done; } | psql -X -tA -v ON_ERROR_STOP=0 2>&1"#;
+
+/// A session writer pod `name` of the application's role (Secret `test-db-app`, the
+/// server verified with `test-db-ca`) through `host` (`test-db`, `test-db-pooler`), its
+/// first commits awaited.
+pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", SESSION_WRITER],
+                "env": [
+                    {"name": "PGHOST", "value": host},
+                    {"name": "PGUSER", "valueFrom": secret("username")},
+                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
+                    {"name": "PGDATABASE", "valueFrom": secret("dbname")},
+                    {"name": "PGSSLMODE", "value": "verify-full"},
+                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
+                ],
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+            }],
+            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+    env.wait_pod_ready(name, Duration::from_secs(120)).await;
+    let start = Instant::now();
+    while acks_of(env, name).len() < 10 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the session writer {name} committed nothing within 60 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What session writer `name` printed that is neither a commit nor its command tag:
+/// psql's errors, each a line.
+pub fn session_errors(env: &Env, name: &str) -> Vec<String> {
+    let (_, out) = env.kubectl(&["logs", name]);
+    out.lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("ack ") && !l.starts_with("INSERT 0 1") && !l.starts_with("CREATE TABLE")
+        })
+        .map(str::to_owned)
+        .collect()
+}

@@ -137,6 +137,29 @@ pub const ROLE_FILE: &str = "/etc/bosun/role";
 /// system is read-only.
 pub const WRITABLE: [(&str, &str); 2] = [("run", "/var/run/postgresql"), ("tmp", "/tmp")];
 
+/// Every database pod's (the instances', the pooler's): as the postgres user, never
+/// root, with the runtime's default seccomp profile (the `restricted` standard).
+fn as_postgres() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".to_owned(), ..SeccompProfile::default() }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Their main containers': no capability, no escalation, a read-only root.
+fn locked_down() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
+        ..SecurityContext::default()
+    }
+}
+
 /// The volumes of [`WRITABLE`] and their mounts.
 pub fn writable() -> (Vec<Volume>, Vec<VolumeMount>) {
     WRITABLE

@@ -102,21 +102,6 @@ pub fn pooler_labels(db: &PostgreSQL, read_only: bool) -> BTreeMap<String, Strin
     labels
 }
 
-fn api_probe_on(path: &str, period: i32, failures: i32) -> Probe {
-    Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.to_owned()),
-            port: IntOrString::String(POOLER_API_PORT_NAME.to_owned()),
-            scheme: Some("HTTPS".to_owned()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(period),
-        timeout_seconds: Some(5),
-        failure_threshold: Some(failures),
-        ..Probe::default()
-    }
-}
-
 /// The Deployment of one side of the pooler, run as `settings` say.
 pub fn desired_pooler_deployment(db: &PostgreSQL, settings: &Settings, read_only: bool) -> Option<Deployment> {
     let spec = db.spec.pooler.as_ref()?;
@@ -183,17 +168,12 @@ pub fn desired_pooler_deployment(db: &PostgreSQL, settings: &Settings, read_only
         ]),
         startup_probe: Some(Probe {
             initial_delay_seconds: Some(1),
-            ..api_probe_on(bosun_instance::api::paths::HEALTH, 1, 120)
+            ..api_probe_on(POOLER_API_PORT_NAME, bosun_instance::api::paths::HEALTH, 1, 120)
         }),
-        readiness_probe: Some(api_probe_on(bosun_instance::api::paths::READY, 2, 2)),
-        liveness_probe: Some(api_probe_on(bosun_instance::api::paths::HEALTH, 10, 6)),
+        readiness_probe: Some(api_probe_on(POOLER_API_PORT_NAME, bosun_instance::api::paths::READY, 2, 2)),
+        liveness_probe: Some(api_probe_on(POOLER_API_PORT_NAME, bosun_instance::api::paths::HEALTH, 10, 6)),
         resources: Some(crate::meta::requests("50m", "32Mi")),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(locked_down()),
         ..Container::default()
     };
     let init = runner_container(&settings.runner_image, &container);
@@ -258,17 +238,7 @@ pub fn desired_pooler_deployment(db: &PostgreSQL, settings: &Settings, read_only
                         run_volume,
                         tmp_volume,
                     ]),
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(RUN_AS),
-                        run_as_group: Some(RUN_AS),
-                        fs_group: Some(RUN_AS),
-                        run_as_non_root: Some(true),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(as_postgres()),
                     termination_grace_period_seconds: Some(30),
                     enable_service_links: Some(false),
                     ..PodSpec::default()

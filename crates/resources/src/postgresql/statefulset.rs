@@ -11,10 +11,15 @@ pub(super) fn env(name: &str, value: impl Into<String>) -> EnvVar {
 /// probe's certificate, and the health paths need no token): `path` answers 200 or 503
 /// from the server's answer to a connection, as `pg_isready` would, and forks nothing.
 pub(super) fn api_probe(path: &str, period: i32, failures: i32) -> Probe {
+    api_probe_on(API_PORT_NAME, path, period, failures)
+}
+
+/// An HTTPS probe of `path` on the container port named `port`.
+pub(super) fn api_probe_on(port: &str, path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String(API_PORT_NAME.to_owned()),
+            port: IntOrString::String(port.to_owned()),
             scheme: Some("HTTPS".to_owned()),
             ..HTTPGetAction::default()
         }),
@@ -214,12 +219,7 @@ pub fn desired_statefulset(
         readiness_probe: Some(api_probe(SERVING, 2, 3)),
         liveness_probe: Some(api_probe(READY, 10, 6)),
         resources: Some(crate::meta::requests(crate::meta::SERVER_CPU, crate::meta::SERVER_MEMORY)),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(locked_down()),
         ..Container::default()
     };
     let mut init_containers: Vec<Container> =
@@ -290,17 +290,7 @@ pub fn desired_statefulset(
                     init_containers: (!init_containers.is_empty()).then_some(init_containers),
                     containers: vec![container],
                     volumes: Some(volumes),
-                    security_context: Some(PodSecurityContext {
-                        run_as_user: Some(RUN_AS),
-                        run_as_group: Some(RUN_AS),
-                        fs_group: Some(RUN_AS),
-                        run_as_non_root: Some(true),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(as_postgres()),
                     termination_grace_period_seconds: Some(30),
                     enable_service_links: Some(false),
                     ..PodSpec::default()
