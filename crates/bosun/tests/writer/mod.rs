@@ -142,15 +142,14 @@ pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
     }
 }
 
-/// What session writer `name` printed that is neither a commit nor its command tag:
-/// psql's errors, each a line.
+/// What session writer `name` printed that is neither a commit, its command tag nor a
+/// notice: psql's errors, each a line.
 pub fn session_errors(env: &Env, name: &str) -> Vec<String> {
     let (_, out) = env.kubectl(&["logs", name]);
     out.lines()
         .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("ack ") && !l.starts_with("INSERT 0 1") && !l.starts_with("CREATE TABLE")
-        })
+        .filter(|l| !l.is_empty() && !l.starts_with("ack ") && !l.starts_with("INSERT 0 1"))
+        .filter(|l| !l.starts_with("CREATE TABLE") && !l.starts_with("NOTICE:"))
         .map(str::to_owned)
         .collect()
 }
