@@ -139,7 +139,20 @@ fn diagnostics(env: &Env) -> String {
             let (_, logs) = env.kubectl(&args);
             out.push_str(&format!("\n--- {pod}{}:\n{logs}", if previous { " (previous)" } else { "" }));
         }
+        // How the current container began: the instance manager's decisions (a clone, a
+        // rewind and what pg_rewind said), which the tail no longer shows.
+        let (_, logs) = env.kubectl(&["logs", pod, "-c", "postgres"]);
+        let start: Vec<&str> = logs.lines().take(40).collect();
+        out.push_str(&format!("\n--- {pod}, its first lines:\n{}\n", start.join("\n")));
     }
+    let (_, events) = env.kubectl(&[
+        "get",
+        "events",
+        "--sort-by=.lastTimestamp",
+        "-o",
+        "custom-columns=AT:.lastTimestamp,REASON:.reason,NOTE:.message",
+    ]);
+    out.push_str(&format!("\n--- events:\n{events}"));
     out
 }
 
@@ -819,7 +832,6 @@ impl Bench {
 /// of pgbench's, e.g. `-C`, a connection per transaction); prints its summary, then its
 /// per-second aggregates.
 fn pgbench(name: &str, host: &str, clients: u32, seconds: u32, flags: &str) -> Pod {
-    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
     let script = format!(
         "pgbench -n {flags} -c {clients} -j 2 -T {seconds} --aggregate-interval=1 -l --log-prefix=/tmp/agg >/tmp/out 2>&1; \
          echo exit=$?; cat /tmp/out; echo '=== aggregate'; cat /tmp/agg.*"
@@ -831,14 +843,7 @@ fn pgbench(name: &str, host: &str, clients: u32, seconds: u32, flags: &str) -> P
             "containers": [{
                 "name": "pgbench", "image": bosun_testing::node::images::POSTGRES, "imagePullPolicy": "IfNotPresent",
                 "command": ["sh", "-c", script],
-                "env": [
-                    {"name": "PGHOST", "value": host},
-                    {"name": "PGUSER", "valueFrom": secret("username")},
-                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
-                    {"name": "PGDATABASE", "valueFrom": secret("dbname")},
-                    {"name": "PGSSLMODE", "value": "verify-full"},
-                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
-                ],
+                "env": writer::app_env(host),
                 "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}, {"name": "tmp", "mountPath": "/tmp"}],
             }],
             "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}, {"name": "tmp", "emptyDir": {}}],

@@ -215,6 +215,14 @@ async fn follow(
         info!(db = %db.name_any(), primary, ?answer, "the primary did not say who streams from it");
         return Ok((false, Some(build::FOLLOW_RECHECK)));
     };
+    // A primary that just restarted in place (a killed postgres, a container restart)
+    // has its standbys reconnecting: one that does not stream yet is not behind.
+    let up = server.and_then(|s| s.started).map(|started| (now.as_second() - started).max(0).unsigned_abs());
+    if let Some(wait) =
+        up.and_then(|up| build::FOLLOW_GRACE.checked_sub(Duration::from_secs(up))).filter(|w| !w.is_zero())
+    {
+        return Ok((false, Some(wait)));
+    }
     let behind: Vec<&String> = standbys.iter().filter(|s| !streaming.contains(s)).collect();
     let mut rewinding = false;
     for standby in &behind {

@@ -44,7 +44,9 @@ pub struct Status {
 pub struct Server {
     /// `pg_is_in_recovery()`: a standby (or a server recovering from an archive).
     pub in_recovery: bool,
-    /// A primary's current timeline; a standby's, as of its last restartpoint.
+    /// A primary's current timeline; a standby's, the newer of its last restartpoint's
+    /// and the one its WAL receiver receives (a standby that crossed into a new timeline
+    /// shows it at once, before its next restartpoint).
     pub timeline: Option<u32>,
     /// A standby's last WAL received and replayed; a primary's current WAL position.
     pub receive_lsn: Option<String>,
@@ -57,6 +59,10 @@ pub struct Server {
     pub receiving: bool,
     /// `server_version`.
     pub version: String,
+    /// When the server started (`pg_postmaster_start_time()`, Unix seconds): a primary
+    /// that just restarted has standbys reconnecting.
+    #[serde(default)]
+    pub started: Option<i64>,
     /// A primary's archiver (`pg_stat_archiver`).
     pub archiver: Option<Archiver>,
     /// A primary's replication connections (`pg_stat_replication`), one per standby;
@@ -96,13 +102,15 @@ pub struct Archiver {
 /// The one statement that asks a server everything of [`Server`] but the archiver:
 /// fields separated by `|`.
 pub const SERVER_SQL: &str = "SELECT pg_is_in_recovery(), \
-     CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint()) \
+     CASE WHEN pg_is_in_recovery() THEN greatest((SELECT timeline_id FROM pg_control_checkpoint()), \
+       coalesce((SELECT received_tli FROM pg_stat_wal_receiver), 0)) \
      ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END, \
      pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), \
      CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn() END, \
      coalesce((SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE state = 'streaming'), ''), \
      current_setting('server_version'), \
-     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)";
+     coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false), \
+     extract(epoch FROM pg_postmaster_start_time())::bigint";
 
 /// A primary's archiver statistics, `|`-separated, times in Unix seconds, and last
 /// its standbys' replication as a JSON array (names are pod names: no `|`).
@@ -149,9 +157,11 @@ fn text(s: &str) -> Option<String> {
 /// [`SERVER_SQL`]'s answer (unaligned, `|`-separated); none when it is not that.
 pub fn parse_server(answer: &str) -> Option<Server> {
     let fields: Vec<&str> = answer.trim().split('|').collect();
-    let (receiving, fields) = match fields.as_slice() {
-        [rest @ .., receiving] if rest.len() == 7 => (*receiving == "t", rest),
-        all => (false, all),
+    // The last two came later: an instance of an older release answers without them.
+    let (receiving, started, fields) = match fields.as_slice() {
+        [rest @ .., receiving, started] if rest.len() == 7 => (*receiving == "t", started.parse().ok(), rest),
+        [rest @ .., receiving] if rest.len() == 7 => (*receiving == "t", None, rest),
+        all => (false, None, all),
     };
     let [recovery, timeline, receive, replay, current, streaming, version] = fields else { return None };
     let in_recovery = match *recovery {
@@ -168,6 +178,7 @@ pub fn parse_server(answer: &str) -> Option<Server> {
         streaming: streaming.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
         version: (*version).to_owned(),
         receiving,
+        started,
         archiver: None,
         replication: Vec::new(),
     })
@@ -217,6 +228,10 @@ mod tests {
             (Some("0/5000060"), Some("0/5000000"))
         );
         assert_eq!(parse_server("psql: error"), None);
+        // With the start time (this release), and without it (an older instance's).
+        let restarted = parse_server("f|2|||0/4031060||15.20|f|1795945142").unwrap_or_default();
+        assert_eq!((restarted.started, restarted.in_recovery), (Some(1795945142), false));
+        assert_eq!(standby.started, None);
         assert_eq!(parse_server("x|1|||||15"), None);
     }
 

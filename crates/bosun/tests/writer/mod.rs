@@ -110,7 +110,6 @@ i=0; while :; do i=$((i+1))
 /// server verified with `test-db-ca`) through `host` (`test-db`, `test-db-pooler`), its
 /// first commits awaited.
 pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
-    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
@@ -119,14 +118,7 @@ pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
             "containers": [{
                 "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
                 "command": ["bash", "-c", SESSION_WRITER],
-                "env": [
-                    {"name": "PGHOST", "value": host},
-                    {"name": "PGUSER", "valueFrom": secret("username")},
-                    {"name": "PGPASSWORD", "valueFrom": secret("password")},
-                    {"name": "PGDATABASE", "valueFrom": secret("dbname")},
-                    {"name": "PGSSLMODE", "value": "verify-full"},
-                    {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
-                ],
+                "env": app_env(host),
                 "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
             }],
             "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
@@ -140,6 +132,20 @@ pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
         assert!(start.elapsed() < Duration::from_secs(60), "the session writer {name} committed nothing within 60 s");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// libpq's variables for the application's role (Secret `test-db-app`) through `host`,
+/// verifying the server with the CA mounted at `/ca` (`test-db-ca`).
+pub fn app_env(host: &str) -> serde_json::Value {
+    let secret = |key: &str| json!({"secretKeyRef": {"name": "test-db-app", "key": key}});
+    json!([
+        {"name": "PGHOST", "value": host},
+        {"name": "PGUSER", "valueFrom": secret("username")},
+        {"name": "PGPASSWORD", "valueFrom": secret("password")},
+        {"name": "PGDATABASE", "valueFrom": secret("dbname")},
+        {"name": "PGSSLMODE", "value": "verify-full"},
+        {"name": "PGSSLROOTCERT", "value": "/ca/ca.crt"},
+    ])
 }
 
 /// What session writer `name` printed that is neither a commit, its command tag nor a
