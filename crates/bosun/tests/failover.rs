@@ -779,7 +779,6 @@ struct Bench {
     seconds: std::collections::BTreeMap<i64, (u64, f64)>,
     aborted_clients: usize,
     failed: u64,
-    finished: bool,
 }
 
 impl Bench {
@@ -793,7 +792,6 @@ impl Bench {
             .find_map(|l| l.strip_prefix("number of failed transactions: "))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(0);
-        bench.finished = summary.contains("exit=0");
         for line in aggregate.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() < 6 {
@@ -903,8 +901,7 @@ async fn bench_pooler() {
             db.status.as_ref().and_then(|s| s.pooler.as_ref()).is_some_and(|p| p.ready_instances == 2)
         };
         env.wait_for_within::<PostgreSQL>("test-db", "the pooler ready", Duration::from_secs(180), pooled).await;
-        let init = pgbench("init", "test-db", 1, 1, "");
-        let mut init_pod = init.clone();
+        let mut init_pod = pgbench("init", "test-db", 1, 1, "");
         init_pod.spec.as_mut().unwrap().containers[0].command =
             Some(vec!["sh".into(), "-c".into(), "pgbench -i -s 10 -q && echo exit=0".into()]);
         env.apply(&init_pod).await;

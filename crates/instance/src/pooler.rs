@@ -128,7 +128,7 @@ impl Files {
 
     /// What they and the password hold now: PgBouncer reloads when it changes.
     fn generation(&self, password_file: &Path) -> Vec<u8> {
-        [&self.cert, &self.key, &self.ca, &password_file.to_path_buf()]
+        [self.cert.as_path(), self.key.as_path(), self.ca.as_path(), password_file]
             .iter()
             .flat_map(|p| std::fs::read(p).unwrap_or_default())
             .collect()
@@ -424,9 +424,10 @@ impl Pooler {
 /// (gauges); columns that are not numbers are labels or left out.
 pub fn prometheus_text(stats: &str, pools: &str) -> String {
     let mut out = String::new();
-    for (prefix, text, labels) in
-        [("pgbouncer_stats", stats, &["database"][..]), ("pgbouncer_pools", pools, &["database", "user"][..])]
-    {
+    for (prefix, command, text, labels) in [
+        ("pgbouncer_stats", "SHOW STATS", stats, &["database"][..]),
+        ("pgbouncer_pools", "SHOW POOLS", pools, &["database", "user"][..]),
+    ] {
         let mut lines = text.lines().filter(|l| !l.is_empty());
         let Some(header) = lines.next() else { continue };
         let columns: Vec<&str> = header.split('\t').collect();
@@ -456,7 +457,7 @@ pub fn prometheus_text(stats: &str, pools: &str) -> String {
             }
             let name = format!("{prefix}_{column}");
             let kind = if prefix == "pgbouncer_stats" && column.starts_with("total_") { "counter" } else { "gauge" };
-            out.push_str(&format!("# HELP {name} PgBouncer's {column} ({}).\n# TYPE {name} {kind}\n", &prefix[10..]));
+            out.push_str(&format!("# HELP {name} PgBouncer's {column} ({command}).\n# TYPE {name} {kind}\n"));
             for (labels, value) in values {
                 out.push_str(&format!("{name}{{{labels}}} {value}\n"));
             }
