@@ -444,6 +444,9 @@ async fn on_fake_nodes_the_children_appear_and_the_password_survives_everything(
         for claim in ["data-test-db-0", "data-test-db-1"] {
             env.wait_for::<PersistentVolumeClaim>(claim, "2Gi", |c| requested(c).as_deref() == Some("2Gi")).await;
         }
+        // Settled (one instance, ready) before the refused change: the refusal must
+        // leave a running database running, not catch it mid-scale-down.
+        wait_simulated(&env, "test-db").await;
         patch_spec(&env, "test-db", json!({"storage": "1Gi"})).await;
         let db = env.wait_for::<PostgreSQL>("test-db", "ShrinkRefused", is("Ready", "False", "ShrinkRefused")).await;
         let message = &condition(&db, "Ready").unwrap().message;
