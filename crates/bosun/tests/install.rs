@@ -597,20 +597,30 @@ const READY_KINDS: [&str; 9] = [
 ];
 
 /// Every child in `ns` and its version: `Kind/name generation resourceVersion`, and
-/// every pod with its uid and restarts.
-fn children(ns: &str) -> std::collections::BTreeMap<String, String> {
+/// every pod with its uid and restarts; with each child's content as well, less its
+/// resourceVersion, managed fields and owner references' `blockOwnerDeletion`
+/// ([`only_blocks_owner_deletion`]).
+fn children(ns: &str) -> (std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, Child>) {
     let kinds = "deployments,statefulsets,services,configmaps,secrets,persistentvolumeclaims,cronjobs,ingresses,jobs";
-    let objects = run_ok(
-        "kubectl",
-        &[
-            "get",
-            kinds,
-            "-n",
-            ns,
-            "-o",
-            r#"jsonpath={range .items[*]}{.kind}/{.metadata.name} {.metadata.generation} {.metadata.resourceVersion}{"\n"}{end}"#,
-        ],
-    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&run_ok("kubectl", &["get", kinds, "-n", ns, "-o", "json"])).expect("kubectl's JSON");
+    let mut versions = std::collections::BTreeMap::new();
+    let mut contents = std::collections::BTreeMap::new();
+    for item in listed["items"].as_array().expect("items") {
+        let key = format!("{}/{}", item["kind"].as_str().unwrap(), item["metadata"]["name"].as_str().unwrap());
+        let meta = &item["metadata"];
+        let generation = meta["generation"].as_i64().map(|g| g.to_string()).unwrap_or_default();
+        versions.insert(key.clone(), format!("{generation} {}", meta["resourceVersion"].as_str().unwrap()));
+        let mut content = item.clone();
+        let meta = content["metadata"].as_object_mut().unwrap();
+        meta.remove("resourceVersion");
+        meta.remove("managedFields");
+        let mut blocks = Vec::new();
+        for owner in meta.get_mut("ownerReferences").and_then(|o| o.as_array_mut()).into_iter().flatten() {
+            blocks.push(owner.as_object_mut().unwrap().remove("blockOwnerDeletion") == Some(serde_json::json!(true)));
+        }
+        contents.insert(key, Child { content, blocks });
+    }
     let pods = run_ok(
         "kubectl",
         &[
@@ -622,11 +632,29 @@ fn children(ns: &str) -> std::collections::BTreeMap<String, String> {
             r#"jsonpath={range .items[*]}Pod/{.metadata.name} {.metadata.uid} restarts={.status.containerStatuses[*].restartCount}{"\n"}{end}"#,
         ],
     );
-    objects
-        .lines()
-        .chain(pods.lines())
-        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_owned(), v.to_owned())))
-        .collect()
+    versions.extend(pods.lines().filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_owned(), v.to_owned()))));
+    (versions, contents)
+}
+
+/// A child's content as [`children`] compares it, and whether each of its owner
+/// references blocks the owner's deletion.
+#[derive(Debug)]
+struct Child {
+    content: serde_json::Value,
+    blocks: Vec<bool>,
+}
+
+/// Whether the only write to a child between `before` and `after` is its owner
+/// references gaining `blockOwnerDeletion: true`: the one write an upgrade from a
+/// release before bosun set it makes to each child (a foreground deletion of the owner
+/// then waits for the child and its pods).
+fn only_blocks_owner_deletion(before: Option<&Child>, after: Option<&Child>) -> bool {
+    match (before, after) {
+        (Some(b), Some(a)) => {
+            b.content == a.content && b.blocks.iter().any(|x| !x) && !a.blocks.is_empty() && a.blocks.iter().all(|x| *x)
+        }
+        _ => false,
+    }
 }
 
 /// The database pods in `ns`: name, whether its first process is `bosun instance`,
@@ -788,7 +816,7 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         tokio::time::sleep(Duration::from_secs(10)).await;
         // A writer through test-db's read-write Service: the write outage of the move.
         writer::start_writer(&env).await;
-        let before = children(&env.ns);
+        let (before, contents_before) = children(&env.ns);
         let vote_maps = ["lunch-config", "pets-config"];
         let data = |name: &str| run_ok("kubectl", &["get", "configmap", name, "-n", &env.ns, "-o", "jsonpath={.data}"]);
         let data_before: Vec<String> = vote_maps.iter().map(|m| data(m)).collect();
@@ -888,7 +916,7 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
         // nothing else it owns was written, no other pod restarted.
         until_all_ready(&env.ns, Duration::from_secs(60)).await;
         tokio::time::sleep(Duration::from_secs(15)).await;
-        let after = children(&env.ns);
+        let (after, contents_after) = children(&env.ns);
         // One write is the upgrade's own: a VoteConfig's ConfigMap names its owner by the
         // version bosun reconciles, now v1 — the garbage collector finds owners by that
         // apiVersion, and v1alpha1 is to go one day. Its data stays as it was.
@@ -897,22 +925,36 @@ async fn helm_upgrade_from_the_previous_release_rolls_nothing_and_moves_voteconf
             let owner = run_ok("kubectl", &["get", "configmap", map, "-n", &env.ns, "-o", "jsonpath={.metadata.ownerReferences[0].apiVersion}"]);
             assert_eq!(owner, "voting.schoolofdevops.com/v1", "{map}'s owner reference");
         }
+        // The other write is the upgrade's too, once per child: its owner reference
+        // gains blockOwnerDeletion, nothing else of it changes.
+        let migrated: Vec<&String> = before
+            .iter()
+            .filter(|(k, v)| after.get(*k) != Some(v))
+            .map(|(k, _)| k)
+            .filter(|k| only_blocks_owner_deletion(contents_before.get(*k), contents_after.get(*k)))
+            .collect();
         let changed: Vec<String> = before
             .iter()
             .filter(|(k, _)| !vote_maps.iter().any(|m| **k == format!("ConfigMap/{m}")) && !rolled(k))
-            .filter(|(k, v)| after.get(*k) != Some(v))
+            .filter(|(k, v)| after.get(*k) != Some(v) && !migrated.contains(k))
             .map(|(k, v)| format!("{k}: {v} → {:?}", after.get(k)))
             .chain(after.keys().filter(|k| !before.contains_key(*k) && !rolled(k)).map(|k| format!("{k}: new")))
             .collect();
         assert!(changed.is_empty(), "the upgrade changed children or pods:\n{}", changed.join("\n"));
         let new_events: Vec<String> =
             bosun_events(&env.ns).into_iter().filter(|(k, v)| events_before.get(k) != Some(v)).map(|(_, v)| v).collect();
-        eprintln!("install: {} children and pods unchanged; events by bosun since the upgrade: {new_events:?}", after.len());
+        eprintln!(
+            "install: {} children and pods unchanged, {} only gained blockOwnerDeletion; events by bosun since the \
+             upgrade: {new_events:?}",
+            after.len() - migrated.len(),
+            migrated.len()
+        );
         // No storm: the one event of each owner-reference write above and the
         // databases' rolling restarts, nothing else.
         let others: Vec<&String> = new_events
             .iter()
             .filter(|e| !vote_maps.iter().any(|m| e.ends_with(&format!("Updated ConfigMap {m} ()"))))
+            .filter(|e| !migrated.iter().any(|k| e.ends_with(&format!("Updated {} ()", k.replacen('/', " ", 1)))))
             .filter(|e| !e.contains(" PostgreSQL/"))
             .collect();
         assert!(others.is_empty(), "bosun posted events after the upgrade: {new_events:?}");

@@ -548,6 +548,11 @@ async fn on_the_real_node_the_backend_reaches_the_database_with_what_the_stack_g
             .max()
             .expect("a frontend pod seen stopping");
         assert!(slow >= Duration::from_secs(GRACE_SECONDS - 1), "the frontend's pod stopped in {slow:?}");
+        // The database deleted in the foreground is gone only after its instance's pod:
+        // its children block their owner's deletion.
+        let timeline = timeline.lock().unwrap();
+        let gone = |kind: &str, name: &str| timeline[&(kind.to_owned(), name.to_owned())].gone.unwrap().0;
+        assert!(gone("Pod", "shop-db-0") < gone("PostgreSQL", "shop-db"), "the database went before its pod");
     })
     .await;
 }

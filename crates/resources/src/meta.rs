@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
 /// The value of `app.kubernetes.io/managed-by` on everything bosun creates.
@@ -32,7 +32,13 @@ where
         name: Some(name),
         namespace: owner.namespace(),
         labels: Some(labels),
-        owner_references: owner.controller_owner_ref(&()).map(|r| vec![r]),
+        // Blocking: an owner deleted in the foreground (`kubectl delete --cascade=foreground`,
+        // an AppStack's ordered deletion) is gone only once this child is, as
+        // controller-runtime's SetControllerReference does; without it the owner goes at
+        // once and its pods outlive it.
+        owner_references: owner
+            .controller_owner_ref(&())
+            .map(|r| vec![OwnerReference { block_owner_deletion: Some(true), ..r }]),
         ..ObjectMeta::default()
     }
 }
@@ -60,5 +66,33 @@ pub fn requests(cpu: &str, memory: &str) -> k8s_openapi::api::core::v1::Resource
             ("memory".to_owned(), Quantity(memory.to_owned())),
         ])),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    #[test]
+    fn a_child_blocks_its_owners_foreground_deletion() {
+        let owner = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("owner".into()),
+                namespace: Some("ns".into()),
+                uid: Some("uid-1".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        };
+        let meta = child_meta(&owner, "child".into(), BTreeMap::new());
+        let refs = meta.owner_references.unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(
+            (refs[0].uid.as_str(), refs[0].controller, refs[0].block_owner_deletion),
+            ("uid-1", Some(true), Some(true))
+        );
+        assert_eq!(meta.namespace.as_deref(), Some("ns"));
     }
 }
