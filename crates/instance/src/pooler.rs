@@ -342,6 +342,13 @@ impl Pooler {
             }
             // "already suspended/paused" is a pause in force.
             Err(e) if e.contains("already") => Ok(()),
+            // The bound came while transactions were still in flight (or before psql
+            // had PgBouncer's answer): new transactions waited all along, and the
+            // pause ends as any pause past its bound does, reported as such.
+            Err(e) if started.elapsed() >= max => {
+                self.lift(true).await;
+                Err(e)
+            }
             Err(e) => {
                 warn!(%e, "the pause did not take hold: resumed");
                 self.lift(false).await;
