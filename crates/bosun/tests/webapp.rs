@@ -307,7 +307,9 @@ async fn the_tour_sample_answers_http_from_the_real_node() {
         let (_, log) = env.kubectl(&["logs", "--namespace", &ns, "curl"]);
         let out = format!("{out}{log}");
         assert!(ok, "curl http://demo-app/: {out}");
-        assert!(log.starts_with("HTTP/1.1 200 OK"), "{out}");
+        // curl retries while kube-proxy has not yet programmed the new Service (a
+        // refused connection, printed first): the answer is what counts.
+        assert!(log.lines().any(|l| l.starts_with("HTTP/1.1 200 OK")), "{out}");
         assert!(out.contains("Welcome to nginx!"), "nginx's page: {out}");
         assert!(out.to_lowercase().contains("x-served-by: demo-app-"), "answered by one of the sample's pods: {out}");
     })
