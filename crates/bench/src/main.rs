@@ -9,7 +9,9 @@
 //! * writes bosun sent during an idle minute after convergence (goal: zero);
 //! * bosun's peak RSS (VmHWM) and settled RSS; the peak's anonymous part (heap,
 //!   stacks) and file-backed part (the binary's pages); RSS per 1,000 WebApps over
-//!   bosun at rest, and the binary's size — the guard against memory creeping back.
+//!   bosun at rest, and the binary's size — the guard against memory creeping back;
+//! * a restart over the N WebApps in place: time to ready, to the first reconcile and
+//!   to every WebApp reconciled once; the requests and writes (goal: none) it cost.
 //!
 //! Prints a table and writes JSON to `target/bench/webapp-<N>.json`.
 
@@ -207,6 +209,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmHWM:"));
     watch_ready.abort();
     watch_children.abort();
+    let restart = restart(args, cluster, ns, bosun, &bosun_args).await?;
 
     let (to_children, to_ready) = {
         let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -241,6 +244,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "rss_per_1000_webapps_mib": (peak_rss.saturating_sub(rss_rest)) as f64 / 1024.0 * 1000.0 / args.count as f64,
         "binary_mb": std::fs::metadata(&args.bosun).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0),
         "settled_rss_mib": settled_rss as f64 / 1024.0,
+        "restart": restart,
     });
     for (key, value) in report.as_object().into_iter().flatten() {
         println!("{key:<26} {value}");
@@ -249,6 +253,102 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let path = format!("target/bench/webapp-{}.json", args.count);
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {path}");
-    drop(bosun);
     Ok(())
+}
+
+/// Reconciles the `webapp` controller counted, whatever their result.
+fn reconciles(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("bosun_reconciles_total{") && l.contains(r#"controller="webapp""#))
+        .filter_map(|l| l.split_whitespace().last().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// bosun killed and started again over the `count` WebApps, all in place: the time to
+/// `/readyz`, to its first reconcile and to every WebApp reconciled once ("everything
+/// checked"); the requests it sent until then and over the 10 s after, and the writes
+/// (none is the goal: nothing changed); its peak RSS through the restart.
+async fn restart(
+    args: &Args,
+    cluster: &bosun_testing::Cluster,
+    ns: &str,
+    old: bosun_testing::Bosun,
+    bosun_args: &[&str],
+) -> anyhow::Result<serde_json::Value> {
+    // Every stored change to the WebApps and their children from here on: an unchanged
+    // world restarted over should see none (a no-op apply stores nothing).
+    let client = cluster.client.clone();
+    let rewritten = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let watches = [
+        count_changes(Api::<apps_v1::WebApp>::namespaced(client.clone(), ns), rewritten.clone()),
+        count_changes(Api::<Deployment>::namespaced(client.clone(), ns), rewritten.clone()),
+        count_changes(Api::<k8s_openapi::api::core::v1::Service>::namespaced(client, ns), rewritten.clone()),
+    ];
+    tokio::time::sleep(Duration::from_secs(3)).await; // the watches have listed
+    drop(old);
+    let log = std::path::PathBuf::from(format!("target/bench/bosun-{ns}-restart.log"));
+    let started = Instant::now();
+    let bosun = bosun_testing::Bosun::start(&args.bosun, &cluster.kubeconfig, bosun_args, log);
+    let (mut ready, mut first, mut peak) = (None, None, 0);
+    let checked = loop {
+        peak = peak.max(rss_kib(bosun.pid(), "VmRSS:"));
+        if ready.is_none() && bosun.http_get("/readyz").await.0 == 200 {
+            ready = Some(started.elapsed());
+        }
+        let (_, metrics) = bosun.http_get("/metrics").await;
+        let reconciled = reconciles(&metrics);
+        if first.is_none() && reconciled > 0.0 {
+            first = Some(started.elapsed());
+        }
+        if reconciled >= args.count as f64 {
+            break (started.elapsed(), metrics);
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!(
+                "restarted, bosun reconciled {reconciled} of {} WebApps in 10 minutes:\n{}",
+                args.count,
+                bosun.log_tail(20)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (checked_in, at_checked) = checked;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (_, settled) = bosun.http_get("/metrics").await;
+    peak = peak.max(rss_kib(bosun.pid(), "VmHWM:"));
+    for watch in watches {
+        watch.abort();
+    }
+    let all = ["GET", "POST", "PATCH", "PUT", "DELETE", "other"];
+    let writes = ["POST", "PATCH", "PUT", "DELETE"];
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+    Ok(serde_json::json!({
+        "to_ready_s": secs(ready),
+        "to_first_reconcile_s": secs(first),
+        "to_all_checked_s": checked_in.as_secs_f64(),
+        "requests_until_checked": requests(&at_checked, &all),
+        "writes_until_checked": requests(&at_checked, &writes),
+        "requests_10s_after": requests(&settled, &all) - requests(&at_checked, &all),
+        "writes_10s_after": requests(&settled, &writes) - requests(&at_checked, &writes),
+        "requests_by_method": all.iter().map(|m| (m.to_string(), serde_json::json!(requests(&settled, &[m])))).collect::<serde_json::Map<_, _>>(),
+        "objects_rewritten": rewritten.load(std::sync::atomic::Ordering::SeqCst),
+        "peak_rss_mib": peak as f64 / 1024.0,
+    }))
+}
+
+/// Count into `changes` every change the watch of `api` delivers after its first list.
+fn count_changes<K>(api: Api<K>, changes: Arc<std::sync::atomic::AtomicU64>) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + for<'de> k8s_openapi::serde::Deserialize<'de> + Send + 'static,
+    K::DynamicType: Default,
+{
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) = event {
+                changes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    })
 }
