@@ -779,6 +779,9 @@ struct Bench {
     seconds: std::collections::BTreeMap<i64, (u64, f64)>,
     aborted_clients: usize,
     failed: u64,
+    /// pgbench (15) stopped altogether at a client's FATAL ("unexpected error status"),
+    /// ending the clients that had seen no error too.
+    exited: bool,
 }
 
 impl Bench {
@@ -787,6 +790,7 @@ impl Bench {
         let mut bench = Bench::default();
         let (summary, aggregate) = out.split_once("=== aggregate").unwrap_or((out, ""));
         bench.aborted_clients = summary.lines().filter(|l| l.contains("aborted in command")).count();
+        bench.exited = summary.lines().any(|l| l.contains("unexpected error status"));
         bench.failed = summary
             .lines()
             .find_map(|l| l.strip_prefix("number of failed transactions: "))
@@ -881,6 +885,9 @@ async fn pgbench_through(
         })
         .await;
         let (_, out) = env.kubectl(&["logs", name]);
+        // pgbench's own words (which client ended how), beside the numbers.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/pgbench");
+        let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join(format!("{name}.log")), &out));
         benches.push(Bench::parse(&out));
         let _ = env.api::<Pod>().delete(name, &Default::default()).await;
     }
@@ -960,18 +967,23 @@ async fn bench_pooler() {
                     "| {fault} | {client} | {} | {} | {longest:.0} ms | {before:.0} | {during:.0} | {after:.0}{} |",
                     bench.failed,
                     bench.aborted_clients,
-                    if stopped_early { " (every client lost)" } else { "" }
+                    match (stopped_early, bench.exited) {
+                        (true, true) => " (pgbench exited at its first FATAL)",
+                        (true, false) => " (every client lost)",
+                        _ => "",
+                    }
                 );
                 rows.push(json!({"fault": fault, "client": client, "failed_transactions": bench.failed,
                                  "aborted_clients": bench.aborted_clients, "longest_ms": longest,
                                  "tps_before": before, "tps_during": during, "tps_after": after,
-                                 "all_clients_lost": stopped_early}));
+                                 "all_clients_lost": stopped_early, "pgbench_exited": bench.exited}));
             }
             // Let the database settle (the rolling change's last restart) before the next.
             wait_converged(&env, "after the fault", Duration::from_secs(300)).await;
         }
-        // pgbench ends a client at its first error; an application retries. One session
-        // each, committing every 50 ms and going on after an error, through a lost primary.
+        // pgbench ends a client at its first error (and pgbench 15 itself at a FATAL); an
+        // application retries. One session each, committing every 50 ms and going on
+        // after an error, through a lost primary.
         for (name, host) in [("session-pooled", "test-db-pooler"), ("session-direct", "test-db")] {
             writer::start_session_writer(&env, name, host).await;
         }
