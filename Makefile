@@ -209,7 +209,7 @@ smoke: $(SMOKE_PREREQ) ## helm upgrade --install bosun (IMG) and wait until conf
 
 N ?= 1000
 .PHONY: bench
-bench: cluster ## Converge N WebApps (default 1000) with a release build; prints a table, writes target/bench/*.json.
+bench: cluster ## Converge N WebApps (default 1000) with a release build, then restart bosun over them; prints a table, writes target/bench/*.json.
 	$(CARGO) build --release -p bosun
 	$(CARGO) run --release -p bosun-bench -- --count $(N)
 
