@@ -78,6 +78,10 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Every request method bosun's client counter tells apart, and those that write.
+const ALL_METHODS: [&str; 6] = ["GET", "POST", "PATCH", "PUT", "DELETE", "other"];
+const WRITE_METHODS: [&str; 4] = ["POST", "PATCH", "PUT", "DELETE"];
+
 fn requests(metrics: &str, methods: &[&str]) -> f64 {
     metrics
         .lines()
@@ -196,15 +200,13 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     }
     let converged = create_start.elapsed();
     let (_, after) = bosun.http_get("/metrics").await;
-    let all = ["GET", "POST", "PATCH", "PUT", "DELETE", "other"];
-    let writes = ["POST", "PATCH", "PUT", "DELETE"];
-    let per_object = (requests(&after, &all) - requests(&before, &all)) / args.count as f64;
-    let writes_per_object = (requests(&after, &writes) - requests(&before, &writes)) / args.count as f64;
+    let per_object = (requests(&after, &ALL_METHODS) - requests(&before, &ALL_METHODS)) / args.count as f64;
+    let writes_per_object = (requests(&after, &WRITE_METHODS) - requests(&before, &WRITE_METHODS)) / args.count as f64;
 
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let (_, idle) = bosun.http_get("/metrics").await;
-    let idle_writes = requests(&idle, &writes) - requests(&after, &writes);
-    let idle_requests = requests(&idle, &all) - requests(&after, &all);
+    let idle_writes = requests(&idle, &WRITE_METHODS) - requests(&after, &WRITE_METHODS);
+    let idle_requests = requests(&idle, &ALL_METHODS) - requests(&after, &ALL_METHODS);
     let settled_rss = rss_kib(bosun.pid(), "VmRSS:");
     peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmHWM:"));
     watch_ready.abort();
@@ -320,18 +322,16 @@ async fn restart(
     for watch in watches {
         watch.abort();
     }
-    let all = ["GET", "POST", "PATCH", "PUT", "DELETE", "other"];
-    let writes = ["POST", "PATCH", "PUT", "DELETE"];
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
     Ok(serde_json::json!({
         "to_ready_s": secs(ready),
         "to_first_reconcile_s": secs(first),
         "to_all_checked_s": checked_in.as_secs_f64(),
-        "requests_until_checked": requests(&at_checked, &all),
-        "writes_until_checked": requests(&at_checked, &writes),
-        "requests_10s_after": requests(&settled, &all) - requests(&at_checked, &all),
-        "writes_10s_after": requests(&settled, &writes) - requests(&at_checked, &writes),
-        "requests_by_method": all.iter().map(|m| (m.to_string(), serde_json::json!(requests(&settled, &[m])))).collect::<serde_json::Map<_, _>>(),
+        "requests_until_checked": requests(&at_checked, &ALL_METHODS),
+        "writes_until_checked": requests(&at_checked, &WRITE_METHODS),
+        "requests_10s_after": requests(&settled, &ALL_METHODS) - requests(&at_checked, &ALL_METHODS),
+        "writes_10s_after": requests(&settled, &WRITE_METHODS) - requests(&at_checked, &WRITE_METHODS),
+        "requests_by_method": ALL_METHODS.iter().map(|m| (m.to_string(), serde_json::json!(requests(&settled, &[m])))).collect::<serde_json::Map<_, _>>(),
         "objects_rewritten": rewritten.load(std::sync::atomic::Ordering::SeqCst),
         "peak_rss_mib": peak as f64 / 1024.0,
     }))

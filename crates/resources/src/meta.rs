@@ -32,15 +32,18 @@ where
         name: Some(name),
         namespace: owner.namespace(),
         labels: Some(labels),
-        // Blocking: an owner deleted in the foreground (`kubectl delete --cascade=foreground`,
-        // an AppStack's ordered deletion) is gone only once this child is, as
-        // controller-runtime's SetControllerReference does; without it the owner goes at
-        // once and its pods outlive it.
-        owner_references: owner
-            .controller_owner_ref(&())
-            .map(|r| vec![OwnerReference { block_owner_deletion: Some(true), ..r }]),
+        owner_references: controller_ref(owner).map(|r| vec![r]),
         ..ObjectMeta::default()
     }
+}
+
+/// The controller ownerReference to `owner` that every child carries, blocking: an
+/// owner deleted in the foreground (`kubectl delete --cascade=foreground`, an
+/// AppStack's ordered deletion) is gone only once the child is, as controller-runtime's
+/// SetControllerReference does; without it the owner goes at once and its pods outlive
+/// it. `None` for an owner that was never stored (no uid).
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    owner.controller_owner_ref(&()).map(|r| OwnerReference { block_owner_deletion: Some(true), ..r })
 }
 
 /// What a database server (a PostgreSQL instance, a verification's throwaway server)

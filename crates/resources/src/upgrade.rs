@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodSpec,
     PodTemplateSpec, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use bosun_instance::settings::env as contract;
@@ -234,14 +234,7 @@ pub fn backup_job_name(cronjob: &str, upgrade: &MajorUpgrade) -> String {
 /// one: its Job template, owned by the CronJob (whose Backup reports it like any run).
 pub fn backup_run(cronjob: &CronJob, name: String) -> Option<Job> {
     let template = cronjob.spec.as_ref()?.job_template.clone();
-    let owner = OwnerReference {
-        api_version: "batch/v1".to_owned(),
-        kind: "CronJob".to_owned(),
-        name: cronjob.name_any(),
-        uid: cronjob.uid()?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let owner = crate::meta::controller_ref(cronjob)?;
     let mut meta = template.metadata.unwrap_or_default();
     meta.name = Some(name);
     meta.namespace = cronjob.namespace();
