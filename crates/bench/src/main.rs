@@ -316,6 +316,13 @@ async fn restart(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let (checked_in, at_checked) = checked;
+    // Every WebApp may be checked before the last cache (another kind's) has synced.
+    while ready.is_none() && started.elapsed() < Duration::from_secs(600) {
+        if bosun.http_get("/readyz").await.0 == 200 {
+            ready = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let (_, settled) = bosun.http_get("/metrics").await;
     peak = peak.max(rss_kib(bosun.pid(), "VmHWM:"));

@@ -9,8 +9,10 @@ use bosun_api::webapp::{WebAppKind, apps_v1};
 use bosun_testing::{Bosun, Env, e2e};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
+use kube::api::ListParams;
 use serde_json::json;
 
 fn webapp(name: &str, spec: serde_json::Value) -> apps_v1::WebApp {
@@ -258,7 +260,8 @@ fn created_both(name: &str) -> Vec<(String, i32)> {
 }
 
 /// One event per real change: exactly one `Created` per child, and none for a
-/// re-applied WebApp or for a restart that re-applies every child without changing it.
+/// re-applied WebApp or for a restart — which sends nothing for children as bosun left
+/// them: it starts from the records of its applies it checkpointed when it stopped.
 #[tokio::test]
 async fn exactly_one_event_per_real_change() {
     e2e("one-event", |env| async move {
@@ -278,9 +281,19 @@ async fn exactly_one_event_per_real_change() {
 
         // The same manifest applied again.
         env.apply(&webapp("once", json!({"image": "nginx:1.25"}))).await;
-        // A restart: nothing is recorded, every child is applied again (unchanged).
+        // A restart: the records of the last applies are checkpointed at exit and read back.
         bosun.signal("TERM");
         bosun.wait_exit(Duration::from_secs(30)).await.expect("bosun exits on SIGTERM");
+        let checkpoints: Api<ConfigMap> = env.api();
+        let kept = checkpoints.list(&ListParams::default().labels("bosun.dev/checkpoint")).await.expect("list");
+        let mut names: Vec<String> = kept.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+        names.sort();
+        let ns = env.ns.clone();
+        assert!(
+            names.contains(&format!("bosun-leader-applied-deployment-{ns}"))
+                && names.contains(&format!("bosun-leader-applied-service-{ns}")),
+            "no checkpoint of the WebApp's children: {names:?}"
+        );
         let bosun = env.start_bosun(&[]).await;
         let start = Instant::now();
         while !bosun.log_tail(400).contains("object=\"once\"") {
@@ -294,7 +307,15 @@ async fn exactly_one_event_per_real_change() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(child_events(&env, "once").await, created_both("once"), "a no-op apply published an event");
         let after = written(&env.api::<Deployment>().get("once").await.expect("deployment"));
-        assert_eq!(after, before, "the restart's re-apply changed the Deployment");
+        assert_eq!(after, before, "the restart changed the Deployment");
+        assert!(bosun.log_tail(400).contains("records=2"), "the checkpoint was not read:\n{}", bosun.log_tail(40));
+        let (_, metrics) = bosun.http_get("/metrics").await;
+        let patches: Vec<&str> =
+            metrics.lines().filter(|l| l.starts_with("bosun_kube_requests_total{method=\"PATCH\"}")).collect();
+        assert!(
+            patches.iter().all(|l| l.ends_with(" 0")),
+            "the restarted bosun applied children it had checkpointed: {patches:?}"
+        );
     })
     .await;
 }

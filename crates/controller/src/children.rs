@@ -39,6 +39,7 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::changes::Applied;
+use crate::checkpoint::{Changes, Checkpointed, Entry};
 
 use bosun_resources::meta::MANAGED_BY;
 
@@ -264,11 +265,13 @@ impl Child for bosun_api::backup::Backup {
 pub struct Owned<C: Child> {
     store: Store<C>,
     records: Arc<Mutex<HashMap<ObjectRef<C>, Applied>>>,
+    /// Moves with every change of `records`: the checkpoint is written when it moved.
+    changes: Changes,
 }
 
 impl<C: Child> Clone for Owned<C> {
     fn clone(&self) -> Self {
-        Self { store: self.store.clone(), records: self.records.clone() }
+        Self { store: self.store.clone(), records: self.records.clone(), changes: self.changes.clone() }
     }
 }
 
@@ -280,7 +283,7 @@ impl<C: Child> std::fmt::Debug for Owned<C> {
 
 impl<C: Child> Owned<C> {
     pub fn new(store: Store<C>) -> Self {
-        Self { store, records: Arc::default() }
+        Self { store, records: Arc::default(), changes: Changes::default() }
     }
 
     /// Whether the watch has listed everything once: until then, an object the cache
@@ -306,16 +309,54 @@ impl<C: Child> Owned<C> {
 
     /// Note what an apply to `namespace/name` stored.
     pub fn record(&self, namespace: &str, name: &str, applied: Applied) {
-        self.lock().insert(ObjectRef::new(name).within(namespace), applied);
+        let before = self.lock().insert(ObjectRef::new(name).within(namespace), applied.clone());
+        if before.as_ref() != Some(&applied) {
+            self.changes.bump();
+        }
     }
 
     /// Forget `object`: it was deleted.
     pub fn forget(&self, object: &ObjectRef<C>) {
-        self.lock().remove(object);
+        if self.lock().remove(object).is_some() {
+            self.changes.bump();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<C>, Applied>> {
         self.records.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The records are kept across restarts ([`crate::checkpoint`]).
+impl<C: Child> Checkpointed for Owned<C> {
+    fn changes(&self) -> u64 {
+        self.changes.get()
+    }
+
+    /// Once the cache has listed everything, the records of objects it no longer holds
+    /// (deleted while nobody watched) are left out: they would only ever say "apply".
+    fn export(&self) -> Vec<Entry> {
+        let synced = self.synced();
+        let records = self.lock();
+        records
+            .iter()
+            .filter(|(key, _)| !synced || self.store.get(key).is_some())
+            .map(|(key, applied)| Entry::new(key.namespace.as_deref().unwrap_or_default(), &key.name, applied))
+            .collect()
+    }
+
+    fn import(&self, entries: Vec<Entry>) -> usize {
+        let mut records = self.lock();
+        let mut taken = 0;
+        for (namespace, name, applied) in entries.into_iter().filter_map(Entry::record) {
+            if let std::collections::hash_map::Entry::Vacant(slot) =
+                records.entry(ObjectRef::new(&name).within(&namespace))
+            {
+                slot.insert(applied);
+                taken += 1;
+            }
+        }
+        taken
     }
 }
 

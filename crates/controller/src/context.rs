@@ -34,6 +34,8 @@ pub struct Context {
     pub clock: fn() -> Timestamp,
     /// Operator configuration the children are built with.
     pub settings: Settings,
+    /// bosun's records of its applies, kept across restarts.
+    pub checkpoints: crate::checkpoint::Checkpoints,
 }
 
 impl std::fmt::Debug for Context {
@@ -57,6 +59,7 @@ impl Context {
             leader: Gate::default(),
             clock: Timestamp::now,
             settings: Settings::default(),
+            checkpoints: Default::default(),
         }
     }
 

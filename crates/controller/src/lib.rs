@@ -18,6 +18,7 @@ pub mod apply;
 pub mod backoff;
 pub mod backup;
 pub mod changes;
+pub mod checkpoint;
 pub mod children;
 pub mod context;
 pub mod demovolume;

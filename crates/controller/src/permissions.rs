@@ -78,6 +78,12 @@ pub const MANAGER: &[Permission] = &[Permission::new("events.k8s.io", "events", 
 pub const LEADER_ELECTION: &[Permission] =
     &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
 
+/// The checkpoints of bosun's apply records ([`crate::checkpoint`]), ConfigMaps in its
+/// own namespace: listed by label at start, written with server-side apply (which
+/// creates them the first time). Declared, not granted on their own: the ClusterRole's
+/// ConfigMap verbs already cover bosun's namespace (a test holds that).
+pub const CHECKPOINTS: &[Permission] = &[Permission::new("", "configmaps", &["create", "list", "patch"])];
+
 /// What the admission webhooks need cluster-wide: the two configurations (created with
 /// `--webhook-url` and deleted at exit with `--webhook-remove-on-exit`, their CA bundle
 /// kept right either way, watched to put it back) and namespaces' labels

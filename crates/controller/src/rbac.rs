@@ -96,7 +96,7 @@ pub fn files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permissions::{WEBHOOK_SECRET_VERBS, rules};
+    use crate::permissions::{CHECKPOINTS, WEBHOOK_SECRET_VERBS, rules};
 
     #[test]
     fn the_cluster_role_grants_no_leases_and_keeps_events() {
@@ -128,6 +128,23 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// The checkpoints in bosun's own namespace need nothing of their own: the
+    /// ClusterRole's ConfigMap verbs (for VoteConfig and AppConfig) cover them.
+    #[test]
+    fn the_cluster_role_covers_the_checkpoints() {
+        let cluster = cluster_permissions();
+        for need in CHECKPOINTS {
+            for verb in need.verbs {
+                assert!(
+                    cluster.iter().any(|c| c.group == need.group && c.name() == need.name() && c.verbs.contains(verb)),
+                    "checkpoints need {}/{} {verb}",
+                    need.group,
+                    need.name()
+                );
+            }
+        }
     }
 
     #[test]

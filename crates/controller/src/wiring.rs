@@ -276,6 +276,7 @@ fn watch_routed<C: Child>(
     }
     let (reader, writer) = reflector::store();
     let owned = Owned::new(reader);
+    ctx.checkpoints.register(&checkpoint_key::<C>(namespace, also), Arc::new(owned.clone()));
     let watch = watcher(api::<C>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
     let mut relevant = Relevant::new(owned.clone());
     let watch = match installed {
@@ -302,6 +303,13 @@ fn watch_routed<C: Child>(
         }
     });
     owned
+}
+
+/// The key of a child cache's checkpoint: its kind, then the namespace it watches and
+/// the app it selects, when it does (`deployment`, `secret-shop-postgresql`).
+fn checkpoint_key<C: Child>(namespace: Option<&str>, also: Option<&str>) -> String {
+    let app = also.and_then(|selector| selector.split_once('=')).map(|(_, app)| app);
+    [Some(C::kind(&()).to_lowercase().as_str()), namespace, app].into_iter().flatten().collect::<Vec<_>>().join("-")
 }
 
 /// Reconcile the owner of a bosun-managed `C` when `changes` (from

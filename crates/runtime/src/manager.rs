@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bosun_controller::checkpoint;
 use bosun_controller::kinds::{self, Task};
 use bosun_controller::metrics::Metrics;
 use bosun_controller::{Context, Scope};
@@ -138,11 +139,17 @@ async fn reconcile(
     // /readyz reflects them), its reconciles wait at the gate until it leads.
     let controllers = run_controllers(ctx.clone(), args, shutdown.clone());
     tokio::pin!(controllers);
+    // bosun's records of its last applies, from before this start: with them the
+    // first reconciles skip the children that are as bosun left them.
+    let place =
+        checkpoint::Place { namespace: own_namespace(args, client), lease: args.leader_elect_lease_name.clone() };
     let Some(lease) = lease else {
+        ctx.checkpoints.load_bounded(client, &place).await;
         leadership.set(true);
         ctx.leader.open();
         info!(startup_ms = started.elapsed().as_millis() as u64, "leader election disabled; reconciling");
-        controllers.await;
+        ctx.checkpoints.keep(client, &place, &mut controllers).await;
+        ctx.checkpoints.save(client, &place).await;
         return Ok(());
     };
 
@@ -150,12 +157,14 @@ async fn reconcile(
         mgr = leader::acquire(client, &lease) => mgr,
         () = &mut controllers => return Ok(()),
     };
+    ctx.checkpoints.load_bounded(client, &place).await;
     leadership.set(true);
     ctx.leader.open();
     info!(startup_ms = started.elapsed().as_millis() as u64, "leading; reconciling");
     tokio::select! {
-        () = &mut controllers => {
+        () = ctx.checkpoints.keep(client, &place, &mut controllers) => {
             // Only a shutdown ends the controllers; they have finished their work.
+            ctx.checkpoints.save(client, &place).await;
             leadership.set(false);
             if let Err(err) = mgr.release().await {
                 warn!(%err, "could not release the leader lease; a standby takes over when it expires");
