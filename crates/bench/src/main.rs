@@ -193,8 +193,11 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         if ready >= args.count {
             break;
         }
-        if create_start.elapsed() > Duration::from_secs(1800) {
-            bail!("only {ready} of {} WebApps Ready after 30 minutes", args.count);
+        // 30 minutes, and more for the largest counts (10,000 take the local cluster's
+        // controller manager alone most of half an hour on two cores).
+        let limit = Duration::from_secs(1800.max(args.count as u64 / 4));
+        if create_start.elapsed() > limit {
+            bail!("only {ready} of {} WebApps Ready after {} minutes", args.count, limit.as_secs() / 60);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -14,8 +14,9 @@
 //! ConfigMaps, claims: any write moves it). A hand edit therefore always shows as a
 //! newer version — or as changed labels, annotations or controller reference, which do
 //! not bump a generation — and a deletion as a child missing from the cache. Anything
-//! bosun cannot vouch for (no record: first reconcile since start, a new leader) is
-//! applied, so drift correction is as strong as re-applying every time.
+//! bosun cannot vouch for (no record: a child it never applied, or one whose record
+//! was lost with its checkpoint, [`crate::checkpoint`]) is applied, so drift
+//! correction is as strong as re-applying every time.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -80,7 +81,8 @@ pub fn fingerprint<T: Serialize>(desired: &T) -> u64 {
 /// Why a child must be applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Drift {
-    /// bosun has not applied it since it started (or became leader).
+    /// bosun has no record of applying it (none since it started, and none in the
+    /// checkpoint it read then).
     Unrecorded,
     /// The desired object differs from what bosun last applied.
     Desired,

@@ -370,17 +370,29 @@ where
 
 /// Keep of a child's metadata only what the ownership rule, change detection and the
 /// owner mapping read: identity, versions, labels, annotations (less kubectl's copy
-/// of the whole object), ownerReferences and the names of the managers that wrote it
-/// (their field sets are most of an object's metadata by size).
-/// Parents go through it too: nothing reads a parent's managers, but their list costs
-/// as much as the rest of a small object.
+/// of the whole object), ownerReferences and — for an object without a controller,
+/// which only they can make adoptable or name in a conflict ([`claim`]) — the names of
+/// the managers that wrote it (their field sets are most of an object's metadata by
+/// size). An object with a controller is judged by that reference alone.
 pub fn slim_meta(meta: &mut ObjectMeta) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+    if meta.owner_references.iter().flatten().any(|r| r.controller == Some(true)) {
+        meta.managed_fields = None;
+        return;
+    }
     for entry in meta.managed_fields.iter_mut().flatten() {
         *entry = ManagedFieldsEntry { manager: entry.manager.take(), ..ManagedFieldsEntry::default() };
     }
+}
+
+/// A parent's metadata as its cache keeps it: as a child's ([`slim_meta`]), and no
+/// managers at all, which nothing reads of a parent (their list costs as much as the
+/// rest of a small object).
+pub fn slim_parent_meta(meta: &mut ObjectMeta) {
+    slim_meta(meta);
+    meta.managed_fields = None;
 }
 
 const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -480,7 +492,14 @@ mod tests {
             assert_eq!(decide(Some(&cached.metadata)), decide(Some(&m)));
             assert_eq!(cached.metadata.owner_references, m.owner_references);
             assert_eq!(cached.metadata.labels, m.labels);
+            // Managers are kept (names only) where a decision reads them: without a controller.
+            let controlled = m.owner_references.is_some();
+            let managers = |meta: &ObjectMeta| meta.managed_fields.as_ref().map(|f| f.len());
+            assert_eq!(managers(&cached.metadata), if controlled { None } else { managers(&m) });
         }
+        let mut parent = meta(None, &["kubectl", MANAGER], false);
+        slim_parent_meta(&mut parent);
+        assert_eq!(parent.managed_fields, None, "nothing reads a parent's managers");
     }
 
     #[test]

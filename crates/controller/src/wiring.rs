@@ -119,7 +119,7 @@ pub fn controller_for<K: Reconciled>(
     let queue = ctx.queues.of(controller);
     let (written, forget) = (ctx.clone(), queue.clone());
     let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), watcher::Config::default()))
-        .modify(|obj| children::slim_meta(obj.meta_mut()))
+        .modify(|obj| children::slim_parent_meta(obj.meta_mut()))
         .reflect(writer)
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => written.written.seen(obj.meta(), false),
@@ -129,8 +129,10 @@ pub fn controller_for<K: Reconciled>(
             }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
-        .applied_objects()
-        .predicate_filter(generation_or_request, Default::default())
+        .try_filter_map({
+            let mut triggers = Triggers::default();
+            move |event| futures::future::ready(Ok(triggers.filter(event)))
+        })
         .inspect_ok(move |obj| queue.add(&ObjectRef::from_obj(obj)));
     Controller::for_stream(trigger, reader).trigger_backoff(NoBackoff)
 }
@@ -152,6 +154,43 @@ fn generation_or_request<K: Resource>(obj: &K) -> Option<u64> {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (generation, requests).hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// A compact key of an object: its namespace and name, hashed.
+fn key_of(meta: &kube::api::ObjectMeta) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (meta.namespace.as_deref(), meta.name.as_deref()).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The parents' trigger filter: an object passes when it is new (another uid) or its
+/// [`generation_or_request`] moved; what was seen of each is 16 bytes, forgotten when
+/// the object is deleted (kube's `predicate_filter` keeps a key of three strings per
+/// object for an hour).
+#[derive(Default)]
+struct Triggers {
+    seen: std::collections::HashMap<u64, u64>,
+}
+
+impl Triggers {
+    fn filter<K: Resource>(&mut self, event: watcher::Event<K>) -> Option<K> {
+        use std::hash::{Hash, Hasher};
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let Some(trigger) = generation_or_request(&obj) else { return Some(obj) };
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                (obj.meta().uid.as_deref(), trigger).hash(&mut hasher);
+                let print = hasher.finish();
+                (self.seen.insert(key_of(obj.meta()), print) != Some(print)).then_some(obj)
+            }
+            watcher::Event::Delete(obj) => {
+                self.seen.remove(&key_of(obj.meta()));
+                None
+            }
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        }
+    }
 }
 
 /// Count the cache towards readiness, and keep the managed-resources gauge at its size.
@@ -363,7 +402,8 @@ pub fn triggered_by<K: Reconciled, C: Child>(
 /// status counters and conditions are kept by the slim, so they still count).
 struct Relevant<C: Child> {
     owned: Owned<C>,
-    seen: std::collections::HashMap<ObjectRef<C>, u64>,
+    /// The fingerprint last seen of each object, by [`key_of`].
+    seen: std::collections::HashMap<u64, u64>,
 }
 
 impl<C: Child> Relevant<C> {
@@ -383,13 +423,12 @@ impl<C: Child> Relevant<C> {
                 } else {
                     changes::fingerprint(&obj)
                 };
-                let changed = self.seen.insert(ObjectRef::from_obj(&obj), print) != Some(print);
+                let changed = self.seen.insert(key_of(obj.meta()), print) != Some(print);
                 if changed { vec![Ok(obj)] } else { vec![] }
             }
             Ok(watcher::Event::Delete(obj)) => {
-                let key = ObjectRef::from_obj(&obj);
-                self.seen.remove(&key);
-                self.owned.forget(&key);
+                self.seen.remove(&key_of(obj.meta()));
+                self.owned.forget(&ObjectRef::from_obj(&obj));
                 vec![Ok(obj)]
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => vec![],
@@ -704,6 +743,29 @@ mod tests {
         };
         d.slim();
         d
+    }
+
+    #[test]
+    fn a_parent_triggers_on_a_new_generation_a_request_or_a_new_object_only() {
+        use watcher::Event::{Apply, Delete, InitApply};
+        let mut triggers = Triggers::default();
+        let mut pass = |event: watcher::Event<Deployment>| triggers.filter(event).is_some();
+        let with_request = |mut d: Deployment, value: &str| {
+            let annotation = bosun_api::postgresql::SWITCHOVER_ANNOTATION.to_owned();
+            d.metadata.annotations = Some([(annotation, value.to_owned())].into());
+            d
+        };
+        assert!(pass(InitApply(deployment("1", 1, 0))), "first seen");
+        assert!(!pass(InitApply(deployment("1", 1, 0))), "listed again after a watch expired");
+        assert!(!pass(Apply(deployment("2", 1, 1))), "a status write");
+        assert!(pass(Apply(deployment("3", 2, 1))), "a spec change");
+        assert!(pass(Apply(with_request(deployment("4", 2, 1), "db-1"))), "a request");
+        assert!(!pass(Apply(with_request(deployment("5", 2, 0), "db-1"))), "the same request");
+        assert!(!pass(Delete(deployment("6", 2, 0))), "a deletion is no reconcile of the parent");
+        assert!(pass(Apply(deployment("7", 2, 0))), "re-created at the same generation: forgotten at deletion");
+        let mut other = deployment("8", 2, 0);
+        other.metadata.uid = Some("u2".into());
+        assert!(pass(Apply(other)), "replaced without a deletion seen: another uid");
     }
 
     fn triggered(relevant: &mut Relevant<Deployment>, event: watcher::Event<Deployment>) -> bool {
