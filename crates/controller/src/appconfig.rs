@@ -194,7 +194,7 @@ fn watch_workloads<W: Workload>(
     index: Arc<Consumers>,
     changed: mpsc::UnboundedSender<(String, String)>,
 ) {
-    let watch = wiring::watched(ctx, watcher(api::<W>(&ctx.client, namespace), watcher::Config::default()));
+    let watch = wiring::watched(ctx, watcher(api::<W>(&ctx.client, namespace), wiring::list_config()));
     tokio::spawn(async move {
         tokio::pin!(watch);
         // Objects of a re-list, to drop the ones that went away meanwhile.

@@ -90,6 +90,18 @@ impl Backoff for NoBackoff {
     fn reset(&mut self) {}
 }
 
+/// Objects per page of a watch's (re)list. A page is decoded whole — managed fields,
+/// specs, kubectl's annotation — before each object is slimmed for its cache, so a
+/// page is what a start (or a relist of every watch at once) holds on top of the
+/// caches: at kube's default of 500 that was 15 MiB more at a restart over 1,000
+/// WebApps than at their convergence. 10,000 objects cost 100 list requests a watch.
+const LIST_PAGE: u32 = 100;
+
+/// The watcher settings of bosun's caches.
+pub(crate) fn list_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE)
+}
+
 /// `watch` with its health counted towards `/readyz` and its own short backoff.
 pub(crate) fn watched<S, T>(
     ctx: &Context,
@@ -118,7 +130,7 @@ pub fn controller_for<K: Reconciled>(
     track_cache(ctx, reader.clone(), controller);
     let queue = ctx.queues.of(controller);
     let (written, forget) = (ctx.clone(), queue.clone());
-    let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), watcher::Config::default()))
+    let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), list_config()))
         .modify(|obj| children::slim_parent_meta(obj.meta_mut()))
         .reflect(writer)
         .inspect_ok(move |event| match event {
@@ -316,7 +328,7 @@ fn watch_routed<C: Child>(
     let (reader, writer) = reflector::store();
     let owned = Owned::new(reader);
     ctx.checkpoints.register(&checkpoint_key::<C>(namespace, also), Arc::new(owned.clone()));
-    let watch = watcher(api::<C>(&ctx.client, namespace), watcher::Config::default().labels(&selector));
+    let watch = watcher(api::<C>(&ctx.client, namespace), list_config().labels(&selector));
     let mut relevant = Relevant::new(owned.clone());
     let watch = match installed {
         None => watched(ctx, watch).boxed(),
