@@ -281,6 +281,9 @@ async fn exactly_one_event_per_real_change() {
 
         // The same manifest applied again.
         env.apply(&webapp("once", json!({"image": "nginx:1.25"}))).await;
+        // The Deployment rolls on after Ready; once it and the WebApp's status have
+        // settled, a restart has no status to write either, and must send nothing.
+        settled(&env, "once").await;
         // A restart: the records of the last applies are checkpointed at exit and read back.
         bosun.signal("TERM");
         bosun.wait_exit(Duration::from_secs(30)).await.expect("bosun exits on SIGTERM");
@@ -318,6 +321,26 @@ async fn exactly_one_event_per_real_change() {
         );
     })
     .await;
+}
+
+/// Wait until the WebApp `name` and its Deployment have not changed for 3 s.
+async fn settled(env: &Env, name: &str) {
+    let versions = || async {
+        let webapp = env.api::<apps_v1::WebApp>().get(name).await.expect("webapp");
+        let deployment = env.api::<Deployment>().get(name).await.expect("deployment");
+        (webapp.metadata.resource_version, deployment.metadata.resource_version)
+    };
+    let start = Instant::now();
+    let mut last = versions().await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = versions().await;
+        if now == last {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "WebApp {name} still changing after 60 s");
+        last = now;
+    }
 }
 
 /// A child changed by hand while bosun was not running is set back when it starts —

@@ -259,6 +259,14 @@ impl Checkpoints {
         self.lock().caches.values().map(|c| c.changes()).fold(0, u64::wrapping_add)
     }
 
+    /// The last write, at exit: bounded, as an apiserver that is gone must not keep a
+    /// stopping bosun alive (a checkpoint not written costs one apply per child).
+    pub async fn flush(&self, client: &Client, place: &Place) {
+        if tokio::time::timeout(Duration::from_secs(5), self.save(client, place)).await.is_err() {
+            warn!("the checkpoints were not written within 5 s at exit");
+        }
+    }
+
     /// Load at `place`, bounded: a start never waits long on its checkpoints.
     pub async fn load_bounded(&self, client: &Client, place: &Place) {
         match tokio::time::timeout(Duration::from_secs(5), self.load(client, place)).await {

@@ -149,7 +149,7 @@ async fn reconcile(
         ctx.leader.open();
         info!(startup_ms = started.elapsed().as_millis() as u64, "leader election disabled; reconciling");
         ctx.checkpoints.keep(client, &place, &mut controllers).await;
-        ctx.checkpoints.save(client, &place).await;
+        ctx.checkpoints.flush(client, &place).await;
         return Ok(());
     };
 
@@ -164,7 +164,7 @@ async fn reconcile(
     tokio::select! {
         () = ctx.checkpoints.keep(client, &place, &mut controllers) => {
             // Only a shutdown ends the controllers; they have finished their work.
-            ctx.checkpoints.save(client, &place).await;
+            ctx.checkpoints.flush(client, &place).await;
             leadership.set(false);
             if let Err(err) = mgr.release().await {
                 warn!(%err, "could not release the leader lease; a standby takes over when it expires");
