@@ -99,6 +99,7 @@ where
     let ns = child.namespace().unwrap_or_default();
     let name = child.name_any();
     let print = changes::fingerprint(&child);
+    owned.listed().await;
     let cached = owned.get(&ns, &name);
     let record = owned.recorded(&ns, &name);
     let cached_meta = cached.as_ref().map(|c| c.meta());

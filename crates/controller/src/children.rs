@@ -292,6 +292,17 @@ impl<C: Child> Owned<C> {
         synced(&self.store)
     }
 
+    /// Wait (at most 10 s) until the watch has listed everything once. Until then a
+    /// child missing from the cache may exist all the same: the first reconciles after
+    /// a start would apply, as missing, children that bosun's records vouch for. Past
+    /// the bound, decisions go on from what is cached (an apply, at worst).
+    pub async fn listed(&self) {
+        let start = std::time::Instant::now();
+        while !self.synced() && start.elapsed() < std::time::Duration::from_secs(10) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// The cached `namespace/name`, if bosun's watch has it.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<C>> {
         self.store.get(&ObjectRef::new(name).within(namespace))
