@@ -39,9 +39,19 @@ pub async fn apply<C>(client: &Client, manager: &str, child: &C) -> Result<C, Er
 where
     C: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned + Clone + Debug,
 {
+    apply_read_as(client, manager, child).await
+}
+
+/// Apply `child` as `manager` and read what was stored as `R`: the same kind, or the
+/// slim type bosun caches of it ([`bosun_resources::slim`]).
+async fn apply_read_as<R, C>(client: &Client, manager: &str, child: &C) -> Result<R, Error>
+where
+    R: Resource<DynamicType = (), Scope = NamespaceResourceScope> + DeserializeOwned + Clone + Debug,
+    C: Resource<DynamicType = ()> + Serialize + Debug,
+{
     let name = child.name_any();
     let ns = child.namespace().unwrap_or_default();
-    Api::<C>::namespaced(client.clone(), &ns)
+    Api::<R>::namespaced(client.clone(), &ns)
         .patch(&name, &params(manager), &Patch::Apply(child))
         .await
         .map_err(|source| Error::Apply { kind: C::kind(&()).into_owned(), name, source })
@@ -91,7 +101,7 @@ where
 /// `Updated` event is published on the owner when the apply created or changed it.
 /// `owned` is the cache and record of the child's kind. A name held by someone else is
 /// an [`Error::NameConflict`] and nothing is written.
-pub async fn apply_child<K, C>(ctx: &Context, owner: &K, owned: &Owned<C>, mut child: C) -> Result<C, Error>
+pub async fn apply_child<K, C>(ctx: &Context, owner: &K, owned: &Owned<C>, mut child: C::Desired) -> Result<C, Error>
 where
     K: Resource<DynamicType = ()>,
     C: Child,
@@ -119,7 +129,7 @@ where
         })
     });
     let before = Before { cached: cached_meta, record: record.as_ref() };
-    let applied = match apply_claimed(ctx, owner, &mut child, known.as_ref(), before).await {
+    let applied: C = match apply_claimed(ctx, owner, &mut child, known.as_ref(), before).await {
         // The cache did not know the name's holder (not yet, or never: no bosun label),
         // or the object bosun applied is gone: read it and judge once more.
         Err(err) if err.is_precondition_failed() => {
@@ -145,7 +155,7 @@ struct Before<'a> {
 async fn apply_claimed<K, C>(
     ctx: &Context,
     owner: &K,
-    child: &mut C,
+    child: &mut C::Desired,
     existing: Option<&ObjectMeta>,
     before: Before<'_>,
 ) -> Result<C, Error>
@@ -161,7 +171,7 @@ where
         Claim::Ours { uid } => (Some(uid.clone()), None),
         _ => (None, Some(CREATE_ONLY.to_owned())),
     };
-    let applied = apply(&ctx.client, &manager, child).await?;
+    let applied: C = apply_read_as(&ctx.client, &manager, child).await?;
     let change = changes::change(claim == Claim::Create, &desired, before.cached, before.record, applied.meta());
     if change != ChildChange::Unchanged {
         ctx.events.child(&owner.object_ref(&()), change, applied.object_ref(&()));
@@ -176,7 +186,7 @@ where
 pub async fn create_if_absent<K, C>(ctx: &Context, owner: &K, child: &C) -> Result<C, Error>
 where
     K: Resource<DynamicType = ()>,
-    C: Child,
+    C: crate::guard::Reconciled + Serialize,
 {
     let name = child.name_any();
     let ns = child.namespace().unwrap_or_default();

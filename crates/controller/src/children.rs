@@ -42,6 +42,7 @@ use crate::changes::Applied;
 use crate::checkpoint::{Changes, Checkpointed, Entry};
 
 use bosun_resources::meta::MANAGED_BY;
+use bosun_resources::slim::{SlimDeployment, SlimService};
 
 /// What a parent may do with the name of one of its children.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,17 +127,25 @@ fn created_by(meta: &ObjectMeta) -> Option<String> {
 
 /// A kind bosun creates as a child: what its cache keeps of each object.
 pub trait Child: crate::guard::Reconciled + serde::Serialize {
+    /// The kind as bosun builds and applies it; the cache may keep a type of its own
+    /// with fewer fields ([`bosun_resources::slim`]), read from the same API.
+    type Desired: crate::guard::Reconciled + serde::Serialize;
+
     /// Drop what neither the ownership rule, change detection nor a status reads, so
     /// the cache stays small and a change to what was dropped triggers nothing.
     fn slim(&mut self);
 }
 
-impl Child for Deployment {
+impl Child for SlimDeployment {
+    type Desired = Deployment;
+
     /// A WebApp's status reads the Deployment's counters and its conditions' types,
-    /// statuses and reasons; the spec is known from bosun's own record.
+    /// statuses and reasons; the spec is known from bosun's own record (and not even
+    /// read: the slim type has none). The Deployment controller's revision annotation
+    /// is never one bosun sets: without it, most Deployments cache no annotation map.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
-        self.spec = None;
+        drop_annotation(&mut self.metadata, "deployment.kubernetes.io/revision");
         if let Some(conditions) = self.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             for c in conditions {
                 (c.message, c.last_update_time, c.last_transition_time) = (None, None, None);
@@ -145,14 +154,17 @@ impl Child for Deployment {
     }
 }
 
-impl Child for Service {
+impl Child for SlimService {
+    type Desired = Service;
+
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
-        (self.spec, self.status) = (None, None);
     }
 }
 
 impl Child for ConfigMap {
+    type Desired = Self;
+
     /// The data stays: a VoteConfig's status tells when it changed.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -160,6 +172,8 @@ impl Child for ConfigMap {
 }
 
 impl Child for PersistentVolumeClaim {
+    type Desired = Self;
+
     /// Spec and status stay: a DemoVolume refuses a shrink and reports binding from them.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -167,6 +181,8 @@ impl Child for PersistentVolumeClaim {
 }
 
 impl Child for CronJob {
+    type Desired = Self;
+
     /// A Backup's status reads the CronJob's `lastScheduleTime`; the spec is known
     /// from bosun's own record.
     fn slim(&mut self) {
@@ -180,6 +196,8 @@ impl Child for CronJob {
 }
 
 impl Child for Job {
+    type Desired = Self;
+
     /// Backup and Restore statuses read a Job's start, finish and conditions; the pod
     /// template is never read back.
     fn slim(&mut self) {
@@ -195,6 +213,8 @@ impl Child for Job {
 }
 
 impl Child for StatefulSet {
+    type Desired = Self;
+
     /// A PostgreSQL keeps its claim template's size (immutable once created) and
     /// reads the instance counters: only the managers' field sets go.
     fn slim(&mut self) {
@@ -203,6 +223,8 @@ impl Child for StatefulSet {
 }
 
 impl Child for Secret {
+    type Desired = Self;
+
     /// Only PostgreSQL credentials are watched: their passwords' digest goes into the
     /// pod template, so the data stays.
     fn slim(&mut self) {
@@ -211,6 +233,8 @@ impl Child for Secret {
 }
 
 impl Child for Pod {
+    type Desired = Self;
+
     /// A PostgreSQL labels each instance's pod with its role, names one that cannot
     /// start and calls its instance's API: names, labels, what tells whether it starts,
     /// its address, its node (`status.instances`), and its containers' ports (whether it
@@ -231,6 +255,8 @@ impl Child for Pod {
 }
 
 impl Child for bosun_api::postgresql::PostgreSQL {
+    type Desired = Self;
+
     /// A stack's database: its status tells whether it is Ready.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -238,6 +264,8 @@ impl Child for bosun_api::postgresql::PostgreSQL {
 }
 
 impl Child for k8s_openapi::api::networking::v1::Ingress {
+    type Desired = Self;
+
     /// A platform's Ingress: nothing reads it back but its identity.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -246,6 +274,8 @@ impl Child for k8s_openapi::api::networking::v1::Ingress {
 }
 
 impl Child for bosun_api::monitoring::ServiceMonitor {
+    type Desired = Self;
+
     /// A platform's ServiceMonitor: its spec is known from bosun's own record.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -254,6 +284,8 @@ impl Child for bosun_api::monitoring::ServiceMonitor {
 }
 
 impl Child for bosun_api::backup::Backup {
+    type Desired = Self;
+
     /// A PostgreSQL's status reads its Backup's Ready condition.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
@@ -386,15 +418,23 @@ where
 /// the managers that wrote it (their field sets are most of an object's metadata by
 /// size). An object with a controller is judged by that reference alone.
 pub fn slim_meta(meta: &mut ObjectMeta) {
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
+    drop_annotation(meta, "kubectl.kubernetes.io/last-applied-configuration");
     if meta.owner_references.iter().flatten().any(|r| r.controller == Some(true)) {
         meta.managed_fields = None;
         return;
     }
     for entry in meta.managed_fields.iter_mut().flatten() {
         *entry = ManagedFieldsEntry { manager: entry.manager.take(), ..ManagedFieldsEntry::default() };
+    }
+}
+
+/// Remove the annotation `key`, and the map with its last entry.
+fn drop_annotation(meta: &mut ObjectMeta, key: &str) {
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(key);
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
     }
 }
 
@@ -491,15 +531,13 @@ mod tests {
             meta(Some(("WebApp", "twin-uid")), &["bosun-webapp.example.com"], true),
         ];
         for m in cases {
-            let mut cached = Service { metadata: m.clone(), ..Default::default() };
+            let mut cached = SlimService { metadata: m.clone() };
             cached.metadata.annotations = Some(
                 [("kubectl.kubernetes.io/last-applied-configuration".into(), "{...}".into()), ("a".into(), "b".into())]
                     .into(),
             );
-            cached.spec = Some(Default::default());
             cached.slim();
             assert_eq!(cached.metadata.annotations, Some([("a".into(), "b".into())].into()));
-            assert_eq!(cached.spec, None);
             assert_eq!(decide(Some(&cached.metadata)), decide(Some(&m)));
             assert_eq!(cached.metadata.owner_references, m.owner_references);
             assert_eq!(cached.metadata.labels, m.labels);
@@ -511,6 +549,34 @@ mod tests {
         let mut parent = meta(None, &["kubectl", MANAGER], false);
         slim_parent_meta(&mut parent);
         assert_eq!(parent.managed_fields, None, "nothing reads a parent's managers");
+    }
+
+    #[test]
+    fn a_cached_deployment_keeps_what_its_status_and_drift_read() {
+        let annotations = [("deployment.kubernetes.io/revision".to_owned(), "3".to_owned())];
+        let mut cached = SlimDeployment {
+            metadata: ObjectMeta { annotations: Some(annotations.into()), ..meta(None, &[], true) },
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                ready_replicas: Some(2),
+                conditions: Some(vec![k8s_openapi::api::apps::v1::DeploymentCondition {
+                    type_: "Progressing".into(),
+                    status: "False".into(),
+                    reason: Some("ProgressDeadlineExceeded".into()),
+                    message: Some("ReplicaSet \"web-1\" has timed out progressing.".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        };
+        let labels = cached.metadata.labels.clone();
+        cached.slim();
+        assert_eq!(cached.metadata.annotations, None, "the revision is not bosun's: no map left");
+        assert_eq!(cached.metadata.labels, labels, "labels are compared with the desired ones");
+        let status = cached.status.unwrap();
+        assert_eq!(status.ready_replicas, Some(2));
+        let condition = &status.conditions.unwrap()[0];
+        assert_eq!(condition.reason.as_deref(), Some("ProgressDeadlineExceeded"));
+        assert_eq!(condition.message, None);
     }
 
     #[test]

@@ -4,13 +4,13 @@
 //! of primary ([`crate::failover`]): the pooler paused before, resumed after, so that
 //! its clients wait instead of failing.
 
+use bosun_resources::slim::{SlimDeployment, SlimService};
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bosun_api::postgresql::{PoolerStatus, PostgreSQL};
 use bosun_resources::postgresql as build;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
@@ -24,8 +24,8 @@ use crate::instances::{Instances, Target};
 /// The caches the stage reads.
 #[derive(Clone, Copy, Debug)]
 pub struct Caches<'a> {
-    pub deployments: &'a Owned<Deployment>,
-    pub services: &'a Owned<Service>,
+    pub deployments: &'a Owned<SlimDeployment>,
+    pub services: &'a Owned<SlimService>,
     pub secrets: &'a Owned<Secret>,
 }
 
@@ -55,7 +55,7 @@ pub async fn serve(db: &PostgreSQL, ctx: &Context, caches: Caches<'_>) -> Result
         let seen = caches.deployments.get(&ns, &applied.name_any()).filter(|d| controlled_by(d.as_ref(), db));
         deployments.push(Some(seen.map(|d| (*d).clone()).unwrap_or(applied)));
     }
-    let refs: Vec<Option<&Deployment>> = deployments.iter().map(Option::as_ref).collect();
+    let refs: Vec<Option<&SlimDeployment>> = deployments.iter().map(Option::as_ref).collect();
     Ok(build::pooler_status(db, &refs))
 }
 

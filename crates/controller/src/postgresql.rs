@@ -17,6 +17,7 @@
 //! take the data claims). Nothing here regenerates a password: a Secret that exists is
 //! used as it is, and one that is gone while data exists is a refusal, not a new one.
 
+use bosun_resources::slim::{SlimDeployment, SlimService};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,9 +32,9 @@ use bosun_resources::provided;
 use bosun_resources::upgrade::{Plan, data_version, plan};
 use futures::channel::mpsc::UnboundedReceiver;
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -96,8 +97,8 @@ pub const PERMISSIONS: &[Permission] = &{
 #[derive(Clone, Debug)]
 struct Children {
     statefulsets: Owned<StatefulSet>,
-    deployments: Owned<Deployment>,
-    services: Owned<Service>,
+    deployments: Owned<SlimDeployment>,
+    services: Owned<SlimService>,
     secrets: Owned<Secret>,
     claims: Owned<PersistentVolumeClaim>,
     backups: Owned<Backup>,

@@ -32,6 +32,7 @@
 //! StatefulSet's claims are never deleted, and the credentials and the dumps' claim
 //! have no owner.
 
+use bosun_resources::slim::{SlimDeployment, SlimService};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -49,8 +50,8 @@ use bosun_resources::stacks::{self as build, Plan};
 use bosun_resources::teardown::{self, Left, Next, Owner, Release, Step};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -136,8 +137,8 @@ const RECHECK: Duration = Duration::from_secs(300);
 struct Children {
     postgresqls: Owned<PostgreSQL>,
     statefulsets: Owned<StatefulSet>,
-    deployments: Owned<Deployment>,
-    services: Owned<Service>,
+    deployments: Owned<SlimDeployment>,
+    services: Owned<SlimService>,
     secrets: Owned<Secret>,
     ingresses: Owned<Ingress>,
     backups: Owned<Backup>,
@@ -274,8 +275,8 @@ async fn run_in(
 ) {
     let (postgresqls, [pg_a, pg_p]) = shared::<PostgreSQL>(&ctx, ns);
     let (statefulsets, [st_a, st_p]) = shared::<StatefulSet>(&ctx, ns);
-    let (deployments, [d_a, d_p]) = shared::<Deployment>(&ctx, ns);
-    let (services, [s_a, s_p]) = shared::<Service>(&ctx, ns);
+    let (deployments, [d_a, d_p]) = shared::<SlimDeployment>(&ctx, ns);
+    let (services, [s_a, s_p]) = shared::<SlimService>(&ctx, ns);
     let (secrets, [se_a, se_p]) = shared::<Secret>(&ctx, ns);
     let (ingresses, [i_a, i_p]) = shared::<Ingress>(&ctx, ns);
     let (backups, [b_a, b_p]) = shared::<Backup>(&ctx, ns);
@@ -365,8 +366,8 @@ fn platform_monitors(
 type AllChanges = (
     Changes<PostgreSQL>,
     Changes<StatefulSet>,
-    Changes<Deployment>,
-    Changes<Service>,
+    Changes<SlimDeployment>,
+    Changes<SlimService>,
     Changes<Secret>,
     Changes<Ingress>,
     Changes<Backup>,
@@ -982,11 +983,11 @@ mod tests {
         .unwrap()
     }
 
-    fn deployment(name: &str, deleting: Option<&str>, finalizers: &[&str]) -> Deployment {
+    fn deployment(name: &str, deleting: Option<&str>, finalizers: &[&str]) -> SlimDeployment {
         child("Deployment", "apps/v1", name, deleting, finalizers)
     }
 
-    fn service(name: &str) -> Service {
+    fn service(name: &str) -> SlimService {
         child("Service", "v1", name, None, &[])
     }
 

@@ -5,6 +5,7 @@
 //! what bosun last applied (concurrently, once the Deployment exists) → compute status
 //! from the Deployment as applied or cached → write it only if it changed.
 
+use bosun_resources::slim::{SlimDeployment, SlimService};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -12,8 +13,6 @@ use bosun_api::conditions::reasons;
 use bosun_api::webapp::{WebAppKind, apps_v1, example_v1};
 use bosun_resources::conditions::Refused;
 use bosun_resources::webapp::{self as build, Observed};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
 use kube::{Resource, ResourceExt};
 
 use crate::apply::apply_child;
@@ -63,8 +62,8 @@ pub async fn run(
 ) {
     let shutdown = futures::FutureExt::shared(shutdown);
     let ns = namespace.as_deref();
-    let (deployments, [d_apps, d_example]) = shared::<Deployment>(&ctx, ns);
-    let (services, [s_apps, s_example]) = shared::<Service>(&ctx, ns);
+    let (deployments, [d_apps, d_example]) = shared::<SlimDeployment>(&ctx, ns);
+    let (services, [s_apps, s_example]) = shared::<SlimService>(&ctx, ns);
     let children = Children { deployments, services };
     futures::join!(
         run_group::<apps_v1::WebApp>(ctx.clone(), ns, concurrency, shutdown.clone(), children.clone(), d_apps, s_apps),
@@ -94,12 +93,12 @@ async fn run_group<K: WebAppKind>(
     concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     children: Children,
-    deployments: Changes<Deployment>,
-    services: Changes<Service>,
+    deployments: Changes<SlimDeployment>,
+    services: Changes<SlimService>,
 ) {
     let ctrl = wiring::controller_for::<K>(CONTROLLER, &ctx, ns);
-    let ctrl = wiring::owns::<K, Deployment>(CONTROLLER, ctrl, &ctx, deployments);
-    let ctrl = wiring::owns::<K, Service>(CONTROLLER, ctrl, &ctx, services);
+    let ctrl = wiring::owns::<K, SlimDeployment>(CONTROLLER, ctrl, &ctx, deployments);
+    let ctrl = wiring::owns::<K, SlimService>(CONTROLLER, ctrl, &ctx, services);
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |webapp, ctx| {
         reconcile(webapp, ctx, children.clone())
     })
@@ -109,8 +108,8 @@ async fn run_group<K: WebAppKind>(
 /// The caches of a WebApp's children.
 #[derive(Clone, Debug)]
 struct Children {
-    deployments: Owned<Deployment>,
-    services: Owned<Service>,
+    deployments: Owned<SlimDeployment>,
+    services: Owned<SlimService>,
 }
 
 async fn reconcile<K: WebAppKind>(webapp: Arc<K>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error> {
@@ -149,7 +148,7 @@ async fn apply_children<K: WebAppKind>(
     webapp: &K,
     ctx: &Context,
     children: &Children,
-) -> Result<Option<Deployment>, Error> {
+) -> Result<Option<SlimDeployment>, Error> {
     let deployment = build::desired_deployment(webapp);
     let service = build::desired_service(webapp);
     let ns = webapp.namespace().unwrap_or_default();
@@ -215,7 +214,7 @@ mod tests {
         let (ctx, calls) = mock::context(mock::answer(webapp().as_ref()));
         let w = webapp();
         let children = Children {
-            deployments: mock::cache([ours(build::desired_deployment(w.as_ref()))]),
+            deployments: mock::cache([ours(SlimDeployment::from(build::desired_deployment(w.as_ref())))]),
             services: mock::cache([]),
         };
         let outcome = reconcile(w, ctx, children).await.unwrap();
@@ -232,7 +231,7 @@ mod tests {
     async fn a_deployment_of_someone_elses_is_a_name_conflict_and_nothing_is_written_but_status() {
         let (ctx, calls) = mock::context(mock::answer(webapp().as_ref()));
         let w = webapp();
-        let mut theirs = ours(build::desired_deployment(w.as_ref()));
+        let mut theirs = ours(SlimDeployment::from(build::desired_deployment(w.as_ref())));
         theirs.metadata.owner_references = None;
         let children = Children { deployments: mock::cache([theirs]), services: mock::cache([]) };
         let outcome = reconcile(w, ctx, children).await.unwrap();

@@ -734,14 +734,15 @@ where
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
+    use bosun_resources::slim::{SlimDeployment, SlimService};
+    use k8s_openapi::api::apps::v1::DeploymentStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
     use crate::changes::Applied;
 
-    fn deployment(rv: &str, generation: i64, available: i32) -> Deployment {
-        let mut d = Deployment {
+    fn deployment(rv: &str, generation: i64, available: i32) -> SlimDeployment {
+        let mut d = SlimDeployment {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("ns".into()),
@@ -750,7 +751,6 @@ mod tests {
                 generation: Some(generation),
                 ..Default::default()
             },
-            spec: Some(DeploymentSpec::default()),
             status: Some(DeploymentStatus { available_replicas: Some(available), ..Default::default() }),
         };
         d.slim();
@@ -761,8 +761,8 @@ mod tests {
     fn a_parent_triggers_on_a_new_generation_a_request_or_a_new_object_only() {
         use watcher::Event::{Apply, Delete, InitApply};
         let mut triggers = Triggers::default();
-        let mut pass = |event: watcher::Event<Deployment>| triggers.filter(event).is_some();
-        let with_request = |mut d: Deployment, value: &str| {
+        let mut pass = |event: watcher::Event<SlimDeployment>| triggers.filter(event).is_some();
+        let with_request = |mut d: SlimDeployment, value: &str| {
             let annotation = bosun_api::postgresql::SWITCHOVER_ANNOTATION.to_owned();
             d.metadata.annotations = Some([(annotation, value.to_owned())].into());
             d
@@ -780,7 +780,7 @@ mod tests {
         assert!(pass(Apply(other)), "replaced without a deletion seen: another uid");
     }
 
-    fn triggered(relevant: &mut Relevant<Deployment>, event: watcher::Event<Deployment>) -> bool {
+    fn triggered(relevant: &mut Relevant<SlimDeployment>, event: watcher::Event<SlimDeployment>) -> bool {
         !relevant.triggers(Ok(event)).is_empty()
     }
 
@@ -803,17 +803,15 @@ mod tests {
 
     #[test]
     fn kinds_without_a_generation_trigger_on_every_write() {
-        use k8s_openapi::api::core::v1::Service;
         let (reader, _writer) = reflector::store();
-        let mut relevant = Relevant::new(Owned::<Service>::new(reader));
-        let service = |rv: &str| Service {
+        let mut relevant = Relevant::new(Owned::<SlimService>::new(reader));
+        let service = |rv: &str| SlimService {
             metadata: ObjectMeta {
                 name: Some("web".into()),
                 namespace: Some("ns".into()),
                 resource_version: Some(rv.into()),
                 ..Default::default()
             },
-            ..Default::default()
         };
         assert!(!relevant.triggers(Ok(watcher::Event::Apply(service("1")))).is_empty());
         // A Service's spec is not cached: only its resourceVersion tells of an edit.

@@ -10,6 +10,7 @@
 //!                                        ─▶ Ingress, ServiceMonitor (EcommercePlatform)
 //! ```
 
+use crate::slim::SlimDeployment;
 use std::collections::BTreeMap;
 
 use bosun_api::backup::{Backup, BackupSpec, Connection, Destination, DestinationType, SecretRef, Source, SourceType};
@@ -657,7 +658,7 @@ pub fn desired_service_monitor<K: Resource<DynamicType = ()>>(owner: &K, plan: &
 /// Whether a Deployment has `want` replicas updated and available, and no others left
 /// (a rollout whose new pods cannot start keeps the old ones: not done), as kstatus
 /// judges one (the cache keeps no spec: the count comes from the plan).
-pub fn deployment_ready(d: &Deployment, want: i32) -> Result<(), String> {
+pub fn deployment_ready(d: &SlimDeployment, want: i32) -> Result<(), String> {
     let Some(status) = d.status.as_ref() else { return Err("starting".to_owned()) };
     let current = status.observed_generation >= d.metadata.generation;
     let available = status.available_replicas.unwrap_or(0);
@@ -913,7 +914,7 @@ mod tests {
 
     #[test]
     fn a_deployment_is_ready_once_its_rollout_is_done() {
-        let d = |generation: i64, observed: i64, (all, updated, available): (i32, i32, i32)| Deployment {
+        let d = |generation: i64, observed: i64, (all, updated, available): (i32, i32, i32)| SlimDeployment {
             metadata: ObjectMeta { generation: Some(generation), ..Default::default() },
             status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
                 observed_generation: Some(observed),
@@ -922,7 +923,6 @@ mod tests {
                 available_replicas: Some(available),
                 ..Default::default()
             }),
-            ..Default::default()
         };
         assert_eq!(deployment_ready(&d(2, 2, (2, 2, 2)), 2), Ok(()));
         assert_eq!(deployment_ready(&d(2, 2, (2, 2, 1)), 2), Err("1/2 replicas available".to_owned()));

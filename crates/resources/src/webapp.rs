@@ -6,6 +6,7 @@
 //!  WebApp + applied Deployment ──status──▶ WebAppStatus
 //! ```
 
+use crate::slim::SlimDeployment;
 use std::collections::BTreeMap;
 
 use bosun_api::conditions::{reasons, types};
@@ -98,7 +99,7 @@ pub fn desired_service<K: WebAppKind>(webapp: &K) -> Service {
 pub struct Observed<'a> {
     /// The Deployment as the apiserver returned it from the last apply (`None` if it
     /// could not be applied).
-    pub deployment: Option<&'a Deployment>,
+    pub deployment: Option<&'a SlimDeployment>,
     /// Why the spec cannot be served: the apiserver refused a child, or a child's
     /// name is someone else's.
     pub refused: Option<Refused<'a>>,
@@ -132,7 +133,7 @@ pub fn status<K: WebAppKind>(webapp: &K, observed: Observed<'_>, now: Timestamp)
     }
 }
 
-fn rollout(deployment: &Deployment, desired: i32) -> (Phase, Vec<Desired>) {
+fn rollout(deployment: &SlimDeployment, desired: i32) -> (Phase, Vec<Desired>) {
     let status = deployment.status.clone().unwrap_or_default();
     let ready = status.ready_replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
@@ -213,10 +214,16 @@ mod tests {
         w
     }
 
-    fn deployment(generation: i64, observed: i64, updated: i32, ready: i32, available: i32, total: i32) -> Deployment {
-        Deployment {
+    fn deployment(
+        generation: i64,
+        observed: i64,
+        updated: i32,
+        ready: i32,
+        available: i32,
+        total: i32,
+    ) -> SlimDeployment {
+        SlimDeployment {
             metadata: ObjectMeta { generation: Some(generation), ..ObjectMeta::default() },
-            spec: None,
             status: Some(DeploymentStatus {
                 observed_generation: Some(observed),
                 updated_replicas: Some(updated),

@@ -1,7 +1,8 @@
 //! What one cached object costs bosun's memory, per kind a WebApp brings: N copies of
 //! a real object (as the apiserver sends it: `cache_size/*.json`, one WebApp and its
-//! Deployment and Service) decoded into a kube reflector store, once as decoded and
-//! once slimmed as bosun's caches keep it. Memory is measured as the growth of the
+//! Deployment and Service) decoded into a kube reflector store, once as decoded (the
+//! full `k8s_openapi` kind) and once as bosun's caches keep it (the slim type its cache
+//! reads, [`bosun_resources::slim`], slimmed by [`Child::slim`]). Memory is measured as the growth of the
 //! process's anonymous RSS, so allocator overhead counts as it does in bosun.
 //!
 //! `cargo run --release -p bosun-controller --example cache_size [N]` (default 10000)
@@ -11,6 +12,7 @@ use std::mem::size_of;
 use bosun_api::webapp::apps_v1::WebApp;
 use bosun_controller::children::{Child, slim_parent_meta};
 use bosun_controller::guard::Guarded;
+use bosun_resources::slim::{SlimDeployment, SlimService};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, store::Writer};
@@ -57,27 +59,25 @@ where
 fn main() -> Result<(), serde_json::Error> {
     let n: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(10_000);
     println!("{n} copies of each object; bytes of anonymous RSS per object in a reflector store");
-    println!("{:<12} {:>12} {:>12} {:>12}", "kind", "inline size", "as decoded", "as cached");
-    let row = |kind: &str, inline: usize, decoded: f64, cached: f64| {
-        println!("{kind:<12} {inline:>12} {decoded:>12.0} {cached:>12.0}");
+    println!("{:<12} {:>12} {:>12} {:>14} {:>12}", "kind", "inline size", "as decoded", "cached inline", "as cached");
+    let row = |kind: &str, (inline, decoded): (usize, f64), (cached_inline, cached): (usize, f64)| {
+        println!("{kind:<12} {inline:>12} {decoded:>12.0} {cached_inline:>14} {cached:>12.0}");
     };
+    let webapp = size_of::<Guarded<WebApp>>();
     row(
         "WebApp",
-        size_of::<Guarded<WebApp>>(),
-        per_object::<Guarded<WebApp>>(WEBAPP, n, |_| {})?,
-        per_object::<Guarded<WebApp>>(WEBAPP, n, |w| slim_parent_meta(kube::Resource::meta_mut(w)))?,
+        (webapp, per_object::<Guarded<WebApp>>(WEBAPP, n, |_| {})?),
+        (webapp, per_object::<Guarded<WebApp>>(WEBAPP, n, |w| slim_parent_meta(kube::Resource::meta_mut(w)))?),
     );
     row(
         "Deployment",
-        size_of::<Deployment>(),
-        per_object::<Deployment>(DEPLOYMENT, n, |_| {})?,
-        per_object::<Deployment>(DEPLOYMENT, n, Child::slim)?,
+        (size_of::<Deployment>(), per_object::<Deployment>(DEPLOYMENT, n, |_| {})?),
+        (size_of::<SlimDeployment>(), per_object::<SlimDeployment>(DEPLOYMENT, n, Child::slim)?),
     );
     row(
         "Service",
-        size_of::<Service>(),
-        per_object::<Service>(SERVICE, n, |_| {})?,
-        per_object::<Service>(SERVICE, n, Child::slim)?,
+        (size_of::<Service>(), per_object::<Service>(SERVICE, n, |_| {})?),
+        (size_of::<SlimService>(), per_object::<SlimService>(SERVICE, n, Child::slim)?),
     );
     Ok(())
 }

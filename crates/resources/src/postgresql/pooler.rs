@@ -13,6 +13,7 @@
 //!  Deployments ──status──▶ status.pooler, condition PoolerReady
 //! ```
 
+use crate::slim::SlimDeployment;
 use bosun_api::postgresql::PoolMode;
 use bosun_instance::pooler::{self as program, env as pooler_env};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
@@ -270,9 +271,10 @@ pub fn desired_pooler_service(db: &PostgreSQL, read_only: bool) -> Service {
 
 /// `status.pooler` from the pooler's Deployments as they are (`None` without
 /// `spec.pooler`).
-pub fn pooler_status(db: &PostgreSQL, deployments: &[Option<&Deployment>]) -> Option<PoolerStatus> {
+pub fn pooler_status(db: &PostgreSQL, deployments: &[Option<&SlimDeployment>]) -> Option<PoolerStatus> {
     db.spec.pooler.as_ref()?;
-    let ready = |d: Option<&&Deployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0);
+    let ready =
+        |d: Option<&&SlimDeployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas).unwrap_or(0);
     Some(PoolerStatus {
         endpoint: pooler_endpoint(db),
         ready_instances: ready(deployments.first().and_then(Option::as_ref)),
