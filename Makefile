@@ -66,6 +66,9 @@ lint: $(CARGO_DENY) ## Check formatting, run clippy with warnings as errors, car
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# Advisories need RustSec's database from GitHub, which these machines do not reach.
+	# Offline, cargo-deny reads every crate of Cargo.lock, other platforms' too, which a
+	# build on this one never downloads: fetch them first (a fresh machine has none).
+	$(CARGO) fetch --locked --quiet
 	$(CARGO_DENY) --offline check --hide-inclusion-graph licenses bans sources
 	shellcheck -x -S warning .ci/run $$(git ls-files 'hack/*.sh')
 	# The binary's SBOM, checked against CycloneDX's schema and Cargo.lock.
