@@ -1538,7 +1538,11 @@ async fn the_certificates_and_the_ca_rotate_with_no_failed_client_connection() {
         let written = log.lines().filter(|l| l.starts_with("ok ")).count();
         eprintln!("postgresql-rotation: {written} connections, {} failed", failed.len());
         assert!(failed.is_empty(), "connections failed during the rotation: {failed:?}");
-        assert!(written >= 200, "{written} connections:\n{log}");
+        // One a second when the machine is idle (about 300); under the load of a full
+        // `make test` on 2 cores, a verify-full connection from a fresh psql took ~2 s
+        // (107 seen). What this proves is that the client kept connecting through every
+        // step (90 s each): at least one connection per 5 s on average.
+        assert!(written >= 330 / 5, "{written} connections:\n{log}");
         assert_eq!(done.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"));
         let published = secret_data(&env, "test-db-ca").await;
         let ca = String::from_utf8(published["ca.crt"].0.clone()).unwrap();
