@@ -619,6 +619,10 @@ pub const NAME_CONFLICT_RECHECK: Duration = Duration::from_secs(30);
 /// When a reconcile that [`Outcome::Yielded`] goes on if no watch event came first.
 pub const YIELD_BACKSTOP: Duration = Duration::from_secs(1);
 
+/// When an object of a namespace being deleted is looked at again: once it is gone
+/// (or being deleted without a finalizer of bosun's), the look costs nothing.
+pub const NAMESPACE_TERMINATING_RECHECK: Duration = Duration::from_secs(10);
+
 /// How a reconcile ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -716,11 +720,13 @@ where
             })
         }
         // Children cannot be created in a namespace being deleted, and need not be:
-        // not an error to retry, count or announce.
+        // not an error to retry, count or announce. Looked at again all the same: the
+        // object's own deletion comes next, and a finalizer of bosun's on it must not
+        // wait on that one watch event to be released (it holds up the namespace).
         Err(err) if err.is_namespace_terminating() => {
             ctx.backoff.succeeded(obj.as_ref());
             span.in_scope(|| debug!(outcome = "NamespaceTerminating", duration_ms = ms, "namespace is being deleted"));
-            Ok(Action::await_change())
+            Ok(Action::requeue(NAMESPACE_TERMINATING_RECHECK))
         }
         Err(err) => {
             ctx.metrics.reconciled(kind, "error", elapsed.as_secs_f64());

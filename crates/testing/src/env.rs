@@ -3,7 +3,7 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -179,17 +179,32 @@ impl Env {
             .await
     }
 
+    /// [`Env::start_bosun`] logging with `filter` (`RUST_LOG` syntax), for a test whose
+    /// failure needs the debug lines to be told.
+    pub async fn start_bosun_logging(&self, extra_args: &[&str], filter: &str) -> Bosun {
+        let kubeconfig = self.bosun_kubeconfig().await;
+        let (args, log) = self.bosun_args(extra_args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Bosun::start_logging(&bosun_binary(), &kubeconfig, &args, log, filter)
+    }
+
     /// Start `bosun run` watching only this test's namespace with `kubeconfig`.
     pub fn start_bosun_as(&self, kubeconfig: &Path, extra_args: &[&str]) -> Bosun {
-        let ns_arg = format!("--namespaces={}", self.ns);
-        let mut args = vec![ns_arg.as_str()];
+        let (args, log) = self.bosun_args(extra_args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Bosun::start(&bosun_binary(), kubeconfig, &args, log)
+    }
+
+    /// The arguments of a `bosun run` for this test, and the file of its log.
+    fn bosun_args(&self, extra_args: &[&str]) -> (Vec<String>, PathBuf) {
+        let mut args = vec![format!("--namespaces={}", self.ns)];
         // Tests run in parallel: every bosun takes a free port unless told otherwise.
         if !extra_args.iter().any(|a| a.starts_with("--metrics-bind-address")) {
-            args.push("--metrics-bind-address=127.0.0.1:0");
+            args.push("--metrics-bind-address=127.0.0.1:0".into());
         }
-        args.extend_from_slice(extra_args);
+        args.extend(extra_args.iter().map(|a| (*a).to_owned()));
         let log = repo_root().join("target/e2e-logs").join(format!("{}-{}.log", self.ns, rand::random::<u16>()));
-        Bosun::start(&bosun_binary(), kubeconfig, &args, log)
+        (args, log)
     }
 
     /// Server-side apply `obj` into the test namespace as the test (field manager `e2e`).

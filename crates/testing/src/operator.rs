@@ -11,8 +11,15 @@ pub struct Bosun {
 }
 
 impl Bosun {
-    /// Start `binary run <args>` with `kubeconfig`, logging to `log`.
+    /// Start `binary run <args>` with `kubeconfig`, logging to `log` at the level of
+    /// `BOSUN_E2E_LOG` (default: info).
     pub fn start(binary: &Path, kubeconfig: &Path, args: &[&str], log: PathBuf) -> Bosun {
+        let filter = std::env::var("BOSUN_E2E_LOG").unwrap_or_else(|_| "info,kube=warn".into());
+        Bosun::start_logging(binary, kubeconfig, args, log, &filter)
+    }
+
+    /// [`Bosun::start`] with the log filter `filter` (`RUST_LOG` syntax).
+    pub fn start_logging(binary: &Path, kubeconfig: &Path, args: &[&str], log: PathBuf, filter: &str) -> Bosun {
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir).expect("log directory");
         }
@@ -21,7 +28,7 @@ impl Bosun {
             .arg("run")
             .args(args)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", std::env::var("BOSUN_E2E_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
+            .env("RUST_LOG", filter)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)
