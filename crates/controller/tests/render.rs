@@ -80,6 +80,34 @@ fn renders_a_postgresqls_statefulset_services_and_backup_but_no_password() {
 }
 
 #[test]
+fn renders_a_postgresqls_pooler_on_each_side_it_asks_for() {
+    let db = json!({"apiVersion": "database.example.com/v1", "kind": "PostgreSQL", "metadata": {"name": "db"},
+                    "spec": {"version": "17", "storage": "1Gi", "replicas": 2,
+                             "pooler": {"instances": 3, "mode": "transaction", "readOnly": true}}});
+    let out = render(&[db]).unwrap();
+    let named: Vec<String> = out
+        .iter()
+        .map(|o| {
+            format!("{}/{}", o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        named[named.len() - 4..],
+        ["Deployment/db-pooler", "Service/db-pooler", "Deployment/db-pooler-ro", "Service/db-pooler-ro"]
+    );
+    let rw = &out[out.len() - 4];
+    assert_eq!(rw["spec"]["replicas"], 3);
+    let env = &rw["spec"]["template"]["spec"]["containers"][0]["env"];
+    let env: Vec<(&str, &str)> =
+        env.as_array().unwrap().iter().filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?))).collect();
+    assert!(env.contains(&("BOSUN_POOLER_MODE", "transaction")), "{env:?}");
+    assert!(!out.iter().any(|o| o["kind"] == "Secret"), "no password is rendered");
+    let bad = json!({"apiVersion": "database.example.com/v1", "kind": "PostgreSQL", "metadata": {"name": "x"},
+                     "spec": {"version": "17", "storage": "1Gi", "pooler": {"mode": "statement-ish"}}});
+    assert!(render(&[bad]).unwrap_err().to_string().contains("statement-ish"));
+}
+
+#[test]
 fn renders_every_component_of_the_stack_samples() {
     let read = |f: &str| -> Value {
         let path = format!("{}/../../config/samples/{f}", env!("CARGO_MANIFEST_DIR"));

@@ -146,6 +146,12 @@ impl Rendered for PostgreSQL {
         ))]);
         out.extend(values(postgresql::desired_services(&self).into_iter().map(Some)));
         out.extend(values([postgresql::desired_backup(&self)]));
+        // The pooler's sides (`spec.pooler`): its Deployment and Service each. No Secret:
+        // its role's password is generated in the cluster, once.
+        for read_only in postgresql::pooler_sides(&self) {
+            out.extend(values([postgresql::desired_pooler_deployment(&self, &settings, read_only)]));
+            out.extend(values([Some(postgresql::desired_pooler_service(&self, read_only))]));
+        }
         Ok(out)
     }
 }
