@@ -65,6 +65,40 @@ pub struct BackupLine {
     pub conditions: Vec<ConditionLine>,
 }
 
+/// The pooler (`spec.pooler`): what the spec asks for and what its Deployments report.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolerLine {
+    /// Where its clients connect, once bosun reported it.
+    pub endpoint: Option<String>,
+    pub mode: String,
+    pub instances: i32,
+    pub ready_instances: i32,
+    /// With `readOnly`: the standbys' side, `(ready, wanted)`.
+    pub read_only: Option<(i32, i32)>,
+    /// How long a change of primary may hold its clients.
+    pub max_pause: String,
+}
+
+/// The pooler's line of `db`, when it has one.
+pub fn pooler_line(db: &PostgreSQL) -> Option<PoolerLine> {
+    use bosun_resources::postgresql::{DEFAULT_MAX_PAUSE, DEFAULT_POOLER_INSTANCES};
+    let spec = db.spec.pooler.as_ref()?;
+    let st = db.status.as_ref().and_then(|s| s.pooler.as_ref());
+    let instances = spec.instances.unwrap_or(DEFAULT_POOLER_INSTANCES);
+    Some(PoolerLine {
+        endpoint: st.map(|s| s.endpoint.clone()),
+        mode: spec.mode.unwrap_or_default().as_str().to_owned(),
+        instances,
+        ready_instances: st.map_or(0, |s| s.ready_instances),
+        read_only: spec
+            .read_only
+            .unwrap_or(false)
+            .then(|| (st.and_then(|s| s.read_only_ready_instances).unwrap_or(0), instances)),
+        max_pause: spec.max_pause.clone().unwrap_or_else(|| DEFAULT_MAX_PAUSE.to_owned()),
+    })
+}
+
 /// A PostgreSQL on one screen.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -80,6 +114,7 @@ pub struct DatabaseStatus {
     pub synchronous: Option<String>,
     pub last_primary_change: Option<PrimaryChange>,
     pub instances: Vec<InstanceLine>,
+    pub pooler: Option<PoolerLine>,
     pub wal_archiving: Option<WalArchiving>,
     /// The primary's archiver as it says it now.
     pub archiver: Option<Archiver>,
@@ -255,6 +290,7 @@ pub async fn gather(session: &Session, name: &str) -> anyhow::Result<DatabaseSta
         synchronous,
         last_primary_change: st.last_primary_change.clone(),
         instances,
+        pooler: pooler_line(&db),
         wal_archiving: st.wal_archiving.clone(),
         archiver,
         first_recoverable_point: st.first_recoverable_point.clone(),
@@ -348,6 +384,25 @@ pub fn text(view: &DatabaseStatus, paint: &Paint) -> String {
         );
         if let Some(problem) = &i.problem {
             let _ = writeln!(out, "  {:<20} {}", "", paint.bad(problem));
+        }
+    }
+
+    if let Some(p) = &view.pooler {
+        let _ = writeln!(out, "\n{}", paint.bold("Pooler"));
+        let ready = |ready: i32, wanted: i32| {
+            let text = format!("{ready}/{wanted} ready");
+            if ready >= wanted { paint.good(&text) } else { paint.bad(&text) }
+        };
+        let _ = writeln!(
+            out,
+            "  read-write: {}  {}  mode {}, pauses at most {}",
+            or_dash(p.endpoint.clone()),
+            ready(p.ready_instances, p.instances),
+            p.mode,
+            p.max_pause
+        );
+        if let Some((ready_ro, wanted)) = p.read_only {
+            let _ = writeln!(out, "  read-only:  {}-pooler-ro  {}", view.name, ready(ready_ro, wanted));
         }
     }
 
@@ -491,6 +546,7 @@ mod tests {
             synchronous: None,
             last_primary_change: None,
             instances: lines,
+            pooler: None,
             wal_archiving: None,
             archiver: None,
             first_recoverable_point: None,
@@ -506,5 +562,50 @@ mod tests {
         assert!(screen.contains("4.0 KiB, 1.5 s") && screen.contains("streaming, sync"), "{screen}");
         assert!(screen.contains("no answer within 5s"), "{screen}");
         assert!(!screen.contains('\x1b'), "{screen}");
+    }
+
+    #[test]
+    fn the_pooler_shows_what_was_asked_and_what_serves() {
+        let db: PostgreSQL = serde_json::from_value(serde_json::json!({
+            "apiVersion": "database.example.com/v1", "kind": "PostgreSQL",
+            "metadata": {"name": "db", "namespace": "shop"},
+            "spec": {"version": "17", "storage": "1Gi", "replicas": 2,
+                     "pooler": {"instances": 3, "mode": "transaction", "readOnly": true}},
+            "status": {"pooler": {"endpoint": "db-pooler.shop.svc:5432", "readyInstances": 3,
+                                  "readOnlyReadyInstances": 1}}
+        }))
+        .unwrap();
+        let line = pooler_line(&db).unwrap();
+        assert_eq!((line.instances, line.ready_instances, line.read_only), (3, 3, Some((1, 3))));
+        assert_eq!((line.mode.as_str(), line.max_pause.as_str()), ("transaction", "10s"));
+        let mut plain = db.clone();
+        plain.spec.pooler = None;
+        assert!(pooler_line(&plain).is_none());
+        let view = DatabaseStatus {
+            namespace: "shop".into(),
+            name: "db".into(),
+            version: "17".into(),
+            replicas: 2,
+            ready_replicas: 2,
+            phase: Some("Running".into()),
+            endpoint: None,
+            current_primary: Some("db-0".into()),
+            synchronous: None,
+            last_primary_change: None,
+            instances: Vec::new(),
+            pooler: Some(line),
+            wal_archiving: None,
+            archiver: None,
+            first_recoverable_point: None,
+            last_recoverable_point: None,
+            backup: None,
+            server_certificate: None,
+            conditions: Vec::new(),
+            events: Vec::new(),
+            took_ms: 3,
+        };
+        let screen = text(&view, &Paint::default());
+        assert!(screen.contains("read-write: db-pooler.shop.svc:5432  3/3 ready  mode transaction"), "{screen}");
+        assert!(screen.contains("read-only:  db-pooler-ro  1/3 ready"), "{screen}");
     }
 }
