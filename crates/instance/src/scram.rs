@@ -27,6 +27,19 @@ pub fn verifier(password: &str) -> Option<String> {
     verifier_with(password, &salt, ITERATIONS)
 }
 
+/// `stored` (a role's verifier, as `pg_authid` holds it) when it is `password`'s, so
+/// that setting the same password again changes nothing: a pooler that looked the
+/// verifier up (PgBouncer's `auth_query`) keeps logging its clients in with it. A
+/// fresh verifier otherwise.
+pub fn verifier_keeping(password: &str, stored: Option<&str>) -> Option<String> {
+    let same = stored.and_then(|stored| {
+        let (iterations, salt) = stored.strip_prefix("SCRAM-SHA-256$")?.split_once('$')?.0.split_once(':')?;
+        let again = verifier_with(password, &STANDARD.decode(salt).ok()?, iterations.parse().ok()?)?;
+        (again == stored).then_some(again)
+    });
+    same.or_else(|| verifier(password))
+}
+
 /// The verifier of `password` with `salt` and `iterations`.
 pub fn verifier_with(password: &str, salt: &[u8], iterations: u32) -> Option<String> {
     // SASLprep leaves printable ASCII as it is, and PostgreSQL uses a password it
@@ -75,5 +88,19 @@ mod tests {
         assert!(a.starts_with("SCRAM-SHA-256$4096:") && a != b, "{a} {b}");
         assert!(!a.contains("s3cret"));
         assert_eq!(verifier("pässword"), None);
+    }
+
+    #[test]
+    fn the_same_password_keeps_its_verifier_and_a_new_one_gets_a_new_salt() {
+        let stored = verifier("secret").unwrap();
+        assert_eq!(verifier_keeping("secret", Some(&stored)).as_deref(), Some(stored.as_str()));
+        let changed = verifier_keeping("other", Some(&stored)).unwrap();
+        assert_ne!(changed, stored);
+        assert_ne!(changed.split('$').nth(1), stored.split('$').nth(1), "a new password, a new salt");
+        // Nothing stored, an md5 hash, garbage: a fresh verifier.
+        for stored in [None, Some("md5d5f6a4c0b8d1e2f3a4b5c6d7e8f9a0b1"), Some("SCRAM-SHA-256$x:y$z")] {
+            let fresh = verifier_keeping("secret", stored).unwrap();
+            assert!(fresh.starts_with("SCRAM-SHA-256$4096:"), "{fresh}");
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! analyzed. Idempotent; retried until the setup timeout, then given up with a
 //! message, never stopping the server.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -58,24 +59,42 @@ async fn attempt(args: &InstanceArgs) -> Result<bool, String> {
         }
         return Ok(true);
     }
-    script(args, &roles_sql(args)).await?;
+    let stored = stored_verifiers(&query(args, STORED_VERIFIERS_SQL).await?);
+    script(args, &roles_sql(args, &stored)).await?;
     Ok(false)
+}
+
+/// Every role's stored password (its verifier), one `name|verifier` a line.
+const STORED_VERIFIERS_SQL: &str = "SELECT rolname || '|' || rolpassword FROM pg_authid WHERE rolpassword IS NOT NULL";
+
+/// The stored verifiers of [`STORED_VERIFIERS_SQL`]'s answer, by role.
+fn stored_verifiers(answer: &str) -> BTreeMap<String, String> {
+    answer
+        .lines()
+        .filter_map(|line| line.rsplit_once('|'))
+        .map(|(role, verifier)| (role.to_owned(), verifier.to_owned()))
+        .collect()
 }
 
 /// The superuser's password, and the replication role (created when missing) with
 /// its password: SQL read by psql from its input, never from a command line. Each
 /// password goes as its scram verifier ([`crate::scram`]), so the server never sees
 /// it; a password that is not ASCII goes as it is, with this session's statements and
-/// their errors kept out of the server's log.
-pub fn roles_sql(args: &InstanceArgs) -> String {
+/// their errors kept out of the server's log. A password set already keeps its
+/// verifier (`stored`, by role): the setup runs at every start and promotion, and a
+/// new salt would fail the logins a pooler makes with the verifier it looked up.
+pub fn roles_sql(args: &InstanceArgs, stored: &BTreeMap<String, String>) -> String {
     let mut sql = String::from(
         "SET standard_conforming_strings = on;\nSET log_statement = 'none';\nSET log_min_error_statement = 'panic';\n",
     );
-    let hashed = |password: &str| literal(&crate::scram::verifier(password).unwrap_or_else(|| password.to_owned()));
+    let hashed = |role: &str, password: &str| {
+        let verifier = crate::scram::verifier_keeping(password, stored.get(role).map(String::as_str));
+        literal(&verifier.unwrap_or_else(|| password.to_owned()))
+    };
     sql.push_str(&format!(
         "ALTER ROLE {} WITH PASSWORD {};\n",
         ident(&args.superuser),
-        hashed(&args.superuser_password())
+        hashed(&args.superuser, &args.superuser_password())
     ));
     if let Some(password) = args.replication_password() {
         let user = &args.replication_user;
@@ -83,7 +102,11 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
             "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
             literal(user)
         ));
-        sql.push_str(&format!("ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n", ident(user), hashed(&password)));
+        sql.push_str(&format!(
+            "ALTER ROLE {} WITH REPLICATION LOGIN PASSWORD {};\n",
+            ident(user),
+            hashed(user, &password)
+        ));
         // What pg_rewind reads of the primary, and CHECKPOINT (a role of its own from
         // PostgreSQL 15): the instances' own connections go as this role when the
         // superuser may not log in over the network. It may copy every file already.
@@ -100,7 +123,7 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
         ));
     }
     if let Some(password) = args.pooler_password() {
-        sql.push_str(&pooler_sql(&args.superuser, &hashed(&password)));
+        sql.push_str(&pooler_sql(&args.superuser, &hashed(crate::pooler::AUTH_USER, &password)));
     }
     // The application's role, and its database (made once, never dropped; one that
     // exists keeps its owner).
@@ -109,7 +132,7 @@ pub fn roles_sql(args: &InstanceArgs) -> String {
             "SELECT format('CREATE ROLE %I', {0}) WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {0}) \\gexec\n",
             literal(user)
         ));
-        sql.push_str(&format!("ALTER ROLE {} WITH LOGIN PASSWORD {};\n", ident(user), hashed(&password)));
+        sql.push_str(&format!("ALTER ROLE {} WITH LOGIN PASSWORD {};\n", ident(user), hashed(user, &password)));
         sql.push_str(&format!(
             "SELECT format('CREATE DATABASE %I OWNER %I', {0}, {1}) \
              WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = {0}) \\gexec\n",
@@ -249,19 +272,19 @@ mod tests {
         let dir = crate::role::tests::temp_dir("pooler-password");
         let dirs = dir.to_str().unwrap().to_owned();
         std::fs::write(dir.join(crate::settings::env::POOLER_PASSWORD_FILE), "p'w").unwrap();
-        let sql = roles_sql(&args(&["--password", "su", "--credentials-dir", &dirs]));
+        let sql = roles_sql(&args(&["--password", "su", "--credentials-dir", &dirs]), &BTreeMap::new());
         assert!(sql.contains(r#"ALTER ROLE "bosun_pooler" WITH LOGIN NOSUPERUSER"#), "{sql}");
         assert!(sql.contains("SECURITY DEFINER SET search_path = pg_catalog"), "{sql}");
         assert!(sql.contains("AND NOT usesuper AND NOT userepl"), "{sql}");
         assert!(sql.contains(r#"REVOKE ALL ON FUNCTION "bosun_pooler"."lookup"(text) FROM PUBLIC"#), "{sql}");
         assert!(!sql.contains("p'w"), "the password goes as its verifier: {sql}");
-        assert!(!roles_sql(&args(&["--password", "su"])).contains("bosun_pooler"));
+        assert!(!roles_sql(&args(&["--password", "su"]), &BTreeMap::new()).contains("bosun_pooler"));
     }
 
     #[test]
     fn passwords_and_names_are_quoted_whatever_they_hold() {
         let a = args(&["--password", r"it's\a; DROP", "--superuser", "su\"per", "--replication-password", "r'1"]);
-        let sql = roles_sql(&a);
+        let sql = roles_sql(&a, &BTreeMap::new());
         assert!(sql.contains(r#"ALTER ROLE "su""per" WITH PASSWORD 'SCRAM-SHA-256$4096:"#), "{sql}");
         assert!(sql.contains("SELECT format('CREATE ROLE %I', 'replicator') WHERE NOT EXISTS"), "{sql}");
         assert!(sql.contains(r#"ALTER ROLE "replicator" WITH REPLICATION LOGIN PASSWORD 'SCRAM-SHA-256$"#), "{sql}");
@@ -270,13 +293,26 @@ mod tests {
         assert!(sql.contains("SELECT format('GRANT pg_checkpoint TO %I', 'replicator') WHERE EXISTS"), "{sql}");
         assert!(!sql.contains("DROP") && !sql.contains("r'1"), "no password reaches the server: {sql}");
         // Not ASCII: as it is, quoted, with the session's logging off.
-        let sql = roles_sql(&args(&["--password", "pä'ss"]));
+        let sql = roles_sql(&args(&["--password", "pä'ss"]), &BTreeMap::new());
         assert!(sql.contains("WITH PASSWORD 'pä''ss';") && sql.contains("SET log_min_error_statement = 'panic';"));
     }
 
     #[test]
     fn without_a_replication_password_there_is_no_replication_role() {
-        let sql = roles_sql(&args(&["--password", "p", "--replication-password", ""]));
+        let sql = roles_sql(&args(&["--password", "p", "--replication-password", ""]), &BTreeMap::new());
         assert!(!sql.contains("replicator"), "{sql}");
+    }
+
+    #[test]
+    fn a_password_set_already_keeps_its_verifier() {
+        let a = args(&["--password", "su", "--replication-password", "r"]);
+        let kept = crate::scram::verifier("su").unwrap();
+        let old = crate::scram::verifier("before").unwrap();
+        let answer = format!("postgres|{kept}\nreplicator|{old}\nweird|name|md5abc\n");
+        let stored = stored_verifiers(&answer);
+        assert_eq!(stored.get("weird|name").map(String::as_str), Some("md5abc"));
+        let sql = roles_sql(&a, &stored);
+        assert!(sql.contains(&format!(r#"ALTER ROLE "postgres" WITH PASSWORD '{kept}';"#)), "{sql}");
+        assert!(!sql.contains(&old), "a changed password gets a new verifier: {sql}");
     }
 }
