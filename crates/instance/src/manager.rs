@@ -468,9 +468,19 @@ async fn serve<P: Postgres>(
                         }
                         // It waits for the promotion to end; a server still starting
                         // refuses it: again on a later look.
-                        if let Err(why) = pg.promote().await {
-                            info!(%why, "the promotion did not take yet");
-                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        match pg.promote().await {
+                            // The primary's setup, which a standby skips: what only a
+                            // primary writes and this one's Secret asks for (the
+                            // pooler's role, added by a rolling change whose old
+                            // primary never had it) is there from its first write on.
+                            Ok(()) => {
+                                setup.set(pg.setup());
+                                set_up = false;
+                            }
+                            Err(why) => {
+                                info!(%why, "the promotion did not take yet");
+                                tokio::time::sleep(Duration::from_millis(500)).await;
+                            }
                         }
                     }
                 }

@@ -232,8 +232,13 @@ async fn a_replica_clones_streams_is_promoted_then_demoted_and_rejoins() {
         // Made the primary: promoted in place, not restarted.
         set_label(&podinfo, 2, "primary");
         until("the promotion", &fake, || fake.count("promote") == 1).await;
+        // Then the primary's setup, which the standby skipped.
+        until("the setup after the promotion", &fake, || fake.count("setup") == 2).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!((fake.count("promote"), fake.count("start")), (1, 1), "{:?}", fake.calls());
+        let calls = fake.calls();
+        let promoted = calls.iter().rposition(|c| c == "promote").unwrap();
+        assert_eq!(calls[promoted + 1..].iter().filter(|c| *c == "setup").count(), 1, "{calls:?}");
 
         // Made a replica again: stopped, rewound, started as a standby.
         set_label(&podinfo, 3, "replica");
