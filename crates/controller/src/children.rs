@@ -237,12 +237,14 @@ impl Child for Pod {
 
     /// A PostgreSQL labels each instance's pod with its role, names one that cannot
     /// start and calls its instance's API: names, labels, what tells whether it starts,
-    /// its address, its node (`status.instances`), and its containers' ports (whether it
-    /// serves the instance API, which a pod of the previous release does not) are read.
+    /// its address, its node (`status.instances`), its containers' ports (whether it
+    /// serves the instance API, which a pod of the previous release does not), and the
+    /// Secrets its volumes hold (whether the primary has the pooler's password) are read.
     fn slim(&mut self) {
         slim_meta(&mut self.metadata);
         self.spec = self.spec.take().map(|spec| PodSpec {
             node_name: spec.node_name,
+            volumes: spec.volumes.map(|volumes| volumes.into_iter().map(bosun_resources::pods::slim_volume).collect()),
             containers: spec
                 .containers
                 .into_iter()

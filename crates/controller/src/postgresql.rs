@@ -249,6 +249,10 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
         upgrade: major.as_ref(),
         server_certificate: certificates.server.as_ref(),
         pooler: pooler.as_ref(),
+        pooler_role: primary
+            .as_ref()
+            .and_then(|p| children.pods.get(&db.namespace().unwrap_or_default(), &p.name))
+            .is_some_and(|pod| build::holds_pooler_password(db, &pod)),
         instances: &build::instances_status(instances.iter().map(|p| p.as_ref()), |pod| {
             children.silences.unanswered_since(pod, ctx.settings.postgres.unanswered_failover)
         }),

@@ -19,7 +19,10 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStatus, Pod, PodCondition, PodStatus, ProjectedVolumeSource, SecretProjection,
+    SecretVolumeSource, Volume, VolumeProjection,
+};
 use kube::ResourceExt;
 
 /// How long a pod may wait to start, with a Warning event about it, before it counts
@@ -110,6 +113,29 @@ pub fn simulated_run(status: &ContainerStatus) -> bool {
 
 fn without_id(status: &ContainerStatus) -> bool {
     status.container_id.as_deref().is_none_or(str::is_empty)
+}
+
+/// A pod's volume as a cache keeps it: its name and the Secrets it holds, no items.
+pub fn slim_volume(volume: Volume) -> Volume {
+    let secret =
+        |name: Option<String>| SecretProjection { name: name.unwrap_or_default(), ..SecretProjection::default() };
+    Volume {
+        name: volume.name,
+        secret: volume
+            .secret
+            .map(|s| SecretVolumeSource { secret_name: s.secret_name, ..SecretVolumeSource::default() }),
+        projected: volume.projected.map(|p| ProjectedVolumeSource {
+            sources: p.sources.map(|sources| {
+                sources
+                    .into_iter()
+                    .filter_map(|s| s.secret)
+                    .map(|s| VolumeProjection { secret: Some(secret(Some(s.name))), ..VolumeProjection::default() })
+                    .collect()
+            }),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }
 
 /// Drop from `pod`'s status all that [`progress`] and a database's failover do not

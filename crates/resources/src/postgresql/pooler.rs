@@ -17,7 +17,7 @@ use crate::slim::SlimDeployment;
 use bosun_api::postgresql::PoolMode;
 use bosun_instance::pooler::{self as program, env as pooler_env};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
-use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource};
+use k8s_openapi::api::core::v1::{KeyToPath, Pod, SecretVolumeSource};
 
 use super::*;
 
@@ -285,12 +285,28 @@ pub fn pooler_status(db: &PostgreSQL, deployments: &[Option<&SlimDeployment>]) -
 }
 
 /// `PoolerReady`: every pooler pod asked for is ready (none without `spec.pooler`).
-pub fn pooler_condition(db: &PostgreSQL, status: Option<&PoolerStatus>) -> Option<Desired> {
+/// Whether the primary's pod `pod` holds the pooler's password: its setup (at start,
+/// or at its promotion) made the pooler's role, which the pooler logs in as. A pooler
+/// added to a running database waits for the rolling change that gives the instances
+/// the password (standbys first, then a switchover).
+pub fn holds_pooler_password(db: &PostgreSQL, pod: &Pod) -> bool {
+    let secret = pooler_secret_name(db);
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().any(|v| {
+        let projected = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+        v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some(secret.as_str())
+            || projected.into_iter().flatten().any(|s| s.secret.as_ref().is_some_and(|s| s.name == secret))
+    })
+}
+
+/// `PoolerReady`: every pod asked for ready, and the primary knows the pooler's role
+/// (`role_known`, [`holds_pooler_password`]).
+pub fn pooler_condition(db: &PostgreSQL, status: Option<&PoolerStatus>, role_known: bool) -> Option<Desired> {
     let spec = db.spec.pooler.as_ref()?;
     let status = status?;
     let wanted = spec.instances.unwrap_or(DEFAULT_POOLER_INSTANCES);
     let ro_short = status.read_only_ready_instances.is_some_and(|r| r < wanted);
-    Some(if status.ready_instances >= wanted && !ro_short {
+    Some(if status.ready_instances >= wanted && !ro_short && role_known {
         Desired::new(
             postgresql_types::POOLER_READY,
             true,
@@ -302,11 +318,17 @@ pub fn pooler_condition(db: &PostgreSQL, status: Option<&PoolerStatus>) -> Optio
             ),
         )
     } else {
+        let role = if role_known {
+            ""
+        } else {
+            "; the primary does not have the pooler's role yet: it comes with the instances' restart on the new \
+             pod template (standbys first, then a switchover)"
+        };
         Desired::new(
             postgresql_types::POOLER_READY,
             false,
             reasons::PROVISIONING,
-            format!("{} of {wanted} pooler instances ready", status.ready_instances),
+            format!("{} of {wanted} pooler instances ready{role}", status.ready_instances),
         )
     })
 }

@@ -48,6 +48,8 @@ pub struct Observed<'a> {
     pub instances: &'a [InstanceStatus],
     /// The pooler, as its Deployments report it ([`pooler_status`]).
     pub pooler: Option<&'a PoolerStatus>,
+    /// Whether the primary knows the pooler's role ([`holds_pooler_password`]).
+    pub pooler_role: bool,
 }
 
 /// `status.instances` of `pods` (the database's instances'), by name, each with since
@@ -156,7 +158,7 @@ pub fn status(db: &PostgreSQL, observed: Observed<'_>, now: Timestamp) -> Postgr
                 Some(ready),
                 Some(backup_configured(db, observed.backup, observed.backup_conflict)),
                 archiving_condition,
-                pooler_condition(db, observed.pooler),
+                pooler_condition(db, observed.pooler, observed.pooler_role),
             ]
             .into_iter()
             .flatten()

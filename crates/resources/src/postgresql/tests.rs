@@ -1,5 +1,6 @@
 use bosun_api::postgresql::{BackupSettings, PostgreSQLSpec};
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
@@ -816,9 +817,37 @@ fn the_pooler_is_ready_when_every_pod_asked_for_is() {
         ready_instances: rw,
         read_only_ready_instances: Some(ro),
     };
-    let ready = |s: &PoolerStatus| pooler_condition(&pooled, Some(s)).unwrap().status;
+    let ready = |s: &PoolerStatus| pooler_condition(&pooled, Some(s), true).unwrap().status;
     assert_eq!(ready(&status(2, 2)), "True");
     assert_eq!(ready(&status(2, 1)), "False");
     assert_eq!(ready(&status(1, 2)), "False");
-    assert!(pooler_condition(&example(), None).is_none());
+    assert!(pooler_condition(&example(), None, true).is_none());
+    // Every pod ready, but the primary without the pooler's role (a pooler added to a
+    // running database, before the switchover of its rolling change).
+    let waiting = pooler_condition(&pooled, Some(&status(2, 2)), false).unwrap();
+    assert_eq!((waiting.status, waiting.reason), ("False", reasons::PROVISIONING));
+    assert!(waiting.message.contains("does not have the pooler's role yet"), "{}", waiting.message);
+}
+
+#[test]
+fn the_primary_knows_the_poolers_role_once_its_pod_holds_the_password() {
+    let pooled = db(r#"{version: "14", storage: 1Gi, replicas: 2, pooler: {}}"#);
+    let pod_of = |db: &PostgreSQL| Pod {
+        spec: desired_statefulset(db, &Settings::default(), None, "", crate::upgrade::Running::of(db, None))
+            .spec
+            .and_then(|s| s.template.spec),
+        ..Pod::default()
+    };
+    assert!(holds_pooler_password(&pooled, &pod_of(&pooled)));
+    // As bosun's cache of pods keeps them.
+    let mut slim = pod_of(&pooled);
+    if let Some(spec) = slim.spec.as_mut() {
+        spec.volumes = spec.volumes.take().map(|v| v.into_iter().map(crate::pods::slim_volume).collect());
+    }
+    assert!(holds_pooler_password(&pooled, &slim));
+    let kept = serde_json::to_string(&slim.spec.as_ref().unwrap().volumes).unwrap();
+    assert!(!kept.contains("\"items\""), "only the Secrets' names are kept: {kept}");
+    // A pod of the template from before the pooler.
+    let before = db(r#"{version: "14", storage: 1Gi, replicas: 2}"#);
+    assert!(!holds_pooler_password(&pooled, &pod_of(&before)));
 }
