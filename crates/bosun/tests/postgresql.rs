@@ -13,7 +13,7 @@ use bosun_api::postgresql::{Phase, PostgreSQL};
 use bosun_testing::node::images;
 use bosun_testing::{Bosun, Env, e2e};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -1743,6 +1743,52 @@ async fn app_client(env: &Env, name: &str, host: &str, sql: &str, sslmode: &str,
         json!({"name": "PGSSLMODE", "value": sslmode}),
     ];
     run_once(env, psql_pod(name, &["sh", "-c", WAIT_THEN_PSQL, sql], &env_vars)).await
+}
+
+/// A pooler added to a database that already holds data, and taken away again: the
+/// data is served through it, and nothing of it is left after.
+#[tokio::test]
+async fn a_pooler_added_to_a_running_database_serves_its_data_and_goes_without_a_trace() {
+    e2e("postgresql-pooler-later", |env| async move {
+        env.use_real_node().await;
+        let bosun = env.start_bosun(REAL_NODE).await;
+        let spec = r#"{version: "14", storage: 1Gi, replicas: 2}"#;
+        let (ok, out) = env.kubectl_apply(&TEST_DB.replace(r#"{version: "14", storage: 1Gi, replicas: 1}"#, spec));
+        assert!(ok, "{out}");
+        wait_ready(&env, "test-db", Duration::from_secs(300)).await;
+        let write = "CREATE TABLE before_pooler (v text); INSERT INTO before_pooler VALUES ('kept'); SELECT 1";
+        let (ok, out) = app_client(&env, "write-direct", "test-db", write, "verify-full", None).await;
+        assert!(ok, "{out}");
+
+        patch_spec(&env, "test-db", json!({"pooler": {"instances": 1}})).await;
+        let pooled = is("PoolerReady", "True", "AllReplicasReady");
+        let db = env.wait_for_within::<PostgreSQL>("test-db", "PoolerReady", Duration::from_secs(300), pooled).await;
+        assert_eq!(db.status.as_ref().and_then(|s| s.pooler.as_ref()).map(|p| p.ready_instances), Some(1));
+        wait_ready(&env, "test-db", Duration::from_secs(180)).await;
+        let read = "SELECT v FROM before_pooler";
+        let (ok, out) = app_client(&env, "read-pooled", "test-db-pooler", read, "verify-full", None).await;
+        assert_eq!((ok, out.as_str()), (true, "kept"), "through the pooler added later\n{}", bosun.log_tail(30));
+
+        // Taken away: its Deployment, Service, status and condition go; the database
+        // serves on, its data whole.
+        patch_spec(&env, "test-db", json!({"pooler": null})).await;
+        let gone = |db: &PostgreSQL| {
+            db.status.as_ref().is_some_and(|s| s.observed_generation == db.metadata.generation && s.pooler.is_none())
+                && condition(db, "PoolerReady").is_none()
+        };
+        env.wait_for_within::<PostgreSQL>("test-db", "no pooler", Duration::from_secs(300), gone).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while env.api::<Deployment>().get_opt("test-db-pooler").await.unwrap().is_some()
+            || env.api::<Service>().get_opt("test-db-pooler").await.unwrap().is_some()
+        {
+            assert!(Instant::now() < deadline, "the pooler's Deployment or Service is still there");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        wait_ready(&env, "test-db", Duration::from_secs(180)).await;
+        let (ok, out) = app_client(&env, "read-direct", "test-db", read, "verify-full", None).await;
+        assert_eq!((ok, out.as_str()), (true, "kept"), "straight to the Service once the pooler went");
+    })
+    .await;
 }
 
 #[tokio::test]
