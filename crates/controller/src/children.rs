@@ -596,7 +596,13 @@ mod tests {
         pod.slim();
         assert!(bosun_resources::instances::serves_api(&pod), "the cache must not make every pod look old");
         let spec = pod.spec.unwrap();
-        assert!(spec.volumes.is_none() && spec.init_containers.is_none() && spec.containers[0].env.is_none());
+        assert!(spec.init_containers.is_none() && spec.containers[0].env.is_none());
+        // Volumes: their names and the Secrets they hold (whether the primary has the
+        // pooler's password), nothing else.
+        let volumes = serde_json::to_value(&spec.volumes).unwrap();
+        let text = volumes.to_string();
+        assert!(text.contains("\"db-credentials\"") || text.contains("db-app"), "{text}");
+        assert!(!text.contains("\"items\"") && !text.contains("hostPath") && !text.contains("emptyDir"), "{text}");
     }
 
     #[test]
