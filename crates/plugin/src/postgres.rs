@@ -486,6 +486,33 @@ mod tests {
     use super::*;
     use bosun_instance::status::Server;
 
+    /// Database `shop/db` of `(replicas, ready)` with `instances` and `pooler`.
+    fn view(replicas: (i32, i32), instances: Vec<InstanceLine>, pooler: Option<PoolerLine>) -> DatabaseStatus {
+        DatabaseStatus {
+            namespace: "shop".into(),
+            name: "db".into(),
+            version: "17".into(),
+            replicas: replicas.0,
+            ready_replicas: replicas.1,
+            phase: Some("Running".into()),
+            endpoint: None,
+            current_primary: Some("db-0".into()),
+            synchronous: None,
+            last_primary_change: None,
+            instances,
+            pooler,
+            wal_archiving: None,
+            archiver: None,
+            first_recoverable_point: None,
+            last_recoverable_point: None,
+            backup: None,
+            server_certificate: None,
+            conditions: Vec::new(),
+            events: Vec::new(),
+            took_ms: 3,
+        }
+    }
+
     fn pod(name: &str, role: &str, ready: bool) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {ROLE_LABEL: role}},
@@ -534,29 +561,7 @@ mod tests {
         );
         assert_eq!((lines[2].ready, lines[2].problem.as_deref()), (false, Some("no answer within 5s")));
         assert_eq!(lines[2].node.as_deref(), Some("node-a"));
-        let view = DatabaseStatus {
-            namespace: "shop".into(),
-            name: "db".into(),
-            version: "17".into(),
-            replicas: 3,
-            ready_replicas: 2,
-            phase: Some("Running".into()),
-            endpoint: None,
-            current_primary: Some("db-0".into()),
-            synchronous: None,
-            last_primary_change: None,
-            instances: lines,
-            pooler: None,
-            wal_archiving: None,
-            archiver: None,
-            first_recoverable_point: None,
-            last_recoverable_point: None,
-            backup: None,
-            server_certificate: None,
-            conditions: Vec::new(),
-            events: Vec::new(),
-            took_ms: 3,
-        };
+        let view = view((3, 2), lines, None);
         let screen = text(&view, &Paint::default());
         assert!(screen.contains("2/3 ready"), "{screen}");
         assert!(screen.contains("4.0 KiB, 1.5 s") && screen.contains("streaming, sync"), "{screen}");
@@ -581,29 +586,7 @@ mod tests {
         let mut plain = db.clone();
         plain.spec.pooler = None;
         assert!(pooler_line(&plain).is_none());
-        let view = DatabaseStatus {
-            namespace: "shop".into(),
-            name: "db".into(),
-            version: "17".into(),
-            replicas: 2,
-            ready_replicas: 2,
-            phase: Some("Running".into()),
-            endpoint: None,
-            current_primary: Some("db-0".into()),
-            synchronous: None,
-            last_primary_change: None,
-            instances: Vec::new(),
-            pooler: Some(line),
-            wal_archiving: None,
-            archiver: None,
-            first_recoverable_point: None,
-            last_recoverable_point: None,
-            backup: None,
-            server_certificate: None,
-            conditions: Vec::new(),
-            events: Vec::new(),
-            took_ms: 3,
-        };
+        let view = view((2, 2), Vec::new(), Some(line));
         let screen = text(&view, &Paint::default());
         assert!(screen.contains("read-write: db-pooler.shop.svc:5432  3/3 ready  mode transaction"), "{screen}");
         assert!(screen.contains("read-only:  db-pooler-ro  1/3 ready"), "{screen}");
