@@ -117,8 +117,6 @@ fn without_id(status: &ContainerStatus) -> bool {
 
 /// A pod's volume as a cache keeps it: its name and the Secrets it holds, no items.
 pub fn slim_volume(volume: Volume) -> Volume {
-    let secret =
-        |name: Option<String>| SecretProjection { name: name.unwrap_or_default(), ..SecretProjection::default() };
     Volume {
         name: volume.name,
         secret: volume
@@ -129,7 +127,8 @@ pub fn slim_volume(volume: Volume) -> Volume {
                 sources
                     .into_iter()
                     .filter_map(|s| s.secret)
-                    .map(|s| VolumeProjection { secret: Some(secret(Some(s.name))), ..VolumeProjection::default() })
+                    .map(|s| SecretProjection { name: s.name, ..SecretProjection::default() })
+                    .map(|secret| VolumeProjection { secret: Some(secret), ..VolumeProjection::default() })
                     .collect()
             }),
             ..ProjectedVolumeSource::default()
