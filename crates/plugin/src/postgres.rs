@@ -74,15 +74,16 @@ pub struct PoolerLine {
     pub mode: String,
     pub instances: i32,
     pub ready_instances: i32,
-    /// With `readOnly`: the standbys' side, `(ready, wanted)`.
+    /// With `readOnly`: the standbys' side, `(ready, wanted)`, and its Service.
     pub read_only: Option<(i32, i32)>,
+    pub read_only_service: Option<String>,
     /// How long a change of primary may hold its clients.
     pub max_pause: String,
 }
 
 /// The pooler's line of `db`, when it has one.
 pub fn pooler_line(db: &PostgreSQL) -> Option<PoolerLine> {
-    use bosun_resources::postgresql::{DEFAULT_MAX_PAUSE, DEFAULT_POOLER_INSTANCES};
+    use bosun_resources::postgresql::{DEFAULT_MAX_PAUSE, DEFAULT_POOLER_INSTANCES, pooler_name};
     let spec = db.spec.pooler.as_ref()?;
     let st = db.status.as_ref().and_then(|s| s.pooler.as_ref());
     let instances = spec.instances.unwrap_or(DEFAULT_POOLER_INSTANCES);
@@ -95,6 +96,7 @@ pub fn pooler_line(db: &PostgreSQL) -> Option<PoolerLine> {
             .read_only
             .unwrap_or(false)
             .then(|| (st.and_then(|s| s.read_only_ready_instances).unwrap_or(0), instances)),
+        read_only_service: spec.read_only.unwrap_or(false).then(|| pooler_name(db, true)),
         max_pause: spec.max_pause.clone().unwrap_or_else(|| DEFAULT_MAX_PAUSE.to_owned()),
     })
 }
@@ -402,7 +404,8 @@ pub fn text(view: &DatabaseStatus, paint: &Paint) -> String {
             p.max_pause
         );
         if let Some((ready_ro, wanted)) = p.read_only {
-            let _ = writeln!(out, "  read-only:  {}-pooler-ro  {}", view.name, ready(ready_ro, wanted));
+            let _ =
+                writeln!(out, "  read-only:  {}  {}", or_dash(p.read_only_service.clone()), ready(ready_ro, wanted));
         }
     }
 
