@@ -265,15 +265,29 @@ impl Env {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
         let shown = match last {
-            Some(Some(obj)) => serde_yaml_ng::to_string(&obj).unwrap_or_default(),
+            Some(Some(mut obj)) => {
+                obj.meta_mut().managed_fields = None;
+                serde_yaml_ng::to_string(&obj).unwrap_or_default()
+            }
             Some(None) => "it does not exist".to_owned(),
             None => "it could not be read".to_owned(),
         };
         panic!(
-            "timed out after {timeout:?} waiting for {} {}/{name}: expected {expected}; last seen:\n{shown}",
+            "timed out after {timeout:?} waiting for {} {}/{name}: expected {expected}; last seen:\n{shown}\n{}",
             K::kind(&()),
-            self.ns
+            self.ns,
+            self.namespace_story()
         )
+    }
+
+    /// What a timed-out wait shows besides the object: this namespace's pods and Jobs,
+    /// and its newest events (a pod that never started, a Job that made no pod).
+    pub fn namespace_story(&self) -> String {
+        let (_, workloads) = self.kubectl(&["get", "pods,jobs", "-o", "wide"]);
+        let (_, events) = self.kubectl(&["get", "events", "--sort-by=.lastTimestamp"]);
+        let lines: Vec<&str> = events.lines().collect();
+        let newest = lines[lines.len().saturating_sub(25)..].join("\n");
+        format!("pods and Jobs of {}:\n{workloads}\nits newest events:\n{newest}", self.ns)
     }
 
     /// Poll until `name` no longer exists.
