@@ -22,7 +22,8 @@ use serde_json::json;
 
 use crate::cluster::Cluster;
 use crate::controlplane::{
-    DNS_SERVICE_IP, FAKE_NODES, NODE_IP, NODE_LABEL, NODE_NAME, NODES_LABEL, STORAGE_CLASS, STORAGE_PROVISIONER,
+    DNS_SERVICE_IP, FAKE_NODES, LOCAL_STORAGE_CLASS, LOCAL_STORAGE_PROVISIONER, NODE_IP, NODE_LABEL, NODE_NAME,
+    NODES_LABEL, STORAGE_CLASS, STORAGE_PROVISIONER,
 };
 
 /// The namespace placement policy's name (and its binding's).
@@ -118,6 +119,11 @@ fn objects(with_node: bool) -> Result<Vec<Object>> {
         "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
         "provisioner": STORAGE_PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
         "allowVolumeExpansion": true,
+    }))?);
+    all.push(object::<StorageClass>(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": LOCAL_STORAGE_CLASS},
+        "provisioner": LOCAL_STORAGE_PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
     }))?);
     if !with_node {
         return Ok(all);
@@ -308,6 +314,7 @@ pub async fn cluster(dir: &StateDir, s: &Cluster, admin: &Client) -> Result<(), 
     let with_node = s.node.is_ok();
     // Created as soon as the apiserver is up, while the others still start.
     let mut missing = !exists::<StorageClass>(admin, None, STORAGE_CLASS).await;
+    missing |= !exists::<StorageClass>(admin, None, LOCAL_STORAGE_CLASS).await;
     for n in FAKE_NODES {
         missing |= !exists::<Node>(admin, None, n).await;
     }
@@ -438,9 +445,13 @@ mod tests {
     fn the_bootstrap_objects_are_valid_typed_objects_with_the_node_only_when_it_runs() {
         let without = objects(false).unwrap();
         let kinds: Vec<&str> = without.iter().map(|o| o.resource.kind.as_str()).collect();
-        assert_eq!(kinds, ["Node", "Node", "StorageClass"]);
+        assert_eq!(kinds, ["Node", "Node", "StorageClass", "StorageClass"]);
+        // The second class: a node's own disk, bound where the first pod is scheduled.
+        let local = &without[3].object;
+        assert_eq!(local.metadata.name.as_deref(), Some(LOCAL_STORAGE_CLASS));
+        assert_eq!(local.data["volumeBindingMode"], "WaitForFirstConsumer");
         let with = objects(true).unwrap();
-        assert_eq!(with.len(), 8);
+        assert_eq!(with.len(), 9);
         let placement = placement_policy().unwrap();
         let kinds: Vec<&str> = placement.iter().map(|o| o.resource.kind.as_str()).collect();
         assert_eq!(kinds, ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);

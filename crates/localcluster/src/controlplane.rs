@@ -50,6 +50,10 @@ pub const FAKE_NODES: [&str; 2] = ["kwok-node-0", "kwok-node-1"];
 /// Named by kwok's volume stages: they only act on claims and volumes of this class.
 pub const STORAGE_CLASS: &str = "kwok-volume";
 pub const STORAGE_PROVISIONER: &str = "kwok.x-k8s.io/volume";
+/// A node's own storage (`stages/local-volume.yaml`): a volume made where the claim's
+/// first pod is scheduled, usable on that node alone, as a local volume provisioner's.
+pub const LOCAL_STORAGE_CLASS: &str = "bosun-local";
+pub const LOCAL_STORAGE_PROVISIONER: &str = "bosun.dev/local-volume";
 /// Where kwok's volume stages put hostPath volumes; ours go into the state directory.
 const KWOK_VOLUME_ROOT: &str = "/tmp/kwok-local-path-provisioner";
 // The first real node (one per machine: its bridge, address and DNS port are
@@ -403,6 +407,7 @@ fn write_kwok_config(dir: &StateDir, s: &Cluster) -> Result<()> {
         stages.join("pod/fast/pod-complete.yaml"),
         stages.join("pod/fast/pod-delete.yaml"),
         script("stages/pvc-provision.yaml"),
+        script("stages/local-volume.yaml"),
         stages.join("volume/fast/pv-bind.yaml"),
         stages.join("volume/fast/pvc-delete.yaml"),
         stages.join("volume/fast/pv-delete.yaml"),
