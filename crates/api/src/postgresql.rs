@@ -25,6 +25,16 @@ use crate::conditions::Condition;
 /// the outcome is in `status.lastPrimaryChange` and an event.
 pub const SWITCHOVER_ANNOTATION: &str = "database.example.com/switchover-to";
 
+/// The annotation that allows bosun to replace an instance whose data lives only on
+/// a lost node (a local volume; `status.instances[].dataOnLostNode` names the node):
+/// its value names the instance (its pod, e.g. `test-db-1`). bosun keeps the lost
+/// volume (its PersistentVolume is set to `Retain`), deletes the claim and the pod,
+/// and the StatefulSet makes both again where a node can take them; the new
+/// instance clones the primary. It waits while Kubernetes still holds the node
+/// Ready, refuses the primary (fail over first) and an instance whose data is not on
+/// a lost node, and removes the annotation once done or refused (an event says which).
+pub const REPLACE_ANNOTATION: &str = "database.example.com/replace-instance";
+
 /// A major version of PostgreSQL.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema)]
 pub enum Version {
@@ -150,6 +160,8 @@ pub struct Continuous {
         .message("spec.enableSuperuserAccess: false cannot go with spec.backup.enabled: true: the backups (dumps and base backups) connect as the superuser over the network; keep the superuser's access, or turn backups off"),
     validation = Rule::new("!has(self.spec.pooler) || !has(self.spec.pooler.readOnly) || !self.spec.pooler.readOnly || self.spec.replicas > 1")
         .message("spec.pooler.readOnly needs spec.replicas of 2 or more: it pools connections to the standbys (the Service <name>-ro), and one instance has none"),
+    validation = Rule::new("has(self.spec.storageClassName) == has(oldSelf.spec.storageClassName) && (!has(self.spec.storageClassName) || self.spec.storageClassName == oldSelf.spec.storageClassName)")
+        .message("spec.storageClassName is immutable: the data claims are made in it; create a new PostgreSQL (or restore a backup into one) to move to another class"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
         .message("metadata.name must start with a letter and hold only lowercase letters, digits and '-': it names the database's Services, which are DNS labels"),
 )]
@@ -163,6 +175,14 @@ pub struct PostgreSQLSpec {
     #[schemars(regex(pattern = r"^[0-9]+Gi$"))]
     #[x_kube(validation = Rule::new("!self.matches('^0+Gi$') && size(self) <= 9").message("spec.storage must be at least 1Gi and at most 9999999Gi, in whole Gi, e.g. 10Gi"))]
     pub storage: String,
+    /// The StorageClass of the data volumes (default: the cluster's default class).
+    /// With a class of local volumes (a node's own disk), an instance can run only on
+    /// the node that holds its data: when that node is lost, the instance is reported
+    /// (`status.instances[].dataOnLostNode`) and replaced from a fresh copy of the
+    /// primary once the annotation `database.example.com/replace-instance` names it.
+    /// Fixed once the database is made (its claims are made in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
     /// The number of instances: 1 to 5. One is the primary (`status.currentPrimary`),
     /// the others stream from it as read-only hot standbys, and any of them can take
     /// its place.
@@ -510,6 +530,13 @@ pub struct InstanceStatus {
     /// period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unanswered_since: Option<String>,
+    /// The node that holds the only copy of its data (a volume usable on that node
+    /// alone), while that node is lost: not Ready in the API, or the instance
+    /// unanswered. The instance comes back with the node, or is replaced from a fresh
+    /// copy of the primary once the annotation `database.example.com/replace-instance`
+    /// names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_on_lost_node: Option<String>,
 }
 
 /// `status.pooler`.

@@ -9,6 +9,8 @@
 //! faults around it: the standby's node lost (no failover, the standby reported), a
 //! flapping partition (never two primaries taking writes), and bosun down when the node
 //! is lost and killed again at its decision (the next bosun finishes the failover).
+//! And a standby whose data is on a local volume of the lost node: reported, and
+//! replaced from the primary when the user asks, its old volume kept.
 //!
 //! It stops and partitions the second real node, so it runs beside no other test that
 //! uses that node (hack/test.sh's `node 2`).
@@ -21,8 +23,8 @@ use std::time::{Duration, Instant};
 use bosun_api::postgresql::PostgreSQL;
 use bosun_testing::node::{REAL_NODE, SECOND_REAL_NODE};
 use bosun_testing::{Bosun, Env, NodeAction, NodeGuard, e2e, on_real_node};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 use writer::{acks, acks_of, outage, start_writer_named, start_writer_on, unix_now};
 
@@ -339,6 +341,155 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
         assert_eq!(wait_streaming(&env, "after the restarts", Duration::from_secs(60)).await, standby);
     })
     .await;
+}
+
+/// Issue 45, part 4: a standby whose data is on a local volume of the lost node (the
+/// local cluster's `bosun-local` class: a volume pinned to the node its first pod was
+/// scheduled to). The database reports it and goes on taking writes; a replacement of
+/// the primary is refused; the annotation replaces the standby once Kubernetes holds
+/// the node NotReady: the lost volume is kept (Retain), and a new standby on the other
+/// node clones the primary. The node back, nothing of the old standby returns.
+#[tokio::test]
+async fn a_standby_whose_data_was_only_on_the_lost_node_is_replaced_when_asked_and_its_volume_kept() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("local-volume-loss", |env| async move {
+        env.use_real_nodes().await;
+        let _bosun = env.start_bosun(BOSUN).await;
+        let (ok, out) = env.kubectl_apply(&manifest(2, ", storageClassName: bosun-local"));
+        assert!(ok, "{out}");
+        let mut primary = wait_streaming(&env, "a new database on local volumes", Duration::from_secs(300)).await;
+        let on_second = on_the_second_node(&env).await;
+        assert_eq!(on_second.len(), 1, "the instances are spread over the real nodes");
+        if on_second[0] == primary {
+            let other = instances(&env).into_iter().find(|p| *p != primary).unwrap();
+            let request = format!("database.example.com/switchover-to={other}");
+            let (ok, out) = env.kubectl(&["annotate", "--overwrite", "postgresql", "test-db", &request]);
+            assert!(ok, "{out}");
+            let start = Instant::now();
+            while wait_streaming(&env, "a switchover off the second node", Duration::from_secs(120)).await != other {
+                assert!(start.elapsed() < Duration::from_secs(120), "no switchover to {other}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            primary = other;
+        }
+        let standby = on_second[0].clone();
+        // The class is fixed once the claims are made in it: a change is refused at once.
+        let change = r#"{"spec":{"storageClassName":"kwok-volume"}}"#;
+        let (ok, out) = env.kubectl(&["patch", "postgresql", "test-db", "--type=merge", "-p", change]);
+        assert!(!ok && out.contains("spec.storageClassName is immutable"), "{out}");
+        let old_volume = volume_of(&env, &standby).await;
+        assert_eq!(
+            pinned_to(&env, &old_volume).await.as_deref(),
+            Some(SECOND_REAL_NODE),
+            "{standby}'s volume is local"
+        );
+        start_writer_on(&env, Some(REAL_NODE)).await;
+
+        // The standby's node lost: reported, no failover, writes go on.
+        let _mend = NodeGuard(SECOND_REAL_NODE);
+        let last_change = decided(&env).await;
+        let at = unix_now();
+        on_node(NodeAction::Stop).await;
+        let reported = wait_for(&env, "the standby's data reported on the lost node", |db| {
+            lost_node(db, &standby).as_deref() == Some(SECOND_REAL_NODE)
+        })
+        .await;
+        env.wait_warning("test-db", "DataOnLostNode", &standby).await;
+        eprintln!("local volume: {standby}'s data reported on the lost node {reported:.1} s after the loss");
+
+        // The primary is not replaced, nor a name that is no instance: refused, the
+        // annotation goes.
+        let ask = |instance: &str| {
+            let request = format!("database.example.com/replace-instance={instance}");
+            let (ok, out) = env.kubectl(&["annotate", "--overwrite", "postgresql", "test-db", &request]);
+            assert!(ok, "{out}");
+        };
+        for (instance, why) in [(primary.as_str(), "is the primary"), ("test-db-7", "is not an instance")] {
+            ask(instance);
+            env.wait_warning("test-db", "ReplaceRefused", why).await;
+            wait_for(&env, "the refused annotation removed", |db| !db.annotations().contains_key(REPLACE)).await;
+        }
+
+        // The standby is: once Kubernetes holds the node NotReady (its grace period).
+        ask(&standby);
+        let asked = Instant::now();
+        let start = Instant::now();
+        let mut not_ready = None;
+        loop {
+            if not_ready.is_none() && !node_ready(&env, SECOND_REAL_NODE).await {
+                not_ready = Some(Instant::now());
+            }
+            let claim_volume = env
+                .api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>()
+                .get_opt(&format!("data-{standby}"))
+                .await
+                .unwrap()
+                .and_then(|c| c.spec?.volume_name);
+            if claim_volume.is_some_and(|v| v != old_volume) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(300), "{standby} not replaced within 300 s of the request");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let back = wait_streaming(&env, "the replaced standby streaming", Duration::from_secs(180)).await;
+        assert_eq!(back, primary, "the primary stays");
+        assert_eq!(node_of(&env, &standby).await, REAL_NODE, "the new {standby} runs where a node can take it");
+        let new_volume = volume_of(&env, &standby).await;
+        assert_eq!(pinned_to(&env, &new_volume).await.as_deref(), Some(REAL_NODE));
+        let not_ready = not_ready.expect("the node NotReady before the replacement");
+        eprintln!(
+            "local volume: {standby} streaming again {:.1} s after the request, {:.1} s after Kubernetes marked the \
+             node NotReady",
+            asked.elapsed().as_secs_f64(),
+            not_ready.elapsed().as_secs_f64()
+        );
+        assert!(!node_ready(&env, SECOND_REAL_NODE).await, "replaced only once Kubernetes held the node lost");
+        let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        assert!(!db.annotations().contains_key(REPLACE), "the annotation goes once done");
+        assert_eq!(decided(&env).await, last_change, "no change of primary");
+        let gap = outage(&acks(&env), at);
+        assert!(gap < 5.0, "the primary went on taking writes: the longest gap was {gap:.1} s");
+
+        // The lost volume is kept, with a word of why.
+        let pvs = Api::<PersistentVolume>::all(env.client.clone());
+        let kept = pvs.get(&old_volume).await.expect("the lost volume is kept");
+        assert_eq!(kept.spec.as_ref().and_then(|s| s.persistent_volume_reclaim_policy.as_deref()), Some("Retain"));
+        let kept_for = kept.annotations().get("database.example.com/kept-for-instance").cloned();
+        assert_eq!(kept_for, Some(format!("{}/{standby}", env.ns)));
+
+        // The node back: the old pod is gone from the API, so its kubelet ends it, and
+        // the database is as it was.
+        on_node(NodeAction::Start).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(wait_streaming(&env, "after the node's return", Duration::from_secs(60)).await, primary);
+        assert_eq!(node_of(&env, &standby).await, REAL_NODE);
+        let rows = |pod: &str| psql(&env, pod, "SELECT count(*) > 0 FROM w");
+        assert_eq!(rows(&standby).as_deref(), Some("t"), "the new standby has the primary's rows");
+        // The kept volume is the test's to delete (bosun never does).
+        let _ = pvs.delete(&old_volume, &Default::default()).await;
+    })
+    .await;
+}
+
+const REPLACE: &str = "database.example.com/replace-instance";
+
+/// The node whose disk holds `pod`'s data, as the database reports it while lost.
+fn lost_node(db: &PostgreSQL, pod: &str) -> Option<String> {
+    db.status.as_ref()?.instances.iter().find(|i| i.name == pod)?.data_on_lost_node.clone()
+}
+
+/// The volume of `pod`'s data claim.
+async fn volume_of(env: &Env, pod: &str) -> String {
+    let claims = env.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
+    let claim = claims.get(&format!("data-{pod}")).await.unwrap();
+    claim.spec.and_then(|s| s.volume_name).expect("a bound data claim")
+}
+
+/// The one node `volume` can be used on.
+async fn pinned_to(env: &Env, volume: &str) -> Option<String> {
+    let pv = Api::<PersistentVolume>::all(env.client.clone()).get(volume).await.unwrap();
+    let term = pv.spec?.node_affinity?.required?.node_selector_terms.into_iter().next()?;
+    term.match_expressions?.into_iter().find(|e| e.key == "kubernetes.io/hostname")?.values?.into_iter().next()
 }
 
 /// Waits (up to 90 s) until `count` instance pods are Ready in the API for 5 s running.

@@ -254,6 +254,15 @@ where
     Ok(())
 }
 
+/// Delete `target` — that very object — at once, without its grace period: a pod on
+/// a lost node, whose kubelet will never confirm that it ended.
+pub async fn delete_at_once<C>(ctx: &Context, target: &C) -> Result<bool, Error>
+where
+    C: crate::guard::Reconciled,
+{
+    delete_with(ctx, target, DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() }, None).await
+}
+
 /// Delete `target` only as it was seen: its uid and its resourceVersion are
 /// preconditions. For a decision taken on a cache that may lag behind the apiserver
 /// (restart this pod): when the object has changed since — already being deleted by

@@ -143,6 +143,18 @@ impl Events {
         self.normal(owner, "Restarted", "Restart", format!("restarted: {why}"), Some(related));
     }
 
+    /// An instance of `owner` (its pod, `related`) whose data was on a lost node was
+    /// replaced, as the user asked.
+    pub fn instance_replaced(&self, owner: &ObjectReference, related: ObjectReference, note: String) {
+        self.normal(owner, "Replaced", "Replace", note, Some(related));
+    }
+
+    /// A replacement of an instance of `owner` (its pod, `related`: a refusal about
+    /// another instance is its own event) was refused: why.
+    pub fn replace_refused(&self, owner: &ObjectReference, related: ObjectReference, why: String) {
+        self.publish(owner, Some(related), "ReplaceRefused", why);
+    }
+
     /// A standby of `owner` (its pod, `related`) that could not follow the primary was
     /// restarted to rewind its data.
     pub fn instance_rewound(&self, owner: &ObjectReference, related: ObjectReference, note: String) {

@@ -32,6 +32,7 @@ pub mod guard;
 pub mod health;
 pub mod instances;
 pub mod kinds;
+pub mod lost;
 pub mod metrics;
 #[cfg(test)]
 mod mock;

@@ -80,8 +80,14 @@ pub const PERMISSIONS: &[Permission] = &{
         // is not watched), never updated. The instances' API Secret and the CA's
         // (bosun's own): created, renewed in place.
         Permission::new("", "secrets", &["create", "get", "list", "watch", "patch"]),
-        // Data claims grown in place; the claim of dumps created once.
-        Permission::new("", "persistentvolumeclaims", &["create", "get", "list", "watch", "patch"]),
+        // Data claims grown in place; the claim of dumps created once; the data claim
+        // of an instance whose data is only on a lost node, deleted when the user asks
+        // (crate::lost).
+        Permission::new("", "persistentvolumeclaims", &["create", "delete", "get", "list", "watch", "patch"]),
+        // Such an instance found (its volume's node affinity, its node's readiness), and
+        // its volume kept (Retain) when it is replaced.
+        Permission::new("", "persistentvolumes", &["get", "patch"]),
+        Permission::new("", "nodes", &["get"]),
         // The role label of each instance: the instance acts on it, the Services select it.
         // Each instance restarted in turn by a rolling change (the StatefulSet is OnDelete).
         Permission::new("", "pods", &["list", "watch", "patch", "delete"]),
@@ -236,6 +242,22 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     let archiving = archiving.and_then(build::archiver_seen);
     replication_lag(db, &ctx, primary_says.as_ref());
     let stuck = stuck_instance(db, &ctx, &children.pods, now).await?;
+    let limit = ctx.settings.postgres.unanswered_failover;
+    let lost = crate::lost::find(&ctx, &claim_refs, &instances, |pod| {
+        children.silences.unanswered_since(pod, limit).is_some()
+    })
+    .await;
+    let replacing = match (&refusal, &sts) {
+        (None, Some(_)) if !running.stopped => {
+            let primary = primary.as_ref().map(|p| p.name.as_str());
+            crate::lost::replace(db, &ctx, (&instances, &claim_refs), &lost, primary).await?
+        }
+        _ => None,
+    };
+    let mut instance_status = build::instances_status(instances.iter().map(|p| p.as_ref()), |pod| {
+        children.silences.unanswered_since(pod, limit)
+    });
+    crate::lost::report(db, &ctx, &mut instance_status, &lost);
     let observed = Observed {
         statefulset: sts.as_ref(),
         refusal: refusal.as_ref(),
@@ -253,9 +275,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
             .as_ref()
             .and_then(|p| children.pods.get(&db.namespace().unwrap_or_default(), &p.name))
             .is_some_and(|pod| build::holds_pooler_password(db, &pod)),
-        instances: &build::instances_status(instances.iter().map(|p| p.as_ref()), |pod| {
-            children.silences.unanswered_since(pod, ctx.settings.postgres.unanswered_failover)
-        }),
+        instances: &instance_status,
     };
     let status = build::status(db, observed, now);
     let announce = update_status(&ctx, CONTROLLER, db, &status).await?;
@@ -292,6 +312,7 @@ async fn reconcile(db: Arc<PostgreSQL>, ctx: Arc<Context>, children: Children) -
     };
     let soon = |then: Duration| {
         let then = certificates.map_or(then, |c| c.min(then));
+        let then = replacing.map_or(then, |r| r.min(then));
         primary.as_ref().and_then(|p| p.recheck).map_or(then, |r| r.min(then))
     };
     Ok(match (refusal, backup_conflict) {

@@ -289,6 +289,7 @@ pub fn desired_postgresql<K: Resource<DynamicType = ()>>(owner: &K, plan: &Plan)
             bootstrap: None,
             version,
             storage: db.storage.clone(),
+            storage_class_name: None,
             replicas: db.replicas,
             failover_delay: None,
             synchronous: None,

@@ -18,6 +18,7 @@
 //! archiving ───── continuous archiving: server settings, the archiver's status and condition
 //! recovery ────── a new database made from an archive (spec.bootstrap.recovery)
 //! backups ─────── the Backup spec.backup asks for
+//! lost ────────── an instance whose data is only on a lost node: found, replaced when asked
 //! status ──────── the world → PostgreSQLStatus
 //! ```
 //!
@@ -76,6 +77,7 @@ use crate::quantity;
 mod archiving;
 mod backups;
 mod check;
+pub mod lost;
 mod pooler;
 mod recovery;
 mod secret;

@@ -266,7 +266,14 @@ pub fn desired_statefulset(
             labels: Some(claim_labels),
             ..ObjectMeta::default()
         },
-        spec: Some(claims::spec(Quantity(storage))),
+        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            // A StatefulSet's claim template is fixed: the class it was made with stays.
+            storage_class_name: match existing.and_then(claim_template) {
+                Some(template) => template.spec.as_ref().and_then(|s| s.storage_class_name.clone()),
+                None => db.spec.storage_class_name.clone(),
+            },
+            ..claims::spec(Quantity(storage))
+        }),
         status: None,
     };
     let when_deleted = match db.spec.deletion_policy.unwrap_or_default() {

@@ -66,6 +66,7 @@ pub fn instances_status<'a>(
             role: pod.labels().get(ROLE_LABEL).cloned(),
             ready: crate::failover::pod_ready(pod),
             unanswered_since: unanswered_since(pod).map(|t| t.to_string()),
+            data_on_lost_node: None,
         })
         .collect();
     instances.sort_by(|a, b| a.name.cmp(&b.name));

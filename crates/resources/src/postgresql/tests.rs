@@ -851,3 +851,20 @@ fn the_primary_knows_the_poolers_role_once_its_pod_holds_the_password() {
     let before = db(r#"{version: "14", storage: 1Gi, replicas: 2}"#);
     assert!(!holds_pooler_password(&pooled, &pod_of(&before)));
 }
+
+#[test]
+fn the_data_claims_are_made_in_the_class_asked_for_and_keep_the_class_they_were_made_with() {
+    let local = db(r#"{version: "14", storage: 1Gi, replicas: 2, storageClassName: bosun-local}"#);
+    let build = |db: &PostgreSQL, existing: Option<&StatefulSet>| {
+        desired_statefulset(db, &Settings::default(), existing, "d", crate::upgrade::Running::of(db, None))
+    };
+    let class = |sts: &StatefulSet| claim_template(sts).and_then(|c| c.spec.as_ref()?.storage_class_name.clone());
+    let made = build(&local, None);
+    assert_eq!(class(&made).as_deref(), Some("bosun-local"));
+    // Without a class: the cluster's default (no storageClassName, admission fills it in).
+    assert_eq!(class(&build(&example(), None)), None);
+    // A StatefulSet's claim template cannot change: the class it was made with stays.
+    let made_default = build(&example(), None);
+    assert_eq!(class(&build(&local, Some(&made_default))), None);
+    assert_eq!(class(&build(&example(), Some(&made))).as_deref(), Some("bosun-local"));
+}
