@@ -52,6 +52,8 @@ pub struct InstanceLine {
     pub version: Option<String>,
     /// Why the instance could not be asked, or its server did not answer.
     pub problem: Option<String>,
+    /// The lost node that holds its only copy of its data, as bosun reports it.
+    pub data_on_lost_node: Option<String>,
 }
 
 /// The backup side: the database's Backup (`<name>-backup`), when it has one.
@@ -263,8 +265,12 @@ pub async fn gather(session: &Session, name: &str) -> anyhow::Result<DatabaseSta
     let mut names: Vec<String> = pods.iter().map(ResourceExt::name_any).collect();
     names.extend([name.to_owned(), backup_name.clone()]);
     let (answers, events) = tokio::join!(ask_all(session, &db, &pods), status::events(session, &names, 10));
-    let instances = instance_lines(&pods, &answers);
+    let mut instances = instance_lines(&pods, &answers);
     let st = db.status.clone().unwrap_or_default();
+    for line in &mut instances {
+        let reported = st.instances.iter().find(|i| i.name == line.name);
+        line.data_on_lost_node = reported.and_then(|i| i.data_on_lost_node.clone());
+    }
     // pg_stat_archiver answers with archiving off too: said only when it is on.
     let archiver = answers.iter().flatten().find_map(|s| s.server.as_ref()?.archiver.clone());
     let archiver = archiver.filter(|_| st.wal_archiving.is_some());
@@ -386,6 +392,15 @@ pub fn text(view: &DatabaseStatus, paint: &Paint) -> String {
         );
         if let Some(problem) = &i.problem {
             let _ = writeln!(out, "  {:<20} {}", "", paint.bad(problem));
+        }
+        if let Some(node) = &i.data_on_lost_node {
+            let lost = format!(
+                "its only data is on the lost node {node}: it comes back with the node, or annotate \
+                 {}={} to replace it",
+                bosun_api::postgresql::REPLACE_ANNOTATION,
+                i.name
+            );
+            let _ = writeln!(out, "  {:<20} {}", "", paint.bad(&lost));
         }
     }
 
@@ -593,5 +608,18 @@ mod tests {
         let screen = text(&view, &Paint::default());
         assert!(screen.contains("read-write: db-pooler.shop.svc:5432  3/3 ready  mode transaction"), "{screen}");
         assert!(screen.contains("read-only:  db-pooler-ro  1/3 ready"), "{screen}");
+    }
+
+    #[test]
+    fn an_instance_with_its_data_on_a_lost_node_says_how_to_replace_it() {
+        let lost = InstanceLine {
+            name: "db-1".into(),
+            data_on_lost_node: Some("node-b".into()),
+            problem: Some("no answer within 5s".into()),
+            ..InstanceLine::default()
+        };
+        let screen = text(&view((2, 1), vec![lost], None), &Paint::default());
+        assert!(screen.contains("its only data is on the lost node node-b"), "{screen}");
+        assert!(screen.contains("database.example.com/replace-instance=db-1"), "{screen}");
     }
 }
