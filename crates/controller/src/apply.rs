@@ -318,6 +318,27 @@ where
         .map_err(|source| Error::Apply { kind: C::kind(&()).into_owned(), name, source })
 }
 
+/// [`merge_into`] for the cluster-scoped object `name` of kind `C` whose uid is `uid`
+/// (a volume bosun keeps for a replaced instance).
+pub async fn merge_into_cluster<K, C>(
+    ctx: &Context,
+    (name, uid): (&str, &str),
+    patch: serde_json::Value,
+) -> Result<C, Error>
+where
+    K: Resource<DynamicType = ()>,
+    C: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope> + DeserializeOwned + Clone + Debug,
+{
+    let mut patch = patch;
+    patch["metadata"]["uid"] = serde_json::json!(uid);
+    let params = PatchParams { field_manager: Some(field_manager::<K>()), ..PatchParams::default() };
+    Api::<C>::all(ctx.client.clone()).patch(name, &params, &Patch::Merge(&patch)).await.map_err(|source| Error::Apply {
+        kind: C::kind(&()).into_owned(),
+        name: name.to_owned(),
+        source,
+    })
+}
+
 /// Apply `fields` (a partial object: apiVersion, kind, and the fields alone) to the
 /// object `namespace/name` of kind `C` whose uid is `uid`, as `manager`: for fields
 /// bosun keeps on objects that are not its own (a ConfigMap's hash in a consumer's pod

@@ -15,13 +15,13 @@ use bosun_api::postgresql::{InstanceStatus, PostgreSQL};
 use bosun_resources::postgresql::DATA_VOLUME;
 use bosun_resources::postgresql::lost::{self, LostInstance, REPLACE_ANNOTATION, Replace};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info};
 
-use crate::apply::{delete_at_once, delete_exactly, merge_into};
+use crate::apply::{delete_at_once, delete_exactly, merge_into, merge_into_cluster};
 use crate::context::Context;
 use crate::error::Error;
 
@@ -54,8 +54,8 @@ pub async fn find(
             continue;
         };
         match pinned(ctx, &volume).await {
-            Ok(Some((node, node_not_ready))) if node_not_ready || silent => {
-                found.push(LostInstance { name, node, node_not_ready, volume });
+            Ok(Some((node, node_not_ready, volume_uid))) if node_not_ready || silent => {
+                found.push(LostInstance { name, node, node_not_ready, volume, volume_uid });
             }
             Ok(_) => {}
             Err(e) => debug!(instance = %name, volume, error = %e, "could not tell where the instance's data is"),
@@ -64,12 +64,13 @@ pub async fn find(
     found
 }
 
-/// The node `volume` is pinned to, if any, and whether Kubernetes holds it lost.
-async fn pinned(ctx: &Context, volume: &str) -> Result<Option<(String, bool)>, kube::Error> {
+/// The node `volume` is pinned to, if any, whether Kubernetes holds it lost, and the
+/// volume's uid.
+async fn pinned(ctx: &Context, volume: &str) -> Result<Option<(String, bool, String)>, kube::Error> {
     let Some(pv) = Api::<PersistentVolume>::all(ctx.client.clone()).get_opt(volume).await? else { return Ok(None) };
     let Some(node) = lost::pinned_node(&pv) else { return Ok(None) };
     let seen = Api::<Node>::all(ctx.client.clone()).get_opt(&node).await?;
-    Ok(Some((node.clone(), lost::node_lost(seen.as_ref()))))
+    Ok(Some((node, lost::node_lost(seen.as_ref()), pv.metadata.uid.unwrap_or_default())))
 }
 
 /// `status.instances` with the node of each lost instance's data; a Warning for each
@@ -123,14 +124,8 @@ pub async fn replace(
                 "metadata": {"annotations": {KEPT_FOR: format!("{}/{target}", db.namespace().unwrap_or_default())}},
                 "spec": {"persistentVolumeReclaimPolicy": "Retain"},
             });
-            Api::<PersistentVolume>::all(ctx.client.clone())
-                .patch(&instance.volume, &PatchParams::default(), &Patch::Merge(&keep))
-                .await
-                .map_err(|source| Error::Apply {
-                    kind: "PersistentVolume".into(),
-                    name: instance.volume.clone(),
-                    source,
-                })?;
+            let volume = (instance.volume.as_str(), instance.volume_uid.as_str());
+            merge_into_cluster::<PostgreSQL, PersistentVolume>(ctx, volume, keep).await?;
             // The claim stays, deleted, until no pod uses it; meanwhile the StatefulSet
             // makes no pod for it, so the pod's deletion ends the claim, and only then
             // do a new claim and pod come.

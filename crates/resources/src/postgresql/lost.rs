@@ -58,8 +58,9 @@ pub struct LostInstance {
     pub name: String,
     /// The node with its data.
     pub node: String,
-    /// Its data's PersistentVolume.
+    /// Its data's PersistentVolume, and that volume's uid.
     pub volume: String,
+    pub volume_uid: String,
     /// Whether Kubernetes holds the node lost too ([`node_lost`]), not only bosun's
     /// heartbeat.
     pub node_not_ready: bool,
@@ -159,6 +160,7 @@ mod tests {
                 name: "db-1".into(),
                 node: "n2".into(),
                 volume: "pv-1".into(),
+                volume_uid: "uid-pv-1".into(),
                 node_not_ready: not_ready,
             }]
         };
