@@ -5,9 +5,10 @@
 //! says which major the instances run, and whether they are stopped) → the
 //! credentials Secret (created once, then only read) → the StatefulSet → the Services
 //! → grow the data claims → the primary: fail over when it is lost, label the
-//! instances' roles ([`crate::failover`]) → the Backup, once Ready → status from the
-//! StatefulSet, the primary and the Backup → write it only if it changed → look again
-//! in five minutes (sooner while an instance is not ready).
+//! instances' roles ([`crate::failover`]) → the Backup, once Ready → an instance
+//! whose only data is on a lost node: reported, replaced when asked ([`crate::lost`])
+//! → status from the StatefulSet, the primary and the Backup → write it only if it
+//! changed → look again in five minutes (sooner while an instance is not ready).
 //!
 //! Every child carries `app.kubernetes.io/name=postgresql` and the PostgreSQL's name as
 //! `app.kubernetes.io/instance`; one watch per kind selects them and maps each change
