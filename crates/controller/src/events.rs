@@ -149,10 +149,11 @@ impl Events {
         self.normal(owner, "Replaced", "Replace", note, Some(related));
     }
 
-    /// A replacement of an instance of `owner` (its pod, `related`: a refusal about
-    /// another instance is its own event) was refused: why.
-    pub fn replace_refused(&self, owner: &ObjectReference, related: ObjectReference, why: String) {
-        self.publish(owner, Some(related), "ReplaceRefused", why);
+    /// Something about an instance of `owner` (its pod, `related`: the same reason
+    /// about another instance is its own event) needs the user: its data on a lost
+    /// node, a replacement refused.
+    pub fn instance_warning(&self, owner: &ObjectReference, related: ObjectReference, reason: &str, note: String) {
+        self.publish(owner, Some(related), reason, note);
     }
 
     /// A standby of `owner` (its pod, `related`) that could not follow the primary was

@@ -88,7 +88,7 @@ pub fn report(db: &PostgreSQL, ctx: &Context, instances: &mut [InstanceStatus], 
                  is kept)",
                 l.name, l.node, l.volume, l.name
             );
-            ctx.events.warning(&db.object_ref(&()), "DataOnLostNode", note);
+            ctx.events.instance_warning(&db.object_ref(&()), instance_ref(db, &l.name), "DataOnLostNode", note);
         }
     }
 }
@@ -115,7 +115,7 @@ pub async fn replace(
             Ok(Some(WAIT_RECHECK))
         }
         Replace::Refuse(why) => {
-            ctx.events.replace_refused(&owner, instance_ref(db, target), why);
+            ctx.events.instance_warning(&owner, instance_ref(db, target), "ReplaceRefused", why);
             forget(db, ctx).await.map(|()| None)
         }
         Replace::Go(instance) => {
