@@ -281,13 +281,19 @@ impl Env {
     }
 
     /// What a timed-out wait shows besides the object: this namespace's pods and Jobs,
-    /// and its newest events (a pod that never started, a Job that made no pod).
+    /// its newest events (a pod that never started, a Job that made no pod), and the
+    /// last lines of its Jobs' pods (a run that hangs).
     pub fn namespace_story(&self) -> String {
         let (_, workloads) = self.kubectl(&["get", "pods,jobs", "-o", "wide"]);
         let (_, events) = self.kubectl(&["get", "events", "--sort-by=.lastTimestamp"]);
         let lines: Vec<&str> = events.lines().collect();
         let newest = lines[lines.len().saturating_sub(25)..].join("\n");
-        format!("pods and Jobs of {}:\n{workloads}\nits newest events:\n{newest}", self.ns)
+        let job_pods = ["-l", "batch.kubernetes.io/job-name", "--all-containers", "--prefix", "--tail=15"];
+        let (_, logs) = self.kubectl(&[&["logs", "--max-log-requests=8"], &job_pods[..]].concat());
+        format!(
+            "pods and Jobs of {}:\n{workloads}\nits newest events:\n{newest}\nits Jobs' pods' last lines:\n{logs}",
+            self.ns
+        )
     }
 
     /// Poll until `name` no longer exists.
