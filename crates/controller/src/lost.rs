@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::postgresql::{InstanceStatus, PostgreSQL};
-use bosun_resources::postgresql::DATA_VOLUME;
+use bosun_resources::postgresql as build;
 use bosun_resources::postgresql::lost::{self, LostInstance, REPLACE_ANNOTATION, Replace};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::Api;
@@ -47,7 +47,7 @@ pub async fn find(
             continue;
         }
         let name = pod.name_any();
-        let claim = format!("{DATA_VOLUME}-{name}");
+        let claim = build::claim_of_pod(&name);
         let Some(volume) =
             claims.iter().find(|c| c.name_any() == claim).and_then(|c| c.spec.as_ref()?.volume_name.clone())
         else {
@@ -129,7 +129,7 @@ pub async fn replace(
             // The claim stays, deleted, until no pod uses it; meanwhile the StatefulSet
             // makes no pod for it, so the pod's deletion ends the claim, and only then
             // do a new claim and pod come.
-            let claim = format!("{DATA_VOLUME}-{target}");
+            let claim = build::claim_of_pod(target);
             if let Some(claim) = claims.iter().find(|c| c.name_any() == claim) {
                 delete_exactly(ctx, *claim).await?;
             }

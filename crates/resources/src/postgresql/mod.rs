@@ -259,7 +259,11 @@ pub fn backup_claim_name(db: &PostgreSQL) -> String {
 }
 /// The data claim of instance `ordinal`, as the StatefulSet controller names it.
 pub fn claim_name(db: &PostgreSQL, ordinal: i32) -> String {
-    format!("{DATA_VOLUME}-{}-{ordinal}", db.name_any())
+    claim_of_pod(&pod_name(db, ordinal))
+}
+/// The data claim of the instance whose pod is `pod`.
+pub fn claim_of_pod(pod: &str) -> String {
+    format!("{DATA_VOLUME}-{pod}")
 }
 /// The pod of instance `ordinal`.
 pub fn pod_name(db: &PostgreSQL, ordinal: i32) -> String {
