@@ -11,13 +11,14 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 /// The writer: a numbered insert through `test-db` every ~20 ms, each bounded to 2 s
-/// (a commit waiting for a lost synchronous standby is not acknowledged), logging
-/// `ack <id> <unix time>` for every acknowledged commit.
+/// (a commit waiting for a lost synchronous standby is not acknowledged; `TIMEOUT`
+/// sets another bound), logging `ack <id> <unix time>` for every acknowledged commit.
 const WRITER: &str = r#"until timeout 3 psql -X -q -c 'CREATE TABLE IF NOT EXISTS w (id bigint PRIMARY KEY)' 2>/dev/null; do sleep 0.2; done
 i=${FIRST_ID:-0}
 while :; do
   i=$((i+1))
-  if timeout 2 psql -X -q -c "INSERT INTO w VALUES ($i)" 2>/dev/null; then echo "ack $i $(date +%s.%N)"; fi
+  if out=$(timeout ${TIMEOUT:-2} psql -X -q -c "INSERT INTO w VALUES ($i)" 2>&1); then echo "ack $i $(date +%s.%N)"
+  else echo "failed $i $(date +%s.%N) $(echo $out | head -c 200)"; fi
   sleep 0.02
 done"#;
 
@@ -65,6 +66,56 @@ pub async fn start_writer_named(env: &Env, name: &str, node: Option<&str>, host:
         assert!(start.elapsed() < Duration::from_secs(60), "the writer {name} acknowledged no rows within 60 s");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// A writer pod `name` on `node` of the application's role (as [`start_session_writer`]:
+/// TLS, the server verified) through `host` (`test-db`, `test-db-pooler`), a new
+/// connection for each insert, each bounded (its connection too) to `timeout` seconds, its ids counting from
+/// `first_id` + 1; its first acknowledged rows awaited.
+pub async fn start_app_writer(env: &Env, name: &str, node: &str, host: &str, (timeout, first_id): (u32, i64)) {
+    let mut variables = app_env(host);
+    let more = [
+        ("TIMEOUT", timeout.to_string()),
+        ("PGCONNECT_TIMEOUT", timeout.to_string()),
+        ("FIRST_ID", first_id.to_string()),
+    ];
+    variables.as_array_mut().unwrap().extend(more.map(|(k, v)| json!({"name": k, "value": v})));
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{
+                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
+                "command": ["bash", "-c", WRITER],
+                "env": variables,
+                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
+            }],
+            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
+        },
+    }))
+    .unwrap();
+    env.apply(&pod).await;
+    env.wait_pod_ready(name, Duration::from_secs(120)).await;
+    let start = Instant::now();
+    while acks_of(env, name).len() < 10 {
+        let log = || env.kubectl(&["logs", name]).1;
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the writer {name} acknowledged no rows within 60 s: {}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The inserts that failed (or outlived their bound) between the first and the last
+/// acknowledged one: each id is one attempt.
+pub fn failed_between(acks: &[(i64, f64)]) -> usize {
+    let (Some(first), Some(last)) = (acks.iter().map(|a| a.0).min(), acks.iter().map(|a| a.0).max()) else {
+        return 0;
+    };
+    usize::try_from(last - first + 1).unwrap_or(0).saturating_sub(acks.len())
 }
 
 /// The writer's acknowledged ids with their times.
