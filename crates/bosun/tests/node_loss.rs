@@ -343,6 +343,89 @@ async fn the_primarys_node_lost_a_standby_takes_over_before_kubernetes_notices_a
     .await;
 }
 
+/// Issue 45's fence gap: the cut-off primary's container restarts (the kubelet of a
+/// partitioned node still runs) after bosun has decided the failover. The new container
+/// counts its silence from when the one before last heard anyone, not from its own
+/// start: past its fencing time it starts fenced, so a writer beside it on its own node
+/// has nothing acknowledged after the decision (before, it served writes for a fencing
+/// time after its start). Healed, it follows the new primary.
+#[tokio::test]
+async fn a_cut_off_primary_whose_container_restarts_takes_no_write_after_the_decision() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("node-loss-restart", |env| async move {
+        let (_bosun, primary, standby) = database(&env, 2, "").await;
+        start_writer_on(&env, Some(REAL_NODE)).await;
+        let split = split_brain_check(&env, &primary, "island", 1_000_000).await;
+        let uid = env.api::<Pod>().get(&primary).await.unwrap().metadata.uid.unwrap();
+
+        let _mend = NodeGuard(SECOND_REAL_NODE);
+        let at = unix_now();
+        on_node(NodeAction::Partition).await;
+        let writable_after = writes_back(&env, at).await;
+        let decision = decided(&env).await.filter(|d| *d >= at).expect("bosun decided a failover");
+        // Its container's processes killed, as a crash does; the kubelet starts it again.
+        let killed = kill_pod_processes(&uid);
+        assert!(killed > 0, "no process of {primary} ({uid}) found on the machine");
+        let restarted = unix_now();
+        // Long enough for the new container to start and, were it not fenced, to take
+        // writes for a whole fencing time after its start; then healed (the island
+        // writer's log is read through its node's kubelet).
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        on_node(NodeAction::Heal).await;
+        assert_eq!(wait_streaming(&env, "the old primary following the new one", Duration::from_secs(90)).await, standby);
+        let (before, after, last) = split.acks_around(&env, decision);
+        eprintln!(
+            "partition, then a restart: {primary} → {standby}; decided {:.1} s after the cut, writes back within \
+             {writable_after:.1} s; its container killed {:.1} s after the cut; the cut-off primary's last acknowledged \
+             write {:.1} s before the decision, {after} after it",
+            decision - at,
+            restarted - at,
+            decision - last.unwrap_or(decision)
+        );
+        assert!(before > 0, "the writer beside the cut-off primary had writes acknowledged before the cut");
+        assert_eq!(after, 0, "writes acknowledged by the cut-off primary's new container after a new one was decided");
+        // The kubelet reports the restart once it reaches the apiserver again.
+        let start = Instant::now();
+        loop {
+            let pod = env.api::<Pod>().get(&primary).await.unwrap();
+            let statuses = pod.status.and_then(|s| s.container_statuses).unwrap_or_default();
+            if statuses.iter().find(|c| c.name == "postgres").is_some_and(|c| c.restart_count >= 1) {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "the old primary's container did not restart: {statuses:?}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let (_, log) = env.kubectl(&["logs", &primary, "-c", "postgres"]);
+        assert!(
+            log.contains("starts fenced"),
+            "the restarted primary did not start fenced: {}",
+            &log[log.len().saturating_sub(3000)..]
+        );
+    })
+    .await;
+}
+
+/// SIGKILL to every process of the pod `uid` but its sandbox's (on this machine: the
+/// real nodes' pods run here, and a partitioned node's cannot be reached through the
+/// API); how many.
+fn kill_pod_processes(uid: &str) -> usize {
+    let in_pod = format!("pod{uid}");
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        if cgroup.contains(&in_pod) && comm.trim() != "pause" {
+            let status = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+            killed += usize::from(status.is_ok_and(|s| s.success()));
+        }
+    }
+    killed
+}
+
 /// Issue 45, part 4: a standby whose data is on a local volume of the lost node (the
 /// local cluster's `bosun-local` class: a volume pinned to the node its first pod was
 /// scheduled to). The database reports it and goes on taking writes; a replacement of

@@ -82,6 +82,8 @@ pub struct Shared {
     pub told: AtomicU64,
     /// bosun's heartbeat: when it was last heard, and the terms it gave.
     pub bosun: Mutex<Bosun>,
+    /// When the time heard was last written ([`fence::heard_path`]).
+    kept_heard: Mutex<Option<Instant>>,
 }
 
 /// bosun's heartbeat as the instance last heard it.
@@ -95,6 +97,21 @@ pub struct Bosun {
 impl Shared {
     pub fn bosun(&self) -> Bosun {
         *self.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keep now as the time this instance last heard bosun or a standby (at most every
+    /// [`fence::KEEP_HEARD_EVERY`]; a write that fails is logged and tried again at the
+    /// next).
+    pub fn keep_heard(&self, pgdata: &std::path::Path) {
+        let mut kept = self.kept_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.is_some_and(|at| at.elapsed() < fence::KEEP_HEARD_EVERY) {
+            return;
+        }
+        let path = fence::heard_path(pgdata);
+        match fence::write_heard(&path, std::time::SystemTime::now()) {
+            Ok(()) => *kept = Some(Instant::now()),
+            Err(e) => warn!(path = %path.display(), "the time heard could not be kept: {e}"),
+        }
     }
 
     /// bosun heard now with `terms`; whether the terms changed.
@@ -322,7 +339,9 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
                 Ok(terms) => terms,
                 Err(reply) => return reply,
             };
-            if api.shared.heard(terms) {
+            let changed = api.shared.heard(terms);
+            api.shared.keep_heard(&api.args.pgdata);
+            if changed {
                 info!(standbys = terms.standbys, fence_after = ?terms.fence_after(), "bosun's heartbeat gives new terms");
                 let path = fence::terms_path(&api.args.pgdata);
                 if let Err(e) = fence::write_terms(&path, &terms) {

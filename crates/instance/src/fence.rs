@@ -18,9 +18,14 @@
 //! look every [`SAMPLE_EVERY`]), and by this machine's clock alone: a reply counts when
 //! the standbys' reply times changed between two looks, whatever the standbys' clocks
 //! say. Standbys reply every second (`wal_receiver_status_interval=1s`).
+//!
+//! The terms and the time this instance last heard anyone are kept on the data volume
+//! ([`terms_path`], [`heard_path`]): a primary whose container restarts counts its
+//! silence from that time ([`at_start`]), so a restart while cut off neither resets
+//! the count nor opens a window of writes after bosun's decision.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +130,11 @@ impl Watch {
         if now.saturating_duration_since(heard) >= after { Next::Fence } else { Next::Nothing }
     }
 
+    /// When a standby was last heard in this silence.
+    pub fn standby_heard(&self) -> Option<Instant> {
+        self.standby_heard
+    }
+
     /// The standbys' replies sampled at `now` (`None`: the server did not answer, which
     /// hears no one).
     pub fn sampled(&mut self, now: Instant, replies: Option<String>) {
@@ -144,6 +154,55 @@ impl Watch {
 /// volume): a primary whose container restarts while it is cut off fences itself too.
 pub fn terms_path(pgdata: &Path) -> PathBuf {
     pgdata.with_file_name("bosun-heartbeat.json")
+}
+
+/// Where the time this instance last heard bosun or a standby is kept (Unix
+/// milliseconds), beside the terms: a primary whose container restarts counts its
+/// silence from then, not from its new start.
+pub fn heard_path(pgdata: &Path) -> PathBuf {
+    pgdata.with_file_name("bosun-heard")
+}
+
+/// How often, at most, the time heard is written: a kept time at most this old makes
+/// a restarted primary fence that much sooner, never later.
+pub const KEEP_HEARD_EVERY: Duration = Duration::from_secs(1);
+
+/// The kept time heard; none when there is none (an instance of a release before it).
+pub fn read_heard(path: &Path) -> Option<SystemTime> {
+    let ms: u64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// Keep `at` as the time heard (replaced whole, never half written).
+pub fn write_heard(path: &Path, at: SystemTime) -> std::io::Result<()> {
+    let ms = at.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default();
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, ms.to_string())?;
+    std::fs::rename(&partial, path)
+}
+
+/// How a primary starts, from the kept terms and the time it last heard anyone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtStart {
+    /// Its server, watched as if it had been silent for this long already.
+    Serve { silent: Duration },
+    /// Fenced before its server starts: it has heard no one for its whole fencing
+    /// time, so a standby may be promoted by now. It waits to be told its role.
+    Fenced { silent: Duration },
+}
+
+/// How a primary starts at `now`: fenced when it was last heard (`heard`, kept) longer
+/// ago than its fencing time, so that a container that restarts while cut off takes
+/// no write the new timeline would not have; otherwise served, its silence counted
+/// from `heard`. Without armed terms, or without a kept time (a release before it,
+/// which kept none), as before: served, silent from its start.
+pub fn at_start(terms: Option<&Heartbeat>, heard: Option<SystemTime>, now: SystemTime) -> AtStart {
+    let silent = heard.and_then(|h| now.duration_since(h).ok()).unwrap_or_default();
+    match terms.filter(|t| t.armed()) {
+        Some(terms) if silent >= terms.fence_after() => AtStart::Fenced { silent },
+        Some(_) => AtStart::Serve { silent },
+        None => AtStart::Serve { silent: Duration::ZERO },
+    }
 }
 
 /// The kept terms; none when there are none (or they do not read).
@@ -269,6 +328,40 @@ mod tests {
         assert_eq!(read_terms(&path), None);
         write_terms(&path, &TERMS).unwrap();
         assert_eq!(read_terms(&path), Some(TERMS));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_restarted_primary_counts_its_silence_from_when_it_last_heard_anyone() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let ago = |s: u64| Some(now - Duration::from_secs(s));
+        // Heard a second ago: served, its watch already a second into the silence.
+        assert_eq!(at_start(Some(&TERMS), ago(1), now), AtStart::Serve { silent: secs(1.0) });
+        // Cut off for its whole fencing time (3 s) before it came back: fenced at once.
+        assert_eq!(at_start(Some(&TERMS), ago(3), now), AtStart::Fenced { silent: secs(3.0) });
+        assert_eq!(at_start(Some(&TERMS), ago(60), now), AtStart::Fenced { silent: secs(60.0) });
+        // A database without standbys, or no terms at all: never fenced.
+        let alone = Heartbeat { standbys: 0, ..TERMS };
+        assert_eq!(at_start(Some(&alone), ago(60), now), AtStart::Serve { silent: Duration::ZERO });
+        assert_eq!(at_start(None, ago(60), now), AtStart::Serve { silent: Duration::ZERO });
+        // No kept time (a release before it), or one ahead of this clock: from its start.
+        assert_eq!(at_start(Some(&TERMS), None, now), AtStart::Serve { silent: Duration::ZERO });
+        assert_eq!(
+            at_start(Some(&TERMS), Some(now + Duration::from_secs(5)), now),
+            AtStart::Serve { silent: Duration::ZERO }
+        );
+    }
+
+    #[test]
+    fn the_time_heard_is_kept_beside_the_data_directory() {
+        let dir = std::env::temp_dir().join(format!("bosun-heard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = heard_path(&dir.join("pgdata"));
+        assert_eq!(path, dir.join("bosun-heard"));
+        assert_eq!(read_heard(&path), None);
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_000_000_123);
+        write_heard(&path, at).unwrap();
+        assert_eq!(read_heard(&path), Some(at));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

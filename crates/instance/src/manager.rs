@@ -73,8 +73,31 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
     if let Some(terms) = fence::read_terms(&fence::terms_path(&args.pgdata)) {
         shared.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner).terms.get_or_insert(terms);
     }
+    // Whether the fence was just lifted: bosun told the role, so it was heard now.
+    let mut unfenced = false;
     loop {
         let Some(role) = wait_for_role(&roles, stop).await else { return Outcome::Stopped };
+        // A primary counts its silence from when it last heard anyone, not from this
+        // start: one that comes back after its fencing time stays fenced.
+        let told = std::mem::take(&mut unfenced);
+        let silent = match role {
+            Role::Primary if !told => match start_as_primary(args, shared) {
+                fence::AtStart::Serve { silent } => silent,
+                fence::AtStart::Fenced { silent } => {
+                    warn!(
+                        silent_s = silent.as_secs_f64(),
+                        "this primary last heard bosun or a standby longer ago than its fencing time: it starts fenced"
+                    );
+                    shared.fenced.store(true, Ordering::Relaxed);
+                    if !wait_unfenced(&roles, shared, stop).await {
+                        return Outcome::Stopped;
+                    }
+                    unfenced = true;
+                    continue;
+                }
+            },
+            Role::Primary | Role::Replica => std::time::Duration::ZERO,
+        };
         match prepare(args, pg, role, stop).await {
             Ok(()) => {}
             Err(Halt::Stopped) => return Outcome::Stopped,
@@ -97,7 +120,7 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
             Ok(child) => child,
             Err(e) => return Outcome::Failed(format!("the server could not start: {e}")),
         };
-        let (status, ended) = serve(args, pg, &roles, &mut server, stop, shared).await;
+        let (status, ended) = serve(args, pg, &roles, &mut server, stop, shared, silent).await;
         shared.demoting.store(false, Ordering::Relaxed);
         if stop.is_cancelled() {
             return Outcome::Stopped;
@@ -108,6 +131,7 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
                 if !wait_unfenced(&roles, shared, stop).await {
                     return Outcome::Stopped;
                 }
+                unfenced = true;
             }
             Ended::Own => {
                 warn!(status, "postgres exited");
@@ -115,6 +139,12 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
             }
         }
     }
+}
+
+/// How a primary starts now ([`fence::at_start`]), from the kept terms and time heard.
+fn start_as_primary(args: &InstanceArgs, shared: &Shared) -> fence::AtStart {
+    let heard = fence::read_heard(&fence::heard_path(&args.pgdata));
+    fence::at_start(shared.bosun().terms.as_ref(), heard, std::time::SystemTime::now())
 }
 
 /// How a served server ended.
@@ -368,7 +398,8 @@ pub fn server_command(args: &InstanceArgs, tls: Option<&Tls>, to_primary: &ToPri
 
 /// The running server, followed: its setup beside it, its role looked at every
 /// [`LOOK_EVERY`], and, while it is the primary, whom it hears ([`fence::Watch`]).
-/// Returns its exit status and how it ended.
+/// `silent`: how long it had heard no one when it started. Returns its exit status
+/// and how it ended.
 async fn serve<P: Postgres>(
     args: &InstanceArgs,
     pg: &P,
@@ -376,10 +407,12 @@ async fn serve<P: Postgres>(
     server: &mut Child,
     stop: &CancellationToken,
     shared: &Shared,
+    silent: std::time::Duration,
 ) -> (i32, Ended) {
     let mut setup = pin!(pg.setup());
     let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
-    let mut watch = fence::Watch::new(std::time::Instant::now());
+    let started = std::time::Instant::now();
+    let mut watch = fence::Watch::new(started.checked_sub(silent).unwrap_or(started));
     let mut fenced = false;
     let mut look = tokio::time::interval(LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -438,7 +471,11 @@ async fn serve<P: Postgres>(
                     let now = std::time::Instant::now();
                     let mut next = watch.next(now, bosun.heard, bosun.terms.as_ref());
                     if next == fence::Next::Sample {
+                        let before = watch.standby_heard();
                         watch.sampled(now, pg.standby_replies().await);
+                        if watch.standby_heard() != before {
+                            shared.keep_heard(&args.pgdata);
+                        }
                         next = watch.next(now, bosun.heard, bosun.terms.as_ref());
                     }
                     match next {

@@ -528,6 +528,66 @@ async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_to
 }
 
 #[tokio::test]
+async fn a_primary_restarted_after_its_fencing_time_unheard_starts_fenced_until_told_its_role() {
+    use crate::fence::{Heartbeat, heard_path, terms_path, write_heard, write_terms};
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("fenced-start");
+    let args = instance(&dir, &[]);
+    cluster(&args.pgdata, "17");
+    // The container before this one last heard anyone 5 s ago, its fencing time 1 s.
+    let terms = Heartbeat { standbys: 1, fence_after_ms: 1000 };
+    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
+    write_heard(&heard_path(&args.pgdata), std::time::SystemTime::now() - Duration::from_secs(5)).unwrap();
+    let fake = Fake::new(&args.pgdata);
+    fake.standbys_reply.set(true);
+    set_label(&dir.join("podinfo"), 1, "primary");
+    let shared = crate::api::Shared::default();
+    let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    let outcome = drive_with(&args, &fake, &shared, async |stop| {
+        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(fake.count("start"), 0, "a server started: {:?}", fake.calls());
+        shared.heard(terms);
+        roles.tell(crate::role::Role::Primary).unwrap();
+        shared.told.fetch_add(1, Ordering::Relaxed);
+        until("the start bosun allowed", &fake, || fake.count("start") == 1).await;
+        assert!(!shared.fenced.load(Ordering::Relaxed));
+        stop.cancel();
+    })
+    .await;
+    assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_primary_restarted_soon_after_it_last_heard_anyone_serves_and_keeps_hearing() {
+    use crate::fence::{Heartbeat, heard_path, read_heard, terms_path, write_heard, write_terms};
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("served-start");
+    let args = instance(&dir, &[]);
+    cluster(&args.pgdata, "17");
+    let terms = Heartbeat { standbys: 1, fence_after_ms: 3000 };
+    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
+    let before = std::time::SystemTime::now() - Duration::from_millis(500);
+    write_heard(&heard_path(&args.pgdata), before).unwrap();
+    let fake = Fake::new(&args.pgdata);
+    fake.standbys_reply.set(true);
+    set_label(&dir.join("podinfo"), 1, "primary");
+    let shared = crate::api::Shared::default();
+    drive_with(&args, &fake, &shared, async |stop| {
+        until("the primary to start", &fake, || fake.count("start") == 1).await;
+        // bosun away, its standby replying: it serves on, and keeps the time it heard it.
+        tokio::time::sleep(Duration::from_millis(4000)).await;
+        assert!(!shared.fenced.load(Ordering::Relaxed), "{:?}", fake.calls());
+        let kept = read_heard(&heard_path(&args.pgdata)).unwrap();
+        assert!(kept > before, "the standby's replies were not kept as heard");
+        stop.cancel();
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn a_fenced_primary_whose_label_says_replica_rejoins() {
     use crate::fence::{Heartbeat, terms_path, write_terms};
     use std::sync::atomic::Ordering;
