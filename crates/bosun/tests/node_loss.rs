@@ -24,9 +24,10 @@ use bosun_api::postgresql::PostgreSQL;
 use bosun_testing::node::{REAL_NODE, SECOND_REAL_NODE};
 use bosun_testing::{Bosun, Env, NodeAction, NodeGuard, e2e, on_real_node};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use writer::{acks, acks_of, outage, start_writer_named, start_writer_on, unix_now};
+use writer::{acks, acks_of, failed_between, outage, start_app_writer, start_writer_named, start_writer_on, unix_now};
 
 const BOSUN: &[&str] =
     &["--controllers=postgresql", "--postgres-image=localhost/postgres:15", "--postgres-volume-permissions"];
@@ -424,6 +425,114 @@ fn kill_pod_processes(uid: &str) -> usize {
         }
     }
     killed
+}
+
+/// Issue 46: the primary's node cut off the network while an application writes
+/// through the pooler (on the other node), a new connection for each insert, each
+/// allowed a minute: the pooler finds its connections to the lost primary dead (its
+/// TCP timeouts), bosun pauses it at the failover and resumes it on the new primary,
+/// so the inserts that fail are the one in flight at the cut and those given a dead
+/// connection before bosun's decision; the others wait. A writer straight to the
+/// Service, each insert allowed 5 s, beside it for comparison.
+#[tokio::test]
+async fn the_primarys_node_cut_off_the_poolers_clients_lose_only_what_was_in_flight() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("node-loss-pooler", |env| async move {
+        let (_bosun, primary, standby) = database(&env, 2, ", pooler: {instances: 1}").await;
+        pooler_off_the_second_node(&env).await;
+        start_app_writer(&env, "pooled", REAL_NODE, "test-db-pooler", (60, 0)).await;
+        start_app_writer(&env, "direct", REAL_NODE, "test-db", (5, 1_000_000)).await;
+
+        let _mend = NodeGuard(SECOND_REAL_NODE);
+        let at = unix_now();
+        on_node(NodeAction::Partition).await;
+        let start = Instant::now();
+        let back = |name: &str| acks_of(&env, name).last().is_some_and(|(_, t)| *t > at + 0.5);
+        while !(back("pooled") && back("direct")) {
+            assert!(start.elapsed() < Duration::from_secs(120), "writes not back within 120 s of the cut");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let decision = decided(&env).await.filter(|d| *d >= at).expect("bosun decided a failover");
+        // A few more inserts after the return, on both.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (pooled, direct) = (acks_of(&env, "pooled"), acks_of(&env, "direct"));
+        let after = |acks: &[(i64, f64)]| acks.iter().filter(|(_, t)| *t > at).cloned().collect::<Vec<_>>();
+        let first_back = |acks: &[(i64, f64)]| acks.iter().map(|(_, t)| *t - at).find(|d| *d > 0.5).unwrap_or(0.0);
+        let (pooled_failed, direct_failed) = (failed_between(&pooled), failed_between(&direct));
+        eprintln!(
+            "pooler, node of {primary} cut off → {standby} (decided {:.1} s after the cut): through the pooler {} \
+             inserts failed, writes back {:.1} s after the cut, longest gap {:.2} s; straight to the Service {} failed, \
+             back {:.1} s after, longest gap {:.2} s",
+            decision - at,
+            pooled_failed,
+            first_back(&after(&pooled)),
+            outage(&pooled, at),
+            direct_failed,
+            first_back(&after(&direct)),
+            outage(&direct, at),
+        );
+        let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
+        let change = db.status.as_ref().and_then(|s| s.last_primary_change.clone()).unwrap();
+        assert_eq!((change.from.as_str(), change.to.as_str()), (primary.as_str(), standby.as_str()));
+        let (_, log) = env.kubectl(&["logs", "pooled"]);
+        let failures: Vec<&str> = log.lines().filter(|l| l.starts_with("failed ")).collect();
+        eprintln!("through the pooler:\n{}", failures.join("\n"));
+        assert!(
+            pooled_failed <= 2,
+            "{pooled_failed} inserts through the pooler failed: more than the one in flight at the cut and one on a \
+             connection not yet found dead"
+        );
+        let expired = env.kubectl(&["get", "events", "--field-selector", "reason=PoolerPauseExpired", "-o", "name"]).1;
+        assert!(expired.trim().is_empty(), "the pause outlived its bound: {expired}");
+
+        on_node(NodeAction::Heal).await;
+        assert_eq!(wait_streaming(&env, "the old primary back as a standby", Duration::from_secs(90)).await, standby);
+    })
+    .await;
+}
+
+/// The pooler's pods moved off the second real node (the one the tests break), and
+/// the pooler Ready.
+async fn pooler_off_the_second_node(env: &Env) {
+    let rw = ListParams::default().labels("database.example.com/pooler=rw");
+    let start = Instant::now();
+    loop {
+        let pods = env.api::<Pod>().list(&rw).await.unwrap().items;
+        let ready = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let away: Vec<String> = pods.iter().filter(|p| node(p) == SECOND_REAL_NODE).map(|p| p.name_any()).collect();
+        if away.is_empty() && !pods.is_empty() && pods.iter().all(ready) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "the pooler is not Ready off {SECOND_REAL_NODE}: {pods:?}");
+        if !away.is_empty() {
+            let _cordon = Cordon::new(env);
+            for pod in &away {
+                let (ok, out) = env.kubectl(&["delete", "pod", pod]);
+                assert!(ok, "{out}");
+            }
+            // Its replacement placed while the node is cordoned.
+            let start = Instant::now();
+            while env
+                .api::<Pod>()
+                .list(&rw)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .all(|p| node(p).is_empty() || node(p) == SECOND_REAL_NODE)
+            {
+                assert!(start.elapsed() < Duration::from_secs(60), "no pooler pod placed off {SECOND_REAL_NODE}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Issue 45, part 4: a standby whose data is on a local volume of the lost node (the
