@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::DEFAULT_TIMEOUT;
+use crate::backends::bosun_binary;
 use crate::cluster::{Cluster, cluster, repo_root};
 use crate::node::NODES_LABEL;
 use crate::operator::Bosun;
@@ -389,18 +390,4 @@ impl Env {
         let _ = std::fs::remove_file(&file);
         out
     }
-}
-
-/// The `bosun` binary under test: `$BOSUN_BIN`, else `target/debug/bosun` (built by
-/// `cargo test`, since the e2e tests live in the `bosun` package).
-fn bosun_binary() -> std::path::PathBuf {
-    if let Some(p) = std::env::var_os("BOSUN_BIN") {
-        return p.into();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let path = target.join("debug/bosun");
-    assert!(path.exists(), "{} does not exist: build it with `cargo build -p bosun`", path.display());
-    path
 }
