@@ -489,21 +489,47 @@ fn what_an_earlier_container_left_in_the_emptydirs_is_cleared_before_a_start() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test]
-async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_told_its_role() {
-    use crate::fence::{Heartbeat, terms_path, write_terms};
-    use std::sync::atomic::Ordering;
-    let dir = temp_dir("fence");
+/// A primary's data with the terms of a heartbeat before this container (one standby,
+/// fenced after `fence_after_ms`) and, when given, the time it last heard anyone; its
+/// label says primary, its standby replies. (directory, settings, programs, shared.)
+fn kept_primary(
+    name: &str,
+    fence_after_ms: u64,
+    heard: Option<std::time::SystemTime>,
+) -> (PathBuf, InstanceArgs, Fake, crate::api::Shared) {
+    use crate::fence::{Heartbeat, heard_path, terms_path, write_heard, write_terms};
+    let dir = temp_dir(name);
     let args = instance(&dir, &[]);
     cluster(&args.pgdata, "17");
-    // Terms of a heartbeat before this container: one standby, fenced after 400 ms.
-    let terms = Heartbeat { standbys: 1, fence_after_ms: 400 };
-    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 1, fence_after_ms }).unwrap();
+    if let Some(at) = heard {
+        write_heard(&heard_path(&args.pgdata), at).unwrap();
+    }
     let fake = Fake::new(&args.pgdata);
     fake.standbys_reply.set(true);
     set_label(&dir.join("podinfo"), 1, "primary");
-    let shared = crate::api::Shared::default();
+    (dir, args, fake, crate::api::Shared::default())
+}
+
+/// The instance fences (after `starts` starts of its server), starts nothing more for a
+/// second, then starts its server once bosun is heard and tells it it is the primary.
+async fn fenced_until_told(args: &InstanceArgs, fake: &Fake, shared: &crate::api::Shared, starts: usize) {
+    use std::sync::atomic::Ordering;
+    until("the fence", fake, || shared.fenced.load(Ordering::Relaxed)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(fake.count("start"), starts, "a server started while fenced: {:?}", fake.calls());
     let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    shared.heard(shared.bosun().terms.unwrap());
+    roles.tell(crate::role::Role::Primary).unwrap();
+    shared.told.fetch_add(1, Ordering::Relaxed);
+    until("the start bosun allowed", fake, || fake.count("start") == starts + 1).await;
+    assert!(!shared.fenced.load(Ordering::Relaxed));
+}
+
+#[tokio::test]
+async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_told_its_role() {
+    use std::sync::atomic::Ordering;
+    let (dir, args, fake, shared) = kept_primary("fence", 400, None);
     let outcome = drive_with(&args, &fake, &shared, async |stop| {
         until("the primary to start", &fake, || fake.count("start") == 1).await;
         // bosun away, a standby replying: it serves on.
@@ -512,14 +538,7 @@ async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_to
         assert!(!shared.fenced.load(Ordering::Relaxed));
         // No one heard: fenced, and it stays so (no start) until told its role.
         fake.standbys_reply.set(false);
-        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(fake.count("start"), 1, "{:?}", fake.calls());
-        shared.heard(terms);
-        roles.tell(crate::role::Role::Primary).unwrap();
-        shared.told.fetch_add(1, Ordering::Relaxed);
-        until("the restart bosun allowed", &fake, || fake.count("start") == 2).await;
-        assert!(!shared.fenced.load(Ordering::Relaxed));
+        fenced_until_told(&args, &fake, &shared, 1).await;
         stop.cancel();
     })
     .await;
@@ -529,29 +548,11 @@ async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_to
 
 #[tokio::test]
 async fn a_primary_restarted_after_its_fencing_time_unheard_starts_fenced_until_told_its_role() {
-    use crate::fence::{Heartbeat, heard_path, terms_path, write_heard, write_terms};
-    use std::sync::atomic::Ordering;
-    let dir = temp_dir("fenced-start");
-    let args = instance(&dir, &[]);
-    cluster(&args.pgdata, "17");
     // The container before this one last heard anyone 5 s ago, its fencing time 1 s.
-    let terms = Heartbeat { standbys: 1, fence_after_ms: 1000 };
-    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
-    write_heard(&heard_path(&args.pgdata), std::time::SystemTime::now() - Duration::from_secs(5)).unwrap();
-    let fake = Fake::new(&args.pgdata);
-    fake.standbys_reply.set(true);
-    set_label(&dir.join("podinfo"), 1, "primary");
-    let shared = crate::api::Shared::default();
-    let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+    let heard = std::time::SystemTime::now() - Duration::from_secs(5);
+    let (dir, args, fake, shared) = kept_primary("fenced-start", 1000, Some(heard));
     let outcome = drive_with(&args, &fake, &shared, async |stop| {
-        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        assert_eq!(fake.count("start"), 0, "a server started: {:?}", fake.calls());
-        shared.heard(terms);
-        roles.tell(crate::role::Role::Primary).unwrap();
-        shared.told.fetch_add(1, Ordering::Relaxed);
-        until("the start bosun allowed", &fake, || fake.count("start") == 1).await;
-        assert!(!shared.fenced.load(Ordering::Relaxed));
+        fenced_until_told(&args, &fake, &shared, 0).await;
         stop.cancel();
     })
     .await;
@@ -561,19 +562,10 @@ async fn a_primary_restarted_after_its_fencing_time_unheard_starts_fenced_until_
 
 #[tokio::test]
 async fn a_primary_restarted_soon_after_it_last_heard_anyone_serves_and_keeps_hearing() {
-    use crate::fence::{Heartbeat, heard_path, read_heard, terms_path, write_heard, write_terms};
+    use crate::fence::{heard_path, read_heard};
     use std::sync::atomic::Ordering;
-    let dir = temp_dir("served-start");
-    let args = instance(&dir, &[]);
-    cluster(&args.pgdata, "17");
-    let terms = Heartbeat { standbys: 1, fence_after_ms: 3000 };
-    write_terms(&terms_path(&args.pgdata), &terms).unwrap();
     let before = std::time::SystemTime::now() - Duration::from_millis(500);
-    write_heard(&heard_path(&args.pgdata), before).unwrap();
-    let fake = Fake::new(&args.pgdata);
-    fake.standbys_reply.set(true);
-    set_label(&dir.join("podinfo"), 1, "primary");
-    let shared = crate::api::Shared::default();
+    let (dir, args, fake, shared) = kept_primary("served-start", 3000, Some(before));
     drive_with(&args, &fake, &shared, async |stop| {
         until("the primary to start", &fake, || fake.count("start") == 1).await;
         // bosun away, its standby replying: it serves on, and keeps the time it heard it.

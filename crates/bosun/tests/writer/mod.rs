@@ -60,10 +60,20 @@ pub async fn start_writer_named(env: &Env, name: &str, node: Option<&str>, host:
         spec.node_selector = Some([("kubernetes.io/hostname".to_owned(), node.to_owned())].into());
     }
     env.apply(&pod).await;
+    await_first_acks(env, name).await;
+}
+
+/// Writer `name` Ready, and its first ten acknowledgements.
+async fn await_first_acks(env: &Env, name: &str) {
     env.wait_pod_ready(name, Duration::from_secs(120)).await;
     let start = Instant::now();
     while acks_of(env, name).len() < 10 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the writer {name} acknowledged no rows within 60 s");
+        let log = || env.kubectl(&["logs", name]).1;
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the writer {name} acknowledged 10 rows not within 60 s: {}",
+            log()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -80,14 +90,20 @@ pub async fn start_app_writer(env: &Env, name: &str, node: &str, host: &str, (ti
         ("FIRST_ID", first_id.to_string()),
     ];
     variables.as_array_mut().unwrap().extend(more.map(|(k, v)| json!({"name": k, "value": v})));
-    let pod: Pod = serde_json::from_value(json!({
+    start_app_pod(env, name, WRITER, variables, Some(node)).await;
+}
+
+/// Pod `name` running `script` (bash) as the application (`variables`, the CA of
+/// `test-db-ca` at `/ca`), on `node` when given; its first acknowledgements awaited.
+async fn start_app_pod(env: &Env, name: &str, script: &str, variables: serde_json::Value, node: Option<&str>) {
+    let mut pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never",
             "containers": [{
                 "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
-                "command": ["bash", "-c", WRITER],
+                "command": ["bash", "-c", script],
                 "env": variables,
                 "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
             }],
@@ -95,18 +111,11 @@ pub async fn start_app_writer(env: &Env, name: &str, node: &str, host: &str, (ti
         },
     }))
     .unwrap();
-    env.apply(&pod).await;
-    env.wait_pod_ready(name, Duration::from_secs(120)).await;
-    let start = Instant::now();
-    while acks_of(env, name).len() < 10 {
-        let log = || env.kubectl(&["logs", name]).1;
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the writer {name} acknowledged no rows within 60 s: {}",
-            log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    if let (Some(node), Some(spec)) = (node, pod.spec.as_mut()) {
+        spec.node_selector = Some([("kubernetes.io/hostname".to_owned(), node.to_owned())].into());
     }
+    env.apply(&pod).await;
+    await_first_acks(env, name).await;
 }
 
 /// The inserts that failed (or outlived their bound) between the first and the last
@@ -161,28 +170,7 @@ i=0; while :; do i=$((i+1))
 /// server verified with `test-db-ca`) through `host` (`test-db`, `test-db-pooler`), its
 /// first commits awaited.
 pub async fn start_session_writer(env: &Env, name: &str, host: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "writer", "image": images::POSTGRES, "imagePullPolicy": "IfNotPresent",
-                "command": ["bash", "-c", SESSION_WRITER],
-                "env": app_env(host),
-                "volumeMounts": [{"name": "ca", "mountPath": "/ca", "readOnly": true}],
-            }],
-            "volumes": [{"name": "ca", "secret": {"secretName": "test-db-ca"}}],
-        },
-    }))
-    .unwrap();
-    env.apply(&pod).await;
-    env.wait_pod_ready(name, Duration::from_secs(120)).await;
-    let start = Instant::now();
-    while acks_of(env, name).len() < 10 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the session writer {name} committed nothing within 60 s");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    start_app_pod(env, name, SESSION_WRITER, app_env(host), None).await;
 }
 
 /// libpq's variables for the application's role (Secret `test-db-app`) through `host`,
