@@ -498,15 +498,9 @@ async fn pooler_off_the_second_node(env: &Env) {
     let start = Instant::now();
     loop {
         let pods = env.api::<Pod>().list(&rw).await.unwrap().items;
-        let ready = |p: &Pod| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        };
         let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         let away: Vec<String> = pods.iter().filter(|p| node(p) == SECOND_REAL_NODE).map(|p| p.name_any()).collect();
-        if away.is_empty() && !pods.is_empty() && pods.iter().all(ready) {
+        if away.is_empty() && !pods.is_empty() && pods.iter().all(bosun_testing::node::pod_ready) {
             return;
         }
         assert!(start.elapsed() < Duration::from_secs(180), "the pooler is not Ready off {SECOND_REAL_NODE}: {pods:?}");
