@@ -21,6 +21,7 @@ pub mod postgresql;
 pub mod provided;
 pub mod quantity;
 pub mod render;
+pub mod shard;
 pub mod slim;
 pub mod stacks;
 pub mod teardown;
