@@ -233,8 +233,8 @@ bench-failover: cluster ## PostgreSQL failover on the real nodes: write outage o
 	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test node_loss -- --ignored --nocapture bench_node_loss
 
 .PHONY: bench-pooler
-bench-pooler: cluster ## PostgreSQL's pooler (spec.pooler) beside direct connections, 8 pgbench clients each, on the real node: steady-state throughput, then a switchover, a rolling change and a deleted primary pod (failed transactions, aborted clients, longest transaction, tps before/during/after); writes target/bench/pooler.json.
-	$(CARGO) test -p bosun --test failover -- --ignored --nocapture bench_pooler
+bench-pooler: cluster ## PostgreSQL's pooler (spec.pooler) beside direct connections, 8 pgbench clients each, on the real node: steady-state throughput (BENCH_RUNS pairs, default 5, medians; BENCH_POOLER_STEADY_ONLY=1 stops there), then a switchover, a rolling change and a deleted primary pod (failed transactions, aborted clients, longest transaction, tps before/during/after); writes target/bench/pooler.json.
+	BENCH_RUNS=$(BENCH_RUNS) $(CARGO) test -p bosun --test failover -- --ignored --nocapture bench_pooler
 
 BENCH_UPGRADE_SCALE ?= 68
 .PHONY: bench-upgrade

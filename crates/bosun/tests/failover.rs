@@ -558,7 +558,7 @@ async fn bench(mode: &'static str, extra: &'static str) {
     e2e(&format!("bench-failover-{mode}"), |env| async move {
         let _bosun = database(&env, extra).await;
         start_writer(&env).await;
-        let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5);
+        let runs = runs();
         let mut outages: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
         // Per fault: fault → decision (bosun recorded the new primary), and decision →
         // the promotion it awaited.
@@ -894,6 +894,61 @@ async fn pgbench_through(
     (benches, fault_at)
 }
 
+/// `BENCH_RUNS` (5) from the environment.
+fn runs() -> usize {
+    std::env::var("BENCH_RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5)
+}
+
+/// The pooler's cost at steady state, with connections kept and with a connection per
+/// transaction (`-C`, what it saves): `rounds` pairs of 15 s pgbench runs, through the
+/// pooler and straight to the Service one after the other, the first of each pair
+/// taking turns (a run warms the caches for the next). Prints each pair and the
+/// medians; their rows for the report.
+async fn steady_state(env: &Env, rounds: usize) -> Vec<serde_json::Value> {
+    let steady = |b: &Bench| {
+        let first = b.seconds.keys().next().copied().unwrap_or(0);
+        b.tps(first + 2, first + 14)
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let mut rows = Vec::new();
+    for (connections, flags) in [("kept", ""), ("one per transaction", "-C")] {
+        let (mut pooled_tps, mut direct_tps, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds.max(1) {
+            let mut pair = [("steady-pooled", "test-db-pooler"), ("steady-direct", "test-db")];
+            if round % 2 == 1 {
+                pair.reverse();
+            }
+            let mut tps = std::collections::BTreeMap::new();
+            for (name, host) in pair {
+                let (bench, _) = pgbench_through(env, &[(name, host)], (15, flags), None).await;
+                tps.insert(name, steady(&bench[0]));
+            }
+            let (pooled, direct) = (tps["steady-pooled"], tps["steady-direct"]);
+            println!(
+                "steady state, 8 clients, connections {connections}, round {}: through the pooler {pooled:.0} tps, \
+                 straight {direct:.0} tps: {:.2}×",
+                round + 1,
+                pooled / direct.max(1.0)
+            );
+            pooled_tps.push(pooled);
+            direct_tps.push(direct);
+            ratios.push(pooled / direct.max(1.0));
+        }
+        let (pooled, direct, ratio) = (median(pooled_tps.clone()), median(direct_tps.clone()), median(ratios.clone()));
+        println!(
+            "steady state, 8 clients, connections {connections}, median of {}: through the pooler {pooled:.0} tps, \
+             straight {direct:.0} tps: {ratio:.2}× (median of the rounds' ratios)",
+            ratios.len()
+        );
+        rows.push(json!({"connections": connections, "pooler_tps": pooled, "direct_tps": direct, "ratio": ratio,
+                         "rounds": {"pooler_tps": pooled_tps, "direct_tps": direct_tps, "ratio": ratios}}));
+    }
+    rows
+}
+
 /// Through `spec.pooler` beside straight to the Service, the same run: steady-state
 /// throughput; then a switchover, a rolling change and a lost primary (its pod
 /// deleted) under 8 clients each: failed transactions, aborted clients, the longest
@@ -917,24 +972,10 @@ async fn bench_pooler() {
         })
         .await;
 
-        // Steady state, one after the other: the pooler's cost with connections kept,
-        // and what it saves with a connection per transaction (`-C`).
-        let steady = |b: &Bench| {
-            let first = b.seconds.keys().next().copied().unwrap_or(0);
-            b.tps(first + 2, first + 14)
-        };
-        let mut steady_rows = Vec::new();
-        for (connections, flags) in [("kept", ""), ("one per transaction", "-C")] {
-            let (pooled, _) = pgbench_through(&env, &[("steady-pooled", "test-db-pooler")], (15, flags), None).await;
-            let (direct, _) = pgbench_through(&env, &[("steady-direct", "test-db")], (15, flags), None).await;
-            let (pooled, direct) = (steady(&pooled[0]), steady(&direct[0]));
-            println!(
-                "steady state, 8 clients, connections {connections}: through the pooler {pooled:.0} tps, straight \
-                 {direct:.0} tps: {:.2}×",
-                pooled / direct.max(1.0)
-            );
-            steady_rows.push(json!({"connections": connections, "pooler_tps": pooled, "direct_tps": direct,
-                                    "ratio": pooled / direct.max(1.0)}));
+        let steady_rows = steady_state(&env, runs()).await;
+        if std::env::var_os("BENCH_POOLER_STEADY_ONLY").is_some() {
+            write_report("pooler-steady", &json!({"clients": 8, "steady": steady_rows}));
+            return;
         }
 
         let switchover = |env: &Env, current: &str| {
