@@ -3,8 +3,9 @@
 //! against real servers (`crates/bosun/tests/instance.rs`).
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 
 use tokio::process::{Child, Command};
 
@@ -38,7 +39,7 @@ pub trait Postgres {
     fn standby_replies(&self) -> impl Future<Output = Option<String>>;
 }
 
-/// The real programs, from PATH (the image's PostgreSQL).
+/// The real programs, the image's PostgreSQL's ([`program`]).
 #[derive(Debug)]
 pub struct Commands<'a> {
     pub args: &'a InstanceArgs,
@@ -67,7 +68,7 @@ impl Postgres for Commands<'_> {
     async fn primary(&self) -> Option<u32> {
         let dsn = format!("{} dbname=postgres connect_timeout=3", self.to_primary(self.own_user()).await);
         let sql = "SELECT pg_is_in_recovery()::text || ' ' || current_setting('server_version_num')::int / 10000";
-        let out = output(Command::new("psql").args(["-X", "-q", "-tA", "-d", &dsn, "-c", sql]), "psql").await.ok()?;
+        let out = output(pg("psql").args(["-X", "-q", "-tA", "-d", &dsn, "-c", sql]), "psql").await.ok()?;
         match out.trim().split_once(' ')? {
             ("false", major) => major.parse().ok(),
             _ => None,
@@ -76,13 +77,13 @@ impl Postgres for Commands<'_> {
 
     async fn base_backup(&self, into: &Path) -> Result<(), String> {
         let dsn = self.to_primary(&self.args.replication_user).await;
-        let mut command = Command::new("pg_basebackup");
+        let mut command = pg("pg_basebackup");
         command.args(["--no-password", "-d", &dsn, "-D"]).arg(into).args(["-X", "stream", "-c", "fast"]);
         output(&mut command, "pg_basebackup").await.map(drop)
     }
 
     async fn crash_recovery(&self) -> Result<(), String> {
-        let mut command = Command::new("postgres");
+        let mut command = pg("postgres");
         command.arg("--single").arg("-D").arg(&self.args.pgdata);
         for setting in self.args.server_settings() {
             command.args(["-c", &setting]);
@@ -93,12 +94,12 @@ impl Postgres for Commands<'_> {
 
     async fn checkpoint_primary(&self) -> Result<(), String> {
         let dsn = format!("{} dbname=postgres connect_timeout=5", self.to_primary(self.own_user()).await);
-        output(Command::new("psql").args(["-X", "-q", "-d", &dsn, "-c", "CHECKPOINT"]), "CHECKPOINT").await.map(drop)
+        output(pg("psql").args(["-X", "-q", "-d", &dsn, "-c", "CHECKPOINT"]), "CHECKPOINT").await.map(drop)
     }
 
     async fn rewind(&self) -> Result<(), String> {
         let source = format!("{} dbname=postgres", self.to_primary(self.own_user()).await);
-        let mut command = Command::new("pg_rewind");
+        let mut command = pg("pg_rewind");
         command.arg(format!("--target-pgdata={}", self.args.pgdata.display()));
         command.arg(format!("--source-server={source}"));
         output(&mut command, "pg_rewind").await.map(drop)
@@ -135,7 +136,7 @@ impl Postgres for Commands<'_> {
     }
 
     async fn promote(&self) -> Result<(), String> {
-        let mut command = Command::new("pg_ctl");
+        let mut command = pg("pg_ctl");
         command.args(["promote", "-D"]).arg(&self.args.pgdata);
         output(&mut command, "pg_ctl promote").await.map(drop)
     }
@@ -152,6 +153,45 @@ impl Postgres for Commands<'_> {
     async fn standby_replies(&self) -> Option<String> {
         crate::setup::query(self.args, crate::fence::REPLIES_SQL).await.ok().map(|r| r.trim().to_owned())
     }
+}
+
+/// Where the image's PostgreSQL programs are: `/usr/lib/postgresql/<PG_MAJOR>/bin`, or
+/// the newest major's there; `None` when the image has none (then PATH says).
+const PG_LIB: &str = "/usr/lib/postgresql";
+
+/// The PostgreSQL program `name` (or a path, as given): the image's PostgreSQL's own
+/// when it has it, else `name` from PATH. On Debian, `psql`, `pg_basebackup` and the
+/// other client programs on PATH are `pg_wrapper`, a Perl script that picks a version
+/// and runs it: about 65 ms a run against 15 ms for `psql` itself (measured on this
+/// project's machines), and the instance runs psql at each status bosun asks for and
+/// five times a second while its fence watch samples, the pooler at each probe.
+pub fn program(name: impl AsRef<Path>) -> PathBuf {
+    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let name = name.as_ref();
+    let bin = BIN.get_or_init(|| bin_dir(Path::new(PG_LIB), std::env::var(env::MAJOR).ok().as_deref()));
+    match bin {
+        Some(bin) if name.components().count() == 1 && bin.join(name).is_file() => bin.join(name),
+        _ => name.to_owned(),
+    }
+}
+
+/// A command of the PostgreSQL program `name` ([`program`]).
+pub fn pg(name: &str) -> Command {
+    Command::new(program(name))
+}
+
+/// The directory of `major`'s programs under `lib` when it has one, else the newest
+/// major's.
+fn bin_dir(lib: &Path, major: Option<&str>) -> Option<PathBuf> {
+    if let Some(bin) = major.map(|m| lib.join(m).join("bin")).filter(|b| b.is_dir()) {
+        return Some(bin);
+    }
+    let majors = std::fs::read_dir(lib).ok()?.flatten();
+    let newest = majors
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.is_dir())
+        .max_by_key(|(major, _)| *major)?;
+    Some(newest.1)
 }
 
 /// A libpq connection string of `pairs`, each value quoted when it must be.
@@ -198,6 +238,23 @@ pub fn head(text: &str, max: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_programs_are_the_images_postgresqls_own_not_the_perl_wrapper() {
+        use super::bin_dir;
+        let lib = std::env::temp_dir().join(format!("bosun-pg-lib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&lib);
+        assert_eq!(bin_dir(&lib, Some("17")), None, "no PostgreSQL: PATH says");
+        for major in ["13", "9", "17"] {
+            std::fs::create_dir_all(lib.join(major).join("bin")).unwrap();
+        }
+        std::fs::create_dir_all(lib.join("notes")).unwrap();
+        assert_eq!(bin_dir(&lib, Some("13")), Some(lib.join("13/bin")), "PG_MAJOR's first");
+        assert_eq!(bin_dir(&lib, None), Some(lib.join("17/bin")), "else the newest, by number");
+        assert_eq!(bin_dir(&lib, Some("16")), Some(lib.join("17/bin")), "a PG_MAJOR not there: the newest");
+        std::fs::remove_dir_all(&lib).unwrap();
+        assert_eq!(super::program("/opt/psql"), std::path::PathBuf::from("/opt/psql"), "a path stays as given");
+    }
+
     use super::*;
 
     #[test]

@@ -102,7 +102,8 @@ pub struct PoolerArgs {
     /// The PgBouncer program.
     #[arg(long, default_value = "pgbouncer")]
     pub pgbouncer: PathBuf,
-    /// The psql program (the console and the look for a primary).
+    /// The psql program (the console and the look for a primary): a name is looked
+    /// for first among the image's PostgreSQL's own programs ([`crate::commands::program`]).
     #[arg(long, default_value = "psql")]
     pub psql: PathBuf,
 }
@@ -284,7 +285,7 @@ impl Pooler {
     /// A command on the console (through the socket), its rows unaligned, tab-separated,
     /// with the columns' names first.
     async fn console(&self, command: &str, timeout: Duration) -> Result<String, String> {
-        let mut psql = Command::new(&self.args.psql);
+        let mut psql = Command::new(crate::commands::program(&self.args.psql));
         psql.arg("-h")
             .arg(&self.args.run_dir)
             .args(["-p", &PORT.to_string(), "-U", CONSOLE_USER, "-d", "pgbouncer", "-X", "-q", "-A", "-F", "\t"])
@@ -316,7 +317,7 @@ impl Pooler {
             self.args.server_port,
             files.ca.display()
         );
-        let mut psql = Command::new(&self.args.psql);
+        let mut psql = Command::new(crate::commands::program(&self.args.psql));
         psql.args(["-X", "-q", "-tA", "-c", "SELECT pg_is_in_recovery()", &conninfo])
             .env("PGPASSWORD", password.trim_end_matches('\n'))
             .stdin(Stdio::null())

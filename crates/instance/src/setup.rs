@@ -211,7 +211,7 @@ async fn analyze_after_upgrade(args: &InstanceArgs) {
 
 /// A client program connected to the local server as the superuser, on its socket.
 fn client(args: &InstanceArgs, program: &str) -> Command {
-    let mut command = Command::new(program);
+    let mut command = crate::commands::pg(program);
     command
         .arg("-h")
         .arg(&args.socket_dir)
