@@ -155,8 +155,7 @@ impl Postgres for Commands<'_> {
     }
 }
 
-/// Where the image's PostgreSQL programs are: `/usr/lib/postgresql/<PG_MAJOR>/bin`, or
-/// the newest major's there; `None` when the image has none (then PATH says).
+/// Where Debian installs each PostgreSQL major's programs (`<major>/bin`).
 const PG_LIB: &str = "/usr/lib/postgresql";
 
 /// The PostgreSQL program `name` (or a path, as given): the image's PostgreSQL's own
@@ -181,7 +180,7 @@ pub fn pg(name: &str) -> Command {
 }
 
 /// The directory of `major`'s programs under `lib` when it has one, else the newest
-/// major's.
+/// major's; `None` when `lib` holds none (then PATH says).
 fn bin_dir(lib: &Path, major: Option<&str>) -> Option<PathBuf> {
     if let Some(bin) = major.map(|m| lib.join(m).join("bin")).filter(|b| b.is_dir()) {
         return Some(bin);
@@ -238,9 +237,10 @@ pub fn head(text: &str, max: usize) -> &str {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_programs_are_the_images_postgresqls_own_not_the_perl_wrapper() {
-        use super::bin_dir;
         let lib = std::env::temp_dir().join(format!("bosun-pg-lib-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&lib);
         assert_eq!(bin_dir(&lib, Some("17")), None, "no PostgreSQL: PATH says");
@@ -252,10 +252,8 @@ mod tests {
         assert_eq!(bin_dir(&lib, None), Some(lib.join("17/bin")), "else the newest, by number");
         assert_eq!(bin_dir(&lib, Some("16")), Some(lib.join("17/bin")), "a PG_MAJOR not there: the newest");
         std::fs::remove_dir_all(&lib).unwrap();
-        assert_eq!(super::program("/opt/psql"), std::path::PathBuf::from("/opt/psql"), "a path stays as given");
+        assert_eq!(program("/opt/psql"), PathBuf::from("/opt/psql"), "a path stays as given");
     }
-
-    use super::*;
 
     #[test]
     fn connection_values_are_quoted_only_when_they_must_be() {
