@@ -114,6 +114,15 @@ impl Shared {
         }
     }
 
+    /// The primary fences itself: says so from now on (the heartbeat's answer), and
+    /// returns bosun's tells counted before, so that a tell that answers it lifts the
+    /// fence whenever it comes.
+    pub fn fence(&self) -> u64 {
+        let told = self.told.load(Ordering::SeqCst);
+        self.fenced.store(true, Ordering::SeqCst);
+        told
+    }
+
     /// bosun heard now with `terms`; whether the terms changed.
     pub fn heard(&self, terms: Heartbeat) -> bool {
         let mut bosun = self.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -79,17 +79,17 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
         let Some(role) = wait_for_role(&roles, stop).await else { return Outcome::Stopped };
         // A primary counts its silence from when it last heard anyone, not from this
         // start: one that comes back after its fencing time stays fenced.
-        let told = std::mem::take(&mut unfenced);
+        let just_told = std::mem::take(&mut unfenced);
         let silent = match role {
-            Role::Primary if !told => match start_as_primary(args, shared) {
+            Role::Primary if !just_told => match start_as_primary(args, shared) {
                 fence::AtStart::Serve { silent } => silent,
                 fence::AtStart::Fenced { silent } => {
                     warn!(
                         silent_s = silent.as_secs_f64(),
                         "this primary last heard bosun or a standby longer ago than its fencing time: it starts fenced"
                     );
-                    shared.fenced.store(true, Ordering::Relaxed);
-                    if !wait_unfenced(&roles, shared, stop).await {
+                    let told = shared.fence();
+                    if !wait_unfenced(&roles, shared, told, stop).await {
                         return Outcome::Stopped;
                     }
                     unfenced = true;
@@ -127,8 +127,8 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
         }
         match ended {
             Ended::Demoted => {}
-            Ended::Fenced => {
-                if !wait_unfenced(&roles, shared, stop).await {
+            Ended::Fenced { told } => {
+                if !wait_unfenced(&roles, shared, told, stop).await {
                     return Outcome::Stopped;
                 }
                 unfenced = true;
@@ -154,15 +154,19 @@ enum Ended {
     Own,
     /// Stopped to rejoin as a standby (the role says replica).
     Demoted,
-    /// Stopped by its fence: it heard no one.
-    Fenced,
+    /// Stopped by its fence: it heard no one. `told`: bosun's tells of the role
+    /// counted when it fenced ([`Shared::fence`]).
+    Fenced { told: u64 },
 }
 
 /// A fenced primary's wait: until bosun tells it its role (whatever it is: bosun told
 /// it after its own decision), or its label's file says replica (rejoin). `false` when
 /// asked to stop first. The fence lasts as long as the wait; the kept terms stay.
-async fn wait_unfenced(roles: &RoleSource, shared: &Shared, stop: &CancellationToken) -> bool {
-    let told = shared.told.load(Ordering::Relaxed);
+/// `told`: the tells counted when it fenced, so that a tell that came while its
+/// server was shutting down lifts the fence too (bosun tells a fenced instance once
+/// it says it is fenced, which it does from the fence's decision on: counted from
+/// this wait's start, that tell was lost and the fence held until bosun's next).
+async fn wait_unfenced(roles: &RoleSource, shared: &Shared, told: u64, stop: &CancellationToken) -> bool {
     warn!(
         "fenced: this primary heard neither bosun nor any standby; its server stays stopped until bosun tells it its role"
     );
@@ -413,7 +417,8 @@ async fn serve<P: Postgres>(
     let (mut set_up, mut demoted, mut promoting, mut stopping) = (false, false, false, false);
     let started = std::time::Instant::now();
     let mut watch = fence::Watch::new(started.checked_sub(silent).unwrap_or(started));
-    let mut fenced = false;
+    // The tells counted when it fenced, if it did.
+    let mut fenced: Option<u64> = None;
     let mut look = tokio::time::interval(LOOK_EVERY);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The TLS files as the server loaded them: reloaded when the kubelet swaps them;
@@ -433,7 +438,11 @@ async fn serve<P: Postgres>(
                         1
                     }
                 };
-                let ended = if fenced { Ended::Fenced } else if demoted { Ended::Demoted } else { Ended::Own };
+                let ended = match fenced {
+                    Some(told) => Ended::Fenced { told },
+                    None if demoted => Ended::Demoted,
+                    None => Ended::Own,
+                };
                 return (code, ended);
             }
             () = stop.cancelled(), if !stopping => {
@@ -466,7 +475,7 @@ async fn serve<P: Postgres>(
                 }
                 let data = DataState::read(&args.pgdata);
                 let role = roles.read();
-                if role == Some(Role::Primary) && !data.standby && !demoted && !fenced && !stopping {
+                if role == Some(Role::Primary) && !data.standby && !demoted && fenced.is_none() && !stopping {
                     let bosun = shared.bosun();
                     let now = std::time::Instant::now();
                     let mut next = watch.next(now, bosun.heard, bosun.terms.as_ref());
@@ -483,8 +492,7 @@ async fn serve<P: Postgres>(
                         fence::Next::Fence => {
                             let after = bosun.terms.map(|t| t.fence_after());
                             warn!(?after, "this primary has heard neither bosun nor any standby: fencing it (fast shutdown), so that it takes no write a new primary would not have");
-                            fenced = true;
-                            shared.fenced.store(true, Ordering::Relaxed);
+                            fenced = Some(shared.fence());
                             fast_shutdown(server);
                             continue;
                         }

@@ -546,6 +546,32 @@ async fn a_primary_that_hears_neither_bosun_nor_a_standby_fences_itself_until_to
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// bosun tells a fenced primary its role as soon as the primary says it fenced, which
+/// it says from its decision on, while its server is still shutting down: that tell
+/// lifts the fence too (it was lost, and the fence held until bosun's next tell).
+#[tokio::test]
+async fn a_tell_that_comes_while_the_fenced_server_shuts_down_lifts_the_fence() {
+    use std::sync::atomic::Ordering;
+    let (dir, args, fake, shared) = kept_primary("fence-told-early", 400, None);
+    fake.standbys_reply.set(false);
+    // A server whose fast shutdown takes a second.
+    *fake.server.borrow_mut() =
+        ["sh", "-c", "sleep 30 & pid=$!; trap 'sleep 1; kill $pid; exit 0' INT; wait"].map(str::to_owned).to_vec();
+    let outcome = drive_with(&args, &fake, &shared, async |stop| {
+        until("the fence", &fake, || shared.fenced.load(Ordering::Relaxed)).await;
+        assert_eq!(fake.count("start"), 1, "{:?}", fake.calls());
+        let roles = crate::role::RoleSource { label_file: args.role_file.clone(), told_file: args.role_told.clone() };
+        shared.heard(shared.bosun().terms.unwrap());
+        roles.tell(crate::role::Role::Primary).unwrap();
+        shared.told.fetch_add(1, Ordering::Relaxed);
+        until("the start bosun allowed", &fake, || fake.count("start") == 2).await;
+        stop.cancel();
+    })
+    .await;
+    assert_eq!(outcome, Outcome::Stopped);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_primary_restarted_after_its_fencing_time_unheard_starts_fenced_until_told_its_role() {
     // The container before this one last heard anyone 5 s ago, its fencing time 1 s.
