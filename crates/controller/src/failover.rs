@@ -334,6 +334,10 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// silent primary: three times their receiver's timeout (5 s).
 const CONFIRM_WINDOW: Duration = Duration::from_secs(15);
 
+/// How long an instance may go on saying it is fenced after its role was told
+/// (triggered) before it is told again.
+const RETELL_FENCED: Duration = Duration::from_secs(5);
+
 /// What the watchdog ([`watch_instances`]) heard: Ready instances that stopped
 /// answering, and instances that fenced themselves.
 #[derive(Clone, Debug, Default)]
@@ -345,8 +349,9 @@ type PodKey = (String, String);
 #[derive(Debug, Default)]
 struct Heard {
     silent: std::collections::HashMap<PodKey, Silent>,
-    /// Fenced instances, by key and uid.
-    fenced: std::collections::HashMap<PodKey, String>,
+    /// Fenced instances, by key: their uid, and when their database's reconcile was
+    /// last triggered for it.
+    fenced: std::collections::HashMap<PodKey, (String, Instant)>,
 }
 
 /// One pod's silence: the pod (its uid), since when, and whether its database's
@@ -385,7 +390,7 @@ impl Silences {
 
     /// Whether `pod` (this very pod) said it fenced itself.
     pub fn fenced(&self, pod: &Pod) -> bool {
-        self.lock().fenced.get(&key_of(pod)) == pod.metadata.uid.as_ref()
+        self.lock().fenced.get(&key_of(pod)).map(|(uid, _)| uid) == pod.metadata.uid.as_ref()
     }
 
     /// Records one round of answers of Ready instances; returns the pods that have just
@@ -420,14 +425,29 @@ impl Silences {
     }
 
     /// Records the instances that said they are fenced this round; returns those that
-    /// were not before.
+    /// were not before, and those still fenced [`RETELL_FENCED`] after they were last
+    /// returned (a tell can be lost: the instance was not reached in time).
     fn record_fenced(&self, fenced: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
+        self.record_fenced_at(fenced, Instant::now())
+    }
+
+    fn record_fenced_at(&self, fenced: Vec<Arc<Pod>>, now: Instant) -> Vec<Arc<Pod>> {
         let mut heard = self.lock();
-        let now: std::collections::HashMap<PodKey, String> =
-            fenced.iter().map(|p| (key_of(p), p.metadata.uid.clone().unwrap_or_default())).collect();
-        let fresh = fenced.into_iter().filter(|p| heard.fenced.get(&key_of(p)) != p.metadata.uid.as_ref()).collect();
-        heard.fenced = now;
-        fresh
+        let mut kept = std::collections::HashMap::new();
+        let mut due = Vec::new();
+        for pod in fenced {
+            let (key, uid) = (key_of(&pod), pod.metadata.uid.clone().unwrap_or_default());
+            let triggered = match heard.fenced.remove(&key) {
+                Some((seen, at)) if seen == uid && now.saturating_duration_since(at) < RETELL_FENCED => at,
+                _ => {
+                    due.push(pod);
+                    now
+                }
+            };
+            kept.insert(key, (uid, triggered));
+        }
+        heard.fenced = kept;
+        due
     }
 }
 
@@ -495,7 +515,7 @@ pub(crate) async fn watch_instances(
             let _ = trigger.unbounded_send((*pod).clone());
         }
         for pod in silences.record_fenced(fenced) {
-            warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), "an instance says it fenced itself: its role is told again");
+            warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), "an instance says it is fenced: its role is told again");
             let _ = trigger.unbounded_send((*pod).clone());
         }
     }
@@ -984,7 +1004,11 @@ mod tests {
         // did an old primary since labelled replica.
         let fenced = vec![Arc::new(pods[0].clone()), Arc::new(pods[2].clone())];
         assert_eq!(silences.record_fenced(fenced.clone()).len(), 2);
-        assert!(silences.record_fenced(fenced).is_empty(), "reported once");
+        assert!(silences.record_fenced(fenced.clone()).is_empty(), "reported once");
+        // Still fenced a while after (the tell was lost): reported again.
+        let later = Instant::now() + RETELL_FENCED;
+        assert_eq!(silences.record_fenced_at(fenced.clone(), later).len(), 2);
+        assert!(silences.record_fenced_at(fenced, later + Duration::from_secs(1)).is_empty());
         assert!(silences.fenced(&pods[0]) && !silences.fenced(&pods[1]));
         let (primary, _) = ensure_rolling(&db, pods, &fake, None, &silences).await;
         assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
