@@ -60,6 +60,9 @@ where
     let started = std::time::Instant::now();
     let result = AssertUnwindSafe(test(env)).catch_unwind().await;
     record_time(name, started.elapsed(), result.is_ok());
+    if result.is_err() {
+        crate::evidence::keep(&client, &ns).await;
+    }
     release_finalizers(&client, &ns).await;
     let _ = namespaces.delete(&ns, &DeleteParams::background()).await;
     if let Err(panic) = result {

@@ -30,6 +30,7 @@
 pub mod backends;
 mod cluster;
 mod env;
+mod evidence;
 mod identity;
 pub mod node;
 mod operator;
