@@ -9,42 +9,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::postgresql::PostgreSQL;
 use bosun_instance::api::{self, RoleRequest};
+pub use bosun_instance::client::{AskError, Connector, request_over};
 use bosun_instance::status::Status;
 use bosun_resources::instances::{self as build, Access};
-use http_body_util::{BodyExt, Full};
+use hyper::Method;
 use hyper::body::Bytes;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-
-/// Why an instance gave no answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AskError {
-    /// The instance answered, and said no (its message).
-    Refused(String),
-    /// The instance could not be reached (no address, no answer in time, a
-    /// certificate that is not the database's): nothing is known of it.
-    Unreachable(String),
-}
-
-impl std::fmt::Display for AskError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AskError::Refused(why) => write!(f, "the instance refused: {why}"),
-            AskError::Unreachable(why) => write!(f, "the instance could not be asked: {why}"),
-        }
-    }
-}
 
 /// One instance's address and the name its certificate must carry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,11 +149,11 @@ impl Instances {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<Bytes, AskError> {
-        let Some((connector, token)) = &self.connector else { return Err(AskError::Unreachable(self.why_not.clone())) };
+        let Some(connector) = &self.connector else { return Err(AskError::Unreachable(self.why_not.clone())) };
         let Some(target) = self.targets.get(pod) else {
             return Err(AskError::Unreachable(format!("{pod} has no address")));
         };
-        let call = request(connector, token, target, method, path, body);
+        let call = request(connector, target, method, path, body);
         tokio::time::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Err(AskError::Unreachable(format!("no answer within {timeout:?}"))))
@@ -197,81 +172,21 @@ fn targets(db: &PostgreSQL, pods: &[&Pod]) -> HashMap<String, Target> {
         .collect()
 }
 
-/// A TLS connector and the token to send with it.
-pub type Connector = (TlsConnector, Arc<String>);
-
 /// A TLS connector that trusts `access`'s CAs only, and its token.
 pub fn connector(access: &Access) -> Result<Connector, String> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(access.ca_bundle.as_bytes()) {
-        let cert = cert.map_err(|e| format!("the instance Secret's CA: {e}"))?;
-        roots.add(cert).map_err(|e| format!("the instance Secret's CA: {e}"))?;
-    }
-    let provider = Arc::new(tokio_rustls::rustls::crypto::aws_lc_rs::default_provider());
-    let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok((TlsConnector::from(Arc::new(config)), Arc::new(access.token.clone())))
+    bosun_instance::client::connector(&access.ca_bundle, &access.token)
 }
 
 /// One request to `target` over a connection of its own.
 pub async fn request(
-    connector: &TlsConnector,
-    token: &str,
+    connector: &Connector,
     target: &Target,
     method: Method,
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<Bytes, AskError> {
-    let tcp = tokio::net::TcpStream::connect((target.ip, target.port))
-        .await
-        .map_err(|e| AskError::Unreachable(e.to_string()))?;
-    request_over(tcp, connector, token, &target.server_name, method, path, body).await
-}
-
-/// One request over `stream` (a TCP connection, a port-forward's stream), the
-/// instance's certificate checked for `server_name`.
-pub async fn request_over<S>(
-    stream: S,
-    connector: &TlsConnector,
-    token: &str,
-    server_name: &str,
-    method: Method,
-    path: &str,
-    body: Option<Vec<u8>>,
-) -> Result<Bytes, AskError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let unreachable = |e: &dyn std::fmt::Display| AskError::Unreachable(e.to_string());
-    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| unreachable(&e))?;
-    let tls = connector.connect(name, stream).await.map_err(|e| unreachable(&e))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| unreachable(&e))?;
-    tokio::spawn(connection);
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header(hyper::header::HOST, server_name)
-        .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-    if body.is_some() {
-        request = request.header(hyper::header::CONTENT_TYPE, "application/json");
-    }
-    let request = request.body(Full::new(Bytes::from(body.unwrap_or_default()))).map_err(|e| unreachable(&e))?;
-    let response = sender.send_request(request).await.map_err(|e| unreachable(&e))?;
-    let status = response.status();
-    let body = response.into_body().collect().await.map_err(|e| unreachable(&e))?.to_bytes();
-    if status.is_success() {
-        return Ok(body);
-    }
-    let said = String::from_utf8_lossy(&body).trim().to_owned();
-    match status {
-        // The token is not the Secret's (rotated meanwhile): nothing is known.
-        StatusCode::UNAUTHORIZED => Err(AskError::Unreachable(format!("{status}: {said}"))),
-        _ => Err(AskError::Refused(format!("{status}: {said}"))),
-    }
+    let addr = std::net::SocketAddr::new(target.ip, target.port);
+    bosun_instance::client::request(connector, addr, &target.server_name, method, path, body).await
 }
 
 /// Instances' APIs in memory, for reconcile-level tests: one local HTTPS server with a

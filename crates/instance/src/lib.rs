@@ -13,12 +13,14 @@
 //! status ──── what an instance says of itself (shared with the controller)
 //! ping ────── whether the server accepts connections (the probes), without a process
 //! api ─────── the status and control API over HTTPS, for bosun only
+//! client ──── asking an instance's API (bosun does; a silent primary asks its standbys)
 //! manager ─── wait for a role → prepare the data → serve → follow the role
 //! upgrade ─── `bosun upgrade`: a major upgrade's Job (pg_upgrade --link)
 //! ```
 
 pub mod access;
 pub mod api;
+pub mod client;
 pub mod commands;
 pub mod data;
 pub mod fence;
