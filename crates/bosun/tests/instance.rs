@@ -460,7 +460,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     // bosun's heartbeat: its terms are kept beside the data directory; then bosun goes
     // silent, and the standby's replies (read from the real pg_stat_replication) keep
     // the primary serving past the fencing time.
-    let terms = Heartbeat { standbys: 1, fence_after_ms: 3000 };
+    let terms = Heartbeat { standbys: 1, fence_after_ms: 3000, quorum: 1 };
     let answer = block_on(api.heartbeat(&name_a, &terms, ASK)).unwrap();
     assert!(!answer.fenced, "{answer:?}");
     assert_eq!(read_terms(&terms_path(&a_data)), Some(terms));
@@ -470,7 +470,7 @@ fn a_standby_clones_streams_takes_over_and_the_old_primary_rejoins() {
     assert!(!block_on(api.status(&name_a, ASK)).unwrap().fenced);
     // The rest of this test has no bosun, and stops each instance in turn: terms
     // without standbys, as bosun gives a database of one instance, never fence.
-    let alone = Heartbeat { standbys: 0, fence_after_ms: 3000 };
+    let alone = Heartbeat { standbys: 0, fence_after_ms: 3000, quorum: 1 };
     block_on(api.heartbeat(&name_a, &alone, ASK)).unwrap();
     assert_eq!(read_terms(&terms_path(&a_data)), Some(alone));
     // Callers without the token, or that do not trust the database's CA, get nothing

@@ -537,6 +537,7 @@ async fn heartbeat(
     let terms = bosun_instance::fence::Heartbeat {
         standbys: u32::try_from(db.spec.replicas.saturating_sub(1)).unwrap_or(0),
         fence_after_ms: u64::try_from(fence_after.as_millis()).unwrap_or(u64::MAX),
+        quorum: u32::try_from(build::promotion_quorum(db)).unwrap_or(u32::MAX),
     };
     let beats = pods.iter().map(|pod| {
         let reach = &reach;
@@ -569,6 +570,8 @@ async fn standbys_lost_it(reach: &Instances, candidates: &[String]) -> bool {
 /// Ask each candidate where it is in the WAL and pick the one with the most. One that
 /// does not answer is asked again (three times in all): promoting another while it has
 /// more WAL would leave it unable to follow. One that never answers is not a candidate.
+/// None promoted unless [`build::promotion_quorum`] standbys answered: with
+/// synchronous replication, fewer may all lack a commit that was acknowledged.
 async fn most_advanced(db: &PostgreSQL, reach: &Instances, candidates: &[String]) -> Option<String> {
     let mut positions = Vec::new();
     let mut unanswered: Vec<String> = candidates.to_vec();
@@ -597,6 +600,14 @@ async fn most_advanced(db: &PostgreSQL, reach: &Instances, candidates: &[String]
         }
     }
     info!(db = %db.name_any(), ?positions, ?unanswered, "the standbys' WAL positions");
+    let quorum = build::promotion_quorum(db);
+    if positions.len() < quorum {
+        warn!(
+            db = %db.name_any(), answered = positions.len(), quorum,
+            "too few standbys answer to be sure one holds every acknowledged commit (spec.synchronous): none is promoted"
+        );
+        return None;
+    }
     build::most_advanced(&positions).map(str::to_owned)
 }
 
@@ -1037,6 +1048,31 @@ mod tests {
         let writes = calls.writes();
         assert!(!writes.iter().any(|w| w.contains("/status") || w.contains("/pods/")), "nothing written: {writes:?}");
         assert!(fake.told().is_empty(), "{:?}", fake.told());
+    }
+
+    /// `ANY 1` of two standbys: a commit may be on one of them only, so the one that
+    /// answers is promoted only when the other answers too (the other may be the one
+    /// that has the last acknowledged commits, cut off with the primary).
+    #[tokio::test]
+    async fn a_synchronous_database_promotes_no_standby_while_one_that_may_hold_the_last_commits_is_silent() {
+        let mut db = db(json!({}));
+        db.spec.synchronous = Some(bosun_api::postgresql::Synchronous { number: 1 });
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::standby("db-1", "0/3000148"));
+        let pods = vec![
+            pod("db-0", "primary", false, true),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let (primary, calls) = ensure_with(&db, pods.clone(), &fake).await;
+        assert_eq!((primary.name.as_str(), primary.change), ("db-0", None));
+        let writes = calls.writes();
+        assert!(!writes.iter().any(|w| w.contains("/status") || w.contains("/pods/")), "nothing written: {writes:?}");
+        // Both answer: the most advanced is promoted.
+        fake.set(fake::standby("db-2", "0/3000150"));
+        let (primary, _) = ensure_with(&db, pods, &fake).await;
+        assert_eq!(primary.name, "db-2");
+        assert!(primary.change.is_some());
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@
 //! POST /v1/rewind       a standby that cannot follow: rewound (pg_rewind) on its next start
 //! POST /v1/checkpoint   CHECKPOINT on this server
 //! POST /v1/heartbeat    {"standbys": n, "fenceAfterMs": ms}: bosun is here ([`crate::fence`]); answers {"fenced": bool}
+//! GET  /v1/heard        {"bosunMsAgo": ms|null}: when this instance last heard bosun (its primary asks, [`crate::fence`])
 //! ```
 
 use std::convert::Infallible;
@@ -35,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::data::{DataState, files};
-use crate::fence::{self, Heartbeat, HeartbeatAnswer};
+use crate::fence::{self, HeardAnswer, Heartbeat, HeartbeatAnswer};
 use crate::role::{Role, RoleSource};
 use crate::settings::InstanceArgs;
 use crate::status::{self, Status};
@@ -63,6 +64,7 @@ pub mod paths {
     pub const REWIND: &str = "/v1/rewind";
     pub const CHECKPOINT: &str = "/v1/checkpoint";
     pub const HEARTBEAT: &str = "/v1/heartbeat";
+    pub const HEARD: &str = "/v1/heard";
 }
 
 /// The body of [`paths::ROLE`].
@@ -99,16 +101,17 @@ impl Shared {
         *self.bosun.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Keep now as the time this instance last heard bosun or a standby (at most every
-    /// [`fence::KEEP_HEARD_EVERY`]; a write that fails is logged and tried again at the
-    /// next).
-    pub fn keep_heard(&self, pgdata: &std::path::Path) {
+    /// Keep `ago` before now as the time this instance last heard bosun or its
+    /// standbys (at most every [`fence::KEEP_HEARD_EVERY`]; a write that fails is
+    /// logged and tried again at the next).
+    pub fn keep_heard(&self, pgdata: &std::path::Path, ago: std::time::Duration) {
         let mut kept = self.kept_heard.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if kept.is_some_and(|at| at.elapsed() < fence::KEEP_HEARD_EVERY) {
             return;
         }
         let path = fence::heard_path(pgdata);
-        match fence::write_heard(&path, std::time::SystemTime::now()) {
+        let at = std::time::SystemTime::now().checked_sub(ago).unwrap_or(std::time::UNIX_EPOCH);
+        match fence::write_heard(&path, at) {
             Ok(()) => *kept = Some(Instant::now()),
             Err(e) => warn!(path = %path.display(), "the time heard could not be kept: {e}"),
         }
@@ -349,7 +352,7 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
                 Err(reply) => return reply,
             };
             let changed = api.shared.heard(terms);
-            api.shared.keep_heard(&api.args.pgdata);
+            api.shared.keep_heard(&api.args.pgdata, std::time::Duration::ZERO);
             if changed {
                 info!(standbys = terms.standbys, fence_after = ?terms.fence_after(), "bosun's heartbeat gives new terms");
                 let path = fence::terms_path(&api.args.pgdata);
@@ -358,6 +361,10 @@ async fn handle(api: &Api, token: &str, req: Request<Incoming>) -> Reply {
                 }
             }
             json(&HeartbeatAnswer { fenced: api.shared.fenced.load(Ordering::Relaxed) })
+        }
+        (Method::GET, paths::HEARD) => {
+            let ago = api.shared.bosun().heard.map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
+            json(&HeardAnswer { bosun_ms_ago: ago })
         }
         (Method::POST, paths::REWIND) => match remove(&api.args.pgdata.join(files::STANDBY)) {
             Ok(()) => {

@@ -1,23 +1,39 @@
 //! An isolated primary fences itself: a primary that has heard neither bosun (its
-//! heartbeat, [`crate::api`]'s `/v1/heartbeat`) nor any standby (a reply on a
-//! replication connection) for the time bosun gave it stops its server (a fast
-//! shutdown, which ends every session at once), and starts again only when bosun tells
-//! it its role again (`/v1/role`) or its label's file says replica.
+//! heartbeat, [`crate::api`]'s `/v1/heartbeat`) nor its standbys for the time bosun
+//! gave it stops its server (a fast shutdown, which ends every session at once), and
+//! starts again only when bosun tells it its role again (`/v1/role`) or its label's
+//! file says replica.
 //!
 //! Why it is safe: bosun fails a primary over only after it has not answered bosun for
-//! bosun's limit (`--postgres-unanswered-failover`) *and* the standbys say they no
-//! longer receive from it. bosun gives each instance a fencing time shorter than that
-//! limit by more than a heartbeat's period ([`fence_after`]), so a primary cut off from
-//! both has stopped taking writes before any standby can be promoted: there are never
-//! two primaries acknowledging writes. A primary that still hears bosun or a standby is
-//! never fenced, so a bosun that restarts, or a standby that is lost, stops nothing;
-//! a database with no standby (bosun says `standbys: 0`) is never fenced either: there
-//! is no one to fail over to.
+//! bosun's limit (`--postgres-unanswered-failover`) *and* the standbys bosun reaches
+//! say they no longer receive from it. bosun gives each instance a fencing time
+//! shorter than that limit by more than a heartbeat's period ([`fence_after`]), so a
+//! primary cut off from bosun has stopped taking writes before any standby can be
+//! promoted, unless its standbys keep it heard, which they do only when no standby can
+//! be promoted:
+//!
+//! * **every** standby of the database replies to it ([`Vouch::Heard`]): a standby
+//!   bosun would promote must have lost this primary, and none has. This is what keeps
+//!   a primary serving while bosun restarts.
+//! * or a standby that replies **heard bosun** lately ([`Vouch::Ask`], its API's
+//!   `/v1/heard`): the primary counts as heard when that standby last heard bosun, no
+//!   later. bosun, hearing that standby, sees it receive from this primary and
+//!   promotes no one; a standby cut off with the primary (a partition that leaves a
+//!   primary and one standby on one side, bosun and another standby on the other)
+//!   heard bosun no later than the cut, so the primary fences within its fencing time
+//!   of the cut, before bosun's decision, although that standby goes on replying.
+//!
+//! So there are never two primaries acknowledging writes. A database with no standby
+//! (bosun says `standbys: 0`) is never fenced: there is no one to fail over to. A
+//! primary whose bosun is away *and* that lost a standby fences (none of its standbys
+//! can say bosun is there), and serves again as soon as bosun is back and tells it its
+//! role.
 //!
 //! The standbys' replies are watched only while bosun is silent (a `pg_stat_replication`
-//! look every [`SAMPLE_EVERY`]), and by this machine's clock alone: a reply counts when
-//! the standbys' reply times changed between two looks, whatever the standbys' clocks
-//! say. Standbys reply every second (`wal_receiver_status_interval=1s`).
+//! look every [`SAMPLE_EVERY`]), and by this machine's clock alone: a standby replies
+//! when its reply time changed between two looks, whatever its clock says. Standbys
+//! reply every second (`wal_receiver_status_interval=1s`). A standby's "heard bosun" is
+//! an age it measured on its own clock, which this primary subtracts from its own now.
 //!
 //! The terms and the time this instance last heard anyone are kept on the data volume
 //! ([`terms_path`], [`heard_path`]): a primary whose container restarts counts its
@@ -36,11 +52,23 @@ use serde::{Deserialize, Serialize};
 pub struct Heartbeat {
     pub standbys: u32,
     pub fence_after_ms: u64,
+    /// How many standbys bosun needs to answer before it promotes one (all but
+    /// `spec.synchronous.number` less one with synchronous replication, else one); 0
+    /// from a bosun before it, which needed one.
+    #[serde(default)]
+    pub quorum: u32,
 }
 
 impl Heartbeat {
     pub fn fence_after(&self) -> Duration {
         Duration::from_millis(self.fence_after_ms)
+    }
+
+    /// How many of its standbys a primary must hear for none to be promotable: bosun
+    /// promotes only with `quorum` standbys answering, which it cannot have while more
+    /// than `standbys − quorum` of them reply to this primary.
+    pub fn enough_standbys(&self) -> u32 {
+        self.standbys.saturating_sub(self.quorum.max(1)) + 1
     }
 
     /// Whether a primary given this fences itself at all.
@@ -55,6 +83,14 @@ impl Heartbeat {
 pub struct HeartbeatAnswer {
     /// The instance fenced itself and waits for bosun to tell it its role.
     pub fenced: bool,
+}
+
+/// `/v1/heard`'s answer: how long ago this instance last heard bosun's heartbeat, in
+/// milliseconds of its own clock; none when it has not since it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeardAnswer {
+    pub bosun_ms_ago: Option<u64>,
 }
 
 /// The fencing time bosun gives instances when it fails a primary over after `limit`
@@ -76,9 +112,50 @@ pub const WATCH_AFTER: Duration = Duration::from_millis(1500);
 /// so one that still hears the primary is seen within 1.2 s of the first look: the
 /// fencing time must leave that after the watch starts (it does from about 1.9 s).
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
-/// What is looked at: the standbys' last reply times, all of them (any reply counts).
-pub const REPLIES_SQL: &str =
-    "SELECT coalesce(string_agg(reply_time::text, ',' ORDER BY pid), '') FROM pg_stat_replication";
+/// What is looked at: each standby's name, address and last reply time, a line each
+/// (`name|address|time`).
+pub const REPLIES_SQL: &str = "SELECT application_name, coalesce(host(client_addr), ''), coalesce(reply_time::text, '') \
+     FROM pg_stat_replication ORDER BY pid";
+/// How recently a standby's replies must have changed for it to count as there: a
+/// standby replies each second, the watch looks every 200 ms.
+pub const ALIVE: Duration = Duration::from_millis(2000);
+
+/// One standby's last reply, as its primary sees it ([`REPLIES_SQL`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Its `application_name` (its pod's name).
+    pub name: String,
+    /// Where it connects from (its pod's address): where its API answers.
+    pub addr: Option<std::net::IpAddr>,
+    /// Its last reply's time, as text: only whether it changes matters.
+    pub at: String,
+}
+
+/// [`REPLIES_SQL`]'s answer, read.
+pub fn parse_replies(answer: &str) -> Vec<Reply> {
+    answer
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.trim().splitn(3, '|');
+            let (name, addr, at) = (fields.next()?, fields.next()?, fields.next()?);
+            Some(Reply { name: name.to_owned(), addr: addr.parse().ok(), at: at.to_owned() })
+        })
+        .filter(|r| !r.name.is_empty())
+        .collect()
+}
+
+/// What a sample of the standbys' replies says ([`Watch::sampled`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Vouch {
+    /// Every standby the database has replies: none of them can have been promoted
+    /// (bosun promotes only one that lost this primary), so this primary is heard.
+    Heard,
+    /// Some standbys reply, not all: one that does not may be in bosun's reach and
+    /// promoted. These are asked when they last heard bosun ([`Watch::vouched`]).
+    Ask(Vec<Reply>),
+    /// No standby replies.
+    Nobody,
+}
 
 /// What the watch decides at a look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,16 +173,17 @@ pub enum Next {
 pub struct Watch {
     /// When the server started: a primary that never heard bosun since counts from it.
     started: Instant,
-    /// The standbys' replies as last sampled (none before the first sample of a silence).
-    replies: Option<String>,
-    /// When a standby was last heard (by a change of its replies), in this silence.
+    /// Each standby's reply as last sampled, and when it was last seen to change, in
+    /// this silence (none before the first sample of a silence).
+    standbys: std::collections::HashMap<String, (String, Option<Instant>)>,
+    /// When this primary last counted as heard through its standbys, in this silence.
     standby_heard: Option<Instant>,
     sampled: Option<Instant>,
 }
 
 impl Watch {
     pub fn new(started: Instant) -> Watch {
-        Watch { started, replies: None, standby_heard: None, sampled: None }
+        Watch { started, standbys: Default::default(), standby_heard: None, sampled: None }
     }
 
     /// What to do at `now`, bosun having been heard last at `bosun` with `heartbeat`;
@@ -119,7 +197,8 @@ impl Watch {
         let (watch_after, sample_every) = (WATCH_AFTER.min(after / 3), SAMPLE_EVERY.min(after / 8));
         if now.saturating_duration_since(bosun) < watch_after {
             // Heard: the next silence starts afresh.
-            (self.replies, self.standby_heard, self.sampled) = (None, None, None);
+            (self.standby_heard, self.sampled) = (None, None);
+            self.standbys.clear();
             return Next::Nothing;
         }
         // The standbys are looked at first, so that a fence is decided on a fresh look.
@@ -130,23 +209,51 @@ impl Watch {
         if now.saturating_duration_since(heard) >= after { Next::Fence } else { Next::Nothing }
     }
 
-    /// When a standby was last heard in this silence.
+    /// When this primary last counted as heard through its standbys, in this silence.
     pub fn standby_heard(&self) -> Option<Instant> {
         self.standby_heard
     }
 
     /// The standbys' replies sampled at `now` (`None`: the server did not answer, which
-    /// hears no one).
-    pub fn sampled(&mut self, now: Instant, replies: Option<String>) {
+    /// hears no one), of a database with `expected` standbys: whether they make this
+    /// primary heard. A standby counts as there while its replies changed within
+    /// [`ALIVE`].
+    pub fn sampled(&mut self, now: Instant, replies: Option<Vec<Reply>>, expected: u32) -> Vouch {
         self.sampled = Some(now);
-        let Some(replies) = replies else { return };
-        if let Some(before) = &self.replies
-            && *before != replies
-            && !replies.is_empty()
-        {
-            self.standby_heard = Some(now);
+        let Some(replies) = replies else { return Vouch::Nobody };
+        let mut alive = Vec::new();
+        let mut seen = std::collections::HashMap::new();
+        for reply in replies {
+            let changed = match self.standbys.remove(&reply.name) {
+                Some((before, _)) if before != reply.at && !reply.at.is_empty() => Some(now),
+                Some((_, changed)) => changed,
+                None => None,
+            };
+            if let Some(at) = changed.filter(|at| now.saturating_duration_since(*at) <= ALIVE) {
+                alive.push((at, reply.clone()));
+            }
+            seen.insert(reply.name, (reply.at, changed));
         }
-        self.replies = Some(replies);
+        self.standbys = seen;
+        // The latest replies first: with every standby there, the primary was heard
+        // when the last of them to reply did (its `expected`-th latest reply).
+        alive.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        let enough = usize::try_from(expected).ok().filter(|n| *n > 0).and_then(|n| alive.get(n - 1));
+        if let Some((at, _)) = enough {
+            self.vouched(*at);
+            Vouch::Heard
+        } else if alive.is_empty() {
+            Vouch::Nobody
+        } else {
+            Vouch::Ask(alive.into_iter().map(|(_, reply)| reply).collect())
+        }
+    }
+
+    /// A standby that replies said it heard bosun at `at`: this primary counts as heard
+    /// then (bosun, hearing that standby, sees it receive from this primary and
+    /// promotes no other).
+    pub fn vouched(&mut self, at: Instant) {
+        self.standby_heard = Some(self.standby_heard.map_or(at, |s| s.max(at)));
     }
 }
 
@@ -221,30 +328,42 @@ pub fn write_terms(path: &Path, heartbeat: &Heartbeat) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    const TERMS: Heartbeat = Heartbeat { standbys: 1, fence_after_ms: 3000 };
+    const TERMS: Heartbeat = Heartbeat { standbys: 1, fence_after_ms: 3000, quorum: 1 };
 
     fn secs(s: f64) -> Duration {
         Duration::from_secs_f64(s)
     }
 
+    /// Standbys' replies: (name, reply time) each.
+    fn replies(standbys: &[(&str, String)]) -> Option<Vec<Reply>> {
+        Some(standbys.iter().map(|(name, at)| Reply { name: (*name).into(), addr: None, at: at.clone() }).collect())
+    }
+
     /// Runs a watch from `t0` at 100 ms looks until `until`, bosun last heard at
-    /// `bosun`, the standbys' replies at each sample given by `replies(elapsed)`;
-    /// returns when it fenced (elapsed), if it did.
-    fn run(
+    /// `bosun`, the standbys' replies at each sample given by `sample(elapsed)`, and
+    /// when the standbys asked last heard bosun by `vouch(elapsed)`; returns when it
+    /// fenced (elapsed), if it did.
+    fn run_vouched(
         bosun: Option<f64>,
         terms: Option<Heartbeat>,
         until: f64,
-        replies: impl Fn(f64) -> Option<String>,
+        sample: impl Fn(f64) -> Option<Vec<Reply>>,
+        vouch: impl Fn(f64) -> Option<f64>,
     ) -> Option<f64> {
         let t0 = Instant::now();
         let mut watch = Watch::new(t0);
         let bosun = bosun.map(|b| t0 + secs(b));
+        let expected = terms.map_or(0, |t| t.enough_standbys());
         let mut t = 0.0;
         while t <= until {
             let now = t0 + secs(t);
             let mut next = watch.next(now, bosun, terms.as_ref());
             if next == Next::Sample {
-                watch.sampled(now, replies(t));
+                if let Vouch::Ask(_) = watch.sampled(now, sample(t), expected)
+                    && let Some(heard) = vouch(t)
+                {
+                    watch.vouched(t0 + secs(heard));
+                }
                 next = watch.next(now, bosun, terms.as_ref());
             }
             if next == Next::Fence {
@@ -253,6 +372,17 @@ mod tests {
             t += 0.1;
         }
         None
+    }
+
+    /// [`run_vouched`] with one standby replying `reply(elapsed)`, none vouching.
+    fn run(
+        bosun: Option<f64>,
+        terms: Option<Heartbeat>,
+        until: f64,
+        reply: impl Fn(f64) -> Option<String>,
+    ) -> Option<f64> {
+        let sample = |t| reply(t).and_then(|at| replies(&[("db-1", at)]));
+        run_vouched(bosun, terms, until, sample, |_| None)
     }
 
     #[test]
@@ -275,9 +405,41 @@ mod tests {
         assert!((12.9..13.7).contains(&fenced), "{fenced}");
     }
 
+    /// Issue 45's partition that splits the standbys: of two, one stays on the
+    /// primary's side and goes on replying; the other, beside bosun, may be promoted.
+    #[test]
+    fn of_two_standbys_one_that_replies_keeps_the_primary_serving_only_while_it_hears_bosun() {
+        let two = Heartbeat { standbys: 2, fence_after_ms: 3000, quorum: 1 };
+        let tick = |t: f64| format!("reply at {}", (t as u64));
+        // Both reply: served, bosun away or not (a bosun that restarts stops nothing).
+        let both = |t: f64| replies(&[("db-1", tick(t)), ("db-2", tick(t))]);
+        assert_eq!(run_vouched(Some(0.0), Some(two), 30.0, both, |_| None), None);
+        // One of them stops at 10 s; the other, which says nothing of bosun, is not
+        // enough: fenced the fencing time after the last look at both.
+        let split = |t: f64| replies(&[("db-1", tick(t)), ("db-2", tick(t.min(10.0)))]);
+        let fenced = run_vouched(Some(0.0), Some(two), 30.0, split, |_| None).expect("fenced");
+        assert!((12.9..14.2).contains(&fenced), "{fenced}");
+        // The one that replies hears bosun (half a second ago at each ask): served.
+        assert_eq!(run_vouched(Some(0.0), Some(two), 30.0, split, |t| Some(t - 0.5)), None);
+        // It heard bosun last at 15 s (cut off with the primary then): fenced the
+        // fencing time after that, however long it goes on replying.
+        let fenced = run_vouched(Some(0.0), Some(two), 30.0, split, |t| Some(t.min(15.0))).expect("fenced");
+        assert!((17.95..18.15).contains(&fenced), "{fenced}");
+    }
+
+    #[test]
+    fn the_standbys_replies_are_read_a_line_each() {
+        let answer = "test-db-1|10.244.1.7|2026-11-30 15:00:01.5+00\ntest-db-2||\n|10.0.0.1|x\n";
+        let read = parse_replies(answer);
+        assert_eq!(read.len(), 2, "{read:?}");
+        assert_eq!(read[0].name, "test-db-1");
+        assert_eq!(read[0].addr, Some("10.244.1.7".parse().unwrap()));
+        assert_eq!((read[1].name.as_str(), read[1].addr, read[1].at.as_str()), ("test-db-2", None, ""));
+    }
+
     #[test]
     fn no_standby_or_no_terms_never_fences() {
-        let alone = Heartbeat { standbys: 0, fence_after_ms: 3000 };
+        let alone = Heartbeat { standbys: 0, fence_after_ms: 3000, quorum: 1 };
         assert_eq!(run(Some(0.0), Some(alone), 30.0, |_| None), None);
         assert_eq!(run(Some(0.0), None, 30.0, |_| None), None);
     }
@@ -292,22 +454,22 @@ mod tests {
     fn bosun_heard_again_starts_the_next_silence_afresh() {
         let t0 = Instant::now();
         let mut watch = Watch::new(t0);
-        let changing = |t: f64| Some(format!("{t}"));
+        let changing = |t: f64| replies(&[("db-1", format!("{t}"))]);
         // A silence in which a standby was heard at 2.5 s…
         let mut t = 1.0;
         while t < 2.6 {
             if watch.next(t0 + secs(t), Some(t0), Some(&TERMS)) == Next::Sample {
-                watch.sampled(t0 + secs(t), changing(t));
+                watch.sampled(t0 + secs(t), changing(t), 1);
             }
             t += 0.1;
         }
         // …then bosun at 5 s: what the standby said before is forgotten.
         assert_eq!(watch.next(t0 + secs(5.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Nothing);
         assert_eq!(watch.next(t0 + secs(6.5), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Sample);
-        watch.sampled(t0 + secs(6.5), changing(6.5));
+        watch.sampled(t0 + secs(6.5), changing(6.5), 1);
         assert_eq!(watch.next(t0 + secs(6.5), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Nothing);
         assert_eq!(watch.next(t0 + secs(8.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Sample);
-        watch.sampled(t0 + secs(8.0), changing(6.5));
+        watch.sampled(t0 + secs(8.0), changing(6.5), 1);
         assert_eq!(watch.next(t0 + secs(8.0), Some(t0 + secs(5.0)), Some(&TERMS)), Next::Fence);
     }
 

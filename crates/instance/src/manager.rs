@@ -141,6 +141,41 @@ pub async fn run<P: Postgres>(args: &InstanceArgs, pg: &P, shared: &Shared, stop
     }
 }
 
+/// How long a silent primary waits for its standbys to say when they last heard bosun.
+const ASK_STANDBYS_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// When the standbys `asked` (they reply to this primary, not all of its standbys do)
+/// last heard bosun, the latest of them, on this clock: their API's `/v1/heard`, asked
+/// with the instance Secret's CAs and token, their certificate checked for the
+/// database's name (every instance serves the same one). None when none says it did,
+/// or none answers within [`ASK_STANDBYS_TIMEOUT`].
+async fn heard_through(
+    args: &InstanceArgs,
+    asked: &[fence::Reply],
+    now: std::time::Instant,
+) -> Option<std::time::Instant> {
+    use crate::api::{keys, paths};
+    let dir = args.api_dir.as_ref()?;
+    let read = |key: &str| std::fs::read_to_string(dir.join(key)).ok();
+    let connector = crate::client::connector(&read(keys::BUNDLE)?, read(keys::TOKEN)?.trim()).ok()?;
+    let asks = async {
+        let mut latest: Option<std::time::Instant> = None;
+        for ip in asked.iter().filter_map(|r| r.addr) {
+            let addr = std::net::SocketAddr::new(ip, args.api_port);
+            let answer =
+                crate::client::request(&connector, addr, &args.primary_host, hyper::Method::GET, paths::HEARD, None)
+                    .await;
+            let ago =
+                answer.ok().and_then(|body| serde_json::from_slice::<fence::HeardAnswer>(&body).ok()?.bosun_ms_ago);
+            if let Some(at) = ago.and_then(|ms| now.checked_sub(Duration::from_millis(ms))) {
+                latest = Some(latest.map_or(at, |l| l.max(at)));
+            }
+        }
+        latest
+    };
+    tokio::time::timeout(ASK_STANDBYS_TIMEOUT, asks).await.ok().flatten()
+}
+
 /// How a primary starts now ([`fence::at_start`]), from the kept terms and time heard.
 fn start_as_primary(args: &InstanceArgs, shared: &Shared) -> fence::AtStart {
     let heard = fence::read_heard(&fence::heard_path(&args.pgdata));
@@ -481,9 +516,15 @@ async fn serve<P: Postgres>(
                     let mut next = watch.next(now, bosun.heard, bosun.terms.as_ref());
                     if next == fence::Next::Sample {
                         let before = watch.standby_heard();
-                        watch.sampled(now, pg.standby_replies().await);
-                        if watch.standby_heard() != before {
-                            shared.keep_heard(&args.pgdata);
+                        let replies = pg.standby_replies().await.map(|r| fence::parse_replies(&r));
+                        let expected = bosun.terms.map_or(0, |t| t.enough_standbys());
+                        if let fence::Vouch::Ask(standbys) = watch.sampled(now, replies, expected)
+                            && let Some(at) = heard_through(args, &standbys, now).await
+                        {
+                            watch.vouched(at);
+                        }
+                        if let Some(at) = watch.standby_heard().filter(|at| Some(*at) != before) {
+                            shared.keep_heard(&args.pgdata, now.saturating_duration_since(at));
                         }
                         next = watch.next(now, bosun.heard, bosun.terms.as_ref());
                     }

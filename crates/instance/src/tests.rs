@@ -114,7 +114,7 @@ impl Postgres for Fake {
     async fn standby_replies(&self) -> Option<String> {
         self.call("standby_replies");
         let looks = self.count("standby_replies");
-        Some(if self.standbys_reply.get() { format!("reply {looks}") } else { String::new() })
+        Some(if self.standbys_reply.get() { format!("db-2|10.0.0.2|reply {looks}") } else { String::new() })
     }
 }
 
@@ -501,7 +501,7 @@ fn kept_primary(
     let dir = temp_dir(name);
     let args = instance(&dir, &[]);
     cluster(&args.pgdata, "17");
-    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 1, fence_after_ms }).unwrap();
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 1, fence_after_ms, quorum: 1 }).unwrap();
     if let Some(at) = heard {
         write_heard(&heard_path(&args.pgdata), at).unwrap();
     }
@@ -612,7 +612,7 @@ async fn a_fenced_primary_whose_label_says_replica_rejoins() {
     let dir = temp_dir("fence-rejoin");
     let args = instance(&dir, &[]);
     cluster(&args.pgdata, "17");
-    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 2, fence_after_ms: 300 }).unwrap();
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 2, fence_after_ms: 300, quorum: 1 }).unwrap();
     let fake = Fake::new(&args.pgdata);
     let podinfo = dir.join("podinfo");
     set_label(&podinfo, 1, "primary");
@@ -634,7 +634,7 @@ async fn a_single_instance_never_fences() {
     let dir = temp_dir("fence-single");
     let args = instance(&dir, &[]);
     cluster(&args.pgdata, "17");
-    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 0, fence_after_ms: 300 }).unwrap();
+    write_terms(&terms_path(&args.pgdata), &Heartbeat { standbys: 0, fence_after_ms: 300, quorum: 1 }).unwrap();
     let fake = Fake::new(&args.pgdata);
     set_label(&dir.join("podinfo"), 1, "primary");
     let shared = crate::api::Shared::default();

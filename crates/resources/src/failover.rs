@@ -283,6 +283,20 @@ pub fn most_advanced(positions: &[(String, Position)]) -> Option<&str> {
         .map(|(name, _)| name.as_str())
 }
 
+/// How many standbys must say where they are in the WAL before one of them may be
+/// promoted. With `spec.synchronous` (`ANY k` of its `n` standbys), a commit was
+/// confirmed once `k` of them had it, so it may be missing from any `n − k`: only
+/// `n − k + 1` standbys are sure to hold every acknowledged commit between them, and
+/// the most advanced of them holds them all. Without it, one (asynchronous replication
+/// may lose the last commits at a failover, by its nature).
+pub fn promotion_quorum(db: &PostgreSQL) -> usize {
+    let standbys = usize::try_from(db.spec.replicas.saturating_sub(1)).unwrap_or(0);
+    match &db.spec.synchronous {
+        Some(sync) => standbys.saturating_sub(usize::try_from(sync.number).unwrap_or(0)) + 1,
+        None => 1,
+    }
+}
+
 /// The role labels to set so that `primary` alone is labelled primary: every other
 /// pod first (the old primary loses its label before the new one gets it, so the
 /// read-write Service never selects two), the primary last.
@@ -425,6 +439,19 @@ mod tests {
             value["status"] = json!({"currentPrimary": c});
         }
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_synchronous_database_promotes_only_among_enough_standbys_to_hold_every_acknowledged_commit() {
+        let mut three = db(3, Some("db-0"));
+        assert_eq!(promotion_quorum(&three), 1, "asynchronous: any standby");
+        three.spec.synchronous = Some(bosun_api::postgresql::Synchronous { number: 1 });
+        assert_eq!(promotion_quorum(&three), 2, "ANY 1 of 2: both");
+        let mut five = db(5, Some("db-0"));
+        five.spec.synchronous = Some(bosun_api::postgresql::Synchronous { number: 2 });
+        assert_eq!(promotion_quorum(&five), 3, "ANY 2 of 4: three");
+        five.spec.synchronous = Some(bosun_api::postgresql::Synchronous { number: 4 });
+        assert_eq!(promotion_quorum(&five), 1, "ANY 4 of 4: every standby has every commit");
     }
 
     fn pod(name: &str, role: Option<&str>, ready: bool, since: &str) -> Pod {

@@ -113,8 +113,8 @@ pub struct RunArgs {
     /// unanswered while its pod still looks Ready before a standby takes its place
     /// (the loss of its node, which Kubernetes declares only after its node monitor's
     /// grace period and more), and only once the standbys too have lost it. A primary
-    /// that hears neither bosun nor a standby fences itself a heartbeat and a half
-    /// sooner (at least half of it).
+    /// that hears neither bosun nor enough of its standbys (or one that hears bosun)
+    /// fences itself a heartbeat and a half sooner (at least half of it).
     #[arg(long, env = "BOSUN_POSTGRES_UNANSWERED_FAILOVER", default_value = "5s", value_parser = parse_duration)]
     pub postgres_unanswered_failover: std::time::Duration,
 
