@@ -101,6 +101,12 @@ pub async fn ensure(
         info!(db = %db.name_any(), intended, kept = %assessment.primary, "a change of primary that moved no label is abandoned: the labelled primary is ready");
     }
     let mut primary = Primary { name: assessment.primary.clone(), recheck: assessment.recheck, change: None };
+    // Standbys the watchdog has not heard for a while (cut off with the primary, say)
+    // are not asked: each would hold the decision for its whole timeout, three times.
+    let heard = |name: &String| {
+        mine.iter().find(|p| p.name_any() == *name).and_then(|p| silences.of(p)).is_none_or(|s| s < SILENT_CANDIDATE)
+    };
+    assessment.candidates.retain(heard);
     if assessment.unanswered && !standbys_lost_it(reach, &assessment.candidates).await {
         // Not lost, as far as anyone can tell: everything else goes on as usual (a
         // rolling change, a switchover asked for). Looked at again each second while a
@@ -328,6 +334,9 @@ async fn forget_switchover(db: &PostgreSQL, ctx: &Context) -> Result<(), Error> 
 /// How often the watchdog's heartbeat goes to each instance, and how long it waits.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a standby may leave the watchdog's heartbeats unanswered and still be asked
+/// to take a lost primary's place: two heartbeats.
+const SILENT_CANDIDATE: Duration = Duration::from_secs(2);
 /// How long a standby may take to say whether it still receives the primary's WAL.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long after the limit the standbys are asked each second whether they lost a
@@ -386,6 +395,14 @@ impl Silences {
         let heard = self.lock();
         let silent = heard.silent.get(&key_of(pod))?;
         (Some(&silent.uid) == pod.metadata.uid.as_ref() && silent.since.elapsed() >= limit).then_some(silent.at)
+    }
+
+    /// `pod` silent since `since` (a test's past).
+    #[cfg(test)]
+    fn silent_since(&self, pod: &Pod, since: Instant) {
+        let silent =
+            Silent { uid: pod.metadata.uid.clone().unwrap_or_default(), since, at: Timestamp::now(), triggered: true };
+        self.lock().silent.insert(key_of(pod), silent);
     }
 
     /// Whether `pod` (this very pod) said it fenced itself.
@@ -1048,6 +1065,30 @@ mod tests {
         let writes = calls.writes();
         assert!(!writes.iter().any(|w| w.contains("/status") || w.contains("/pods/")), "nothing written: {writes:?}");
         assert!(fake.told().is_empty(), "{:?}", fake.told());
+    }
+
+    /// A standby the watchdog has not heard for a while (cut off with the primary) is
+    /// not asked for its WAL position: asked, it would hold the failover for three
+    /// timeouts of 10 s.
+    #[tokio::test]
+    async fn a_standby_silent_to_the_heartbeat_is_not_waited_for() {
+        let db = db(json!({}));
+        let fake = FakeInstances::start(&db).await;
+        fake.set(fake::standby("db-1", "0/3000148"));
+        fake.set(fake::standby("db-2", "0/3000150"));
+        // db-2's instance answers nothing (cut off): its pod still looks Ready.
+        fake.lock().silent.insert("db-2".into());
+        let pods = vec![
+            pod("db-0", "primary", false, true),
+            pod("db-1", "replica", true, false),
+            pod("db-2", "replica", true, false),
+        ];
+        let silences = Silences::default();
+        silences.silent_since(&pods[2], Instant::now() - Duration::from_secs(6));
+        let started = Instant::now();
+        let (primary, _) = ensure_rolling(&db, pods, &fake, None, &silences).await;
+        assert_eq!(primary.name, "db-1");
+        assert!(started.elapsed() < Duration::from_secs(5), "waited {:?} for the silent standby", started.elapsed());
     }
 
     /// `ANY 1` of two standbys: a commit may be on one of them only, so the one that

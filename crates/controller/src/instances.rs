@@ -223,6 +223,8 @@ pub mod fake {
         pub told: Told,
         /// Instances that, told to be replicas, go on serving writes (a stop that hangs).
         pub stubborn: std::collections::HashSet<String>,
+        /// Instances that answer nothing (cut off): a request waits a minute, then 503.
+        pub silent: std::collections::HashSet<String>,
     }
 
     #[derive(Debug)]
@@ -339,6 +341,11 @@ pub mod fake {
             return reply(401, b"no".to_vec());
         }
         let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let silent = state.lock().unwrap_or_else(|e| e.into_inner()).silent.contains(&pod);
+        if silent {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            return reply(503, b"cut off".to_vec());
+        }
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         if path == api::paths::STATUS {
             return match state.statuses.get(&pod) {
