@@ -137,24 +137,47 @@ async fn on_the_second_node(env: &Env) -> Vec<String> {
     on
 }
 
-/// The second real node cordoned while it lives: a pod deleted there is placed on the
-/// first.
-struct Cordon<'a>(&'a Env);
+/// A real node cordoned while it lives: a pod deleted there is placed on the other
+/// (the second node's, unless said).
+struct Cordon<'a>(&'a Env, &'static str);
 
 impl<'a> Cordon<'a> {
     fn new(env: &'a Env) -> Cordon<'a> {
-        let (ok, out) = env.kubectl(&["cordon", SECOND_REAL_NODE]);
+        Cordon::of(env, SECOND_REAL_NODE)
+    }
+
+    fn of(env: &'a Env, node: &'static str) -> Cordon<'a> {
+        let (ok, out) = env.kubectl(&["cordon", node]);
         assert!(ok, "{out}");
-        Cordon(env)
+        Cordon(env, node)
     }
 }
 
 impl Drop for Cordon<'_> {
     fn drop(&mut self) {
-        let (ok, out) = self.0.kubectl(&["uncordon", SECOND_REAL_NODE]);
+        let (ok, out) = self.0.kubectl(&["uncordon", self.1]);
         if !ok {
-            eprintln!("uncordoning {SECOND_REAL_NODE} failed: {out}");
+            eprintln!("uncordoning {} failed: {out}", self.1);
         }
+    }
+}
+
+/// Two of the three instances on the second real node, one on the first: a standby
+/// of the first moved to the second (the first cordoned while it is placed).
+async fn two_on_the_second_node(env: &Env) {
+    loop {
+        let on_second = on_the_second_node(env).await;
+        assert!(on_second.len() <= 2, "the instances are spread over the real nodes: {on_second:?}");
+        if on_second.len() == 2 {
+            return;
+        }
+        let on_first: Vec<String> = instances(env).into_iter().filter(|p| !on_second.contains(p)).collect();
+        let standby = on_first.iter().find(|p| psql(env, p, "SELECT pg_is_in_recovery()").as_deref() == Some("t"));
+        let standby = standby.expect("a standby on the first node").clone();
+        let _cordon = Cordon::of(env, REAL_NODE);
+        let (ok, out) = env.kubectl(&["delete", "pod", &standby]);
+        assert!(ok, "{out}");
+        wait_streaming(env, "an instance moved to the second node", Duration::from_secs(180)).await;
     }
 }
 
@@ -416,6 +439,58 @@ async fn a_cut_off_primary_whose_container_restarts_takes_no_write_after_the_dec
             "the restarted primary did not start fenced: {}",
             &log[log.len().saturating_sub(3000)..]
         );
+    })
+    .await;
+}
+
+/// Issue 45's second fence gap: a partition that leaves a standby beside the primary.
+/// Three instances: the primary and a standby on the second node, the other standby
+/// on the first with bosun. Cut off, the primary goes on hearing the standby beside
+/// it, but that standby no longer hears bosun (the primary asks it): the primary
+/// fences itself within its fencing time of the cut, before bosun promotes the standby
+/// on the first node, so a writer beside it on its own node has nothing acknowledged
+/// after bosun's decision (before, it went on taking writes while its neighbour
+/// replied). Healed, both follow the new primary.
+#[tokio::test]
+async fn a_partition_that_leaves_a_standby_beside_the_primary_fences_it_before_the_other_is_promoted() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("node-loss-split", |env| async move {
+        env.use_real_nodes().await;
+        let _bosun = env.start_bosun(BOSUN).await;
+        let (ok, out) = env.kubectl_apply(&manifest(3, ""));
+        assert!(ok, "{out}");
+        wait_streaming(&env, "a new database", Duration::from_secs(300)).await;
+        two_on_the_second_node(&env).await;
+        let (primary, _) = primary_on_the_second_node(&env).await;
+        let beside = on_the_second_node(&env).await.into_iter().find(|p| *p != primary).expect("a standby beside it");
+        let away = instances(&env).into_iter().find(|p| *p != primary && *p != beside).unwrap();
+        start_writer_on(&env, Some(REAL_NODE)).await;
+        let split = split_brain_check(&env, &primary, "island", 1_000_000).await;
+
+        let _mend = NodeGuard(SECOND_REAL_NODE);
+        let at = unix_now();
+        on_node(NodeAction::Partition).await;
+        let writable_after = writes_back(&env, at).await;
+        let decision = decided(&env).await.filter(|d| *d >= at).expect("bosun decided a failover");
+        assert_eq!(current_primary(&env).await.as_deref(), Some(away.as_str()), "the standby bosun reaches takes over");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        on_node(NodeAction::Heal).await;
+        let healed = Instant::now();
+        let back = wait_streaming(&env, "both old instances following the new primary", Duration::from_secs(90)).await;
+        assert_eq!(back, away, "the new primary stays");
+        let (before, after, last) = split.acks_around(&env, decision);
+        eprintln!(
+            "split partition: {primary} and {beside} on {SECOND_REAL_NODE} cut off, {away} promoted; writes back within \
+             {writable_after:.1} s, decided {:.1} s after the cut; the cut-off primary's last acknowledged write {:.1} s \
+             before the decision, {after} after it; every instance streaming {:.1} s after the heal",
+            decision - at,
+            decision - last.unwrap_or(decision),
+            healed.elapsed().as_secs_f64()
+        );
+        assert!(before > 0, "the writer beside the cut-off primary had writes acknowledged before the cut");
+        assert_eq!(after, 0, "writes acknowledged by the cut-off primary after a new one was decided");
+        let (_, log) = env.kubectl(&["logs", &primary, "-c", "postgres"]);
+        assert!(log.contains("fencing it"), "the old primary fenced itself: {}", &log[log.len().saturating_sub(3000)..]);
     })
     .await;
 }
