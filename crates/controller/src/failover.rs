@@ -618,13 +618,14 @@ async fn most_advanced(db: &PostgreSQL, reach: &Instances, candidates: &[String]
     }
     info!(db = %db.name_any(), ?positions, ?unanswered, "the standbys' WAL positions");
     let quorum = build::promotion_quorum(db);
-    if positions.len() < quorum {
+    if positions.len() < quorum && quorum > 1 {
         warn!(
             db = %db.name_any(), answered = positions.len(), quorum,
             "too few standbys answer to be sure one holds every acknowledged commit (spec.synchronous): none is promoted"
         );
         return None;
     }
+    // (None answered: the caller says so.)
     build::most_advanced(&positions).map(str::to_owned)
 }
 
