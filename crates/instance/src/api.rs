@@ -426,6 +426,10 @@ impl Api {
         let (server, server_error) = match crate::setup::query(&self.args, status::SERVER_SQL).await {
             Ok(answer) => match status::parse_server(&answer) {
                 Some(mut server) => {
+                    if server.in_recovery {
+                        let held = status::wal_timeline(&self.args.pgdata.join("pg_wal"));
+                        server.timeline = server.timeline.max(held);
+                    }
                     if !server.in_recovery {
                         let primary = crate::setup::query(&self.args, status::ARCHIVER_SQL).await;
                         if let Some((archiver, replication)) = primary.ok().and_then(|a| status::parse_primary(&a)) {

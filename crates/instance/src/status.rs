@@ -44,9 +44,10 @@ pub struct Status {
 pub struct Server {
     /// `pg_is_in_recovery()`: a standby (or a server recovering from an archive).
     pub in_recovery: bool,
-    /// A primary's current timeline; a standby's, the newer of its last restartpoint's
-    /// and the one its WAL receiver receives (a standby that crossed into a new timeline
-    /// shows it at once, before its next restartpoint).
+    /// A primary's current timeline; a standby's, the newest of its last restartpoint's,
+    /// the one its WAL receiver receives and that of the WAL segments it holds
+    /// ([`wal_timeline`]): a standby that crossed into a new timeline shows it at once,
+    /// before its next restartpoint, and still when its receiver is down.
     pub timeline: Option<u32>,
     /// A standby's last WAL received and replayed; a primary's current WAL position.
     pub receive_lsn: Option<String>,
@@ -184,6 +185,21 @@ pub fn parse_server(answer: &str) -> Option<Server> {
     })
 }
 
+/// The newest timeline of the WAL segments in `pg_wal` (their names' first eight hex
+/// digits; partial segments and history files aside), if any. A standby that followed
+/// its primary onto a new timeline holds segments of it: with its WAL receiver down (a
+/// partition, a restart of the primary) and no restartpoint on the new timeline yet,
+/// the server itself says the old one, and bosun would take it for a standby that
+/// cannot follow and have it rewound (which it does not need, and which can leave it
+/// waiting for WAL it never asks for again).
+pub fn wal_timeline(pg_wal: &std::path::Path) -> Option<u32> {
+    let names = std::fs::read_dir(pg_wal).ok()?.flatten().map(|e| e.file_name().to_string_lossy().into_owned());
+    names
+        .filter(|n| n.len() == 24 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter_map(|n| u32::from_str_radix(&n[..8], 16).ok())
+        .max()
+}
+
 /// [`ARCHIVER_SQL`]'s answer: the archiver, and the replication connections; none
 /// when it is not that.
 pub fn parse_primary(answer: &str) -> Option<(Archiver, Vec<Replication>)> {
@@ -212,6 +228,21 @@ fn parse_archiver(fields: &[&str]) -> Option<Archiver> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wal_timeline_is_the_newest_of_the_segments_held() {
+        let dir = std::env::temp_dir().join(format!("bosun-wal-tli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(wal_timeline(&dir), None);
+        for name in ["000000010000000000000003", "000000020000000000000004", "00000002.history"] {
+            std::fs::write(dir.join(name), "").unwrap();
+        }
+        // Partial segments (a promotion's last of the old timeline) and others aside.
+        std::fs::write(dir.join("000000030000000000000004.partial"), "").unwrap();
+        std::fs::create_dir_all(dir.join("archive_status")).unwrap();
+        assert_eq!(wal_timeline(&dir), Some(2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_primarys_and_a_standbys_answers_parse() {
