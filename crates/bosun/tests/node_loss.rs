@@ -163,21 +163,21 @@ impl Drop for Cordon<'_> {
 }
 
 /// Two of the three instances on the second real node, one on the first: a standby
-/// of the first moved to the second (the first cordoned while it is placed).
+/// moved (the node it leaves cordoned while it is placed) while it is not so.
 async fn two_on_the_second_node(env: &Env) {
     loop {
         let on_second = on_the_second_node(env).await;
-        assert!(on_second.len() <= 2, "the instances are spread over the real nodes: {on_second:?}");
-        if on_second.len() == 2 {
-            return;
-        }
-        let on_first: Vec<String> = instances(env).into_iter().filter(|p| !on_second.contains(p)).collect();
-        let standby = on_first.iter().find(|p| psql(env, p, "SELECT pg_is_in_recovery()").as_deref() == Some("t"));
-        let standby = standby.expect("a standby on the first node").clone();
-        let _cordon = Cordon::of(env, REAL_NODE);
+        let (from, node) = match on_second.len() {
+            2 => return,
+            3 => (on_second, SECOND_REAL_NODE),
+            _ => (instances(env).into_iter().filter(|p| !on_second.contains(p)).collect(), REAL_NODE),
+        };
+        let standby = from.iter().find(|p| psql(env, p, "SELECT pg_is_in_recovery()").as_deref() == Some("t"));
+        let standby = standby.unwrap_or_else(|| panic!("a standby on {node}")).clone();
+        let _cordon = Cordon::of(env, node);
         let (ok, out) = env.kubectl(&["delete", "pod", &standby]);
         assert!(ok, "{out}");
-        wait_streaming(env, "an instance moved to the second node", Duration::from_secs(180)).await;
+        wait_streaming(env, "an instance moved", Duration::from_secs(180)).await;
     }
 }
 
@@ -455,15 +455,7 @@ async fn a_cut_off_primary_whose_container_restarts_takes_no_write_after_the_dec
 async fn a_partition_that_leaves_a_standby_beside_the_primary_fences_it_before_the_other_is_promoted() {
     let _one = ONE_AT_A_TIME.lock().await;
     e2e("node-loss-split", |env| async move {
-        env.use_real_nodes().await;
-        let _bosun = env.start_bosun(BOSUN).await;
-        let (ok, out) = env.kubectl_apply(&manifest(3, ""));
-        assert!(ok, "{out}");
-        wait_streaming(&env, "a new database", Duration::from_secs(300)).await;
-        two_on_the_second_node(&env).await;
-        let (primary, _) = primary_on_the_second_node(&env).await;
-        let beside = on_the_second_node(&env).await.into_iter().find(|p| *p != primary).expect("a standby beside it");
-        let away = instances(&env).into_iter().find(|p| *p != primary && *p != beside).unwrap();
+        let (_bosun, primary, beside, away) = split_database(&env, "").await;
         start_writer_on(&env, Some(REAL_NODE)).await;
         let split = split_brain_check(&env, &primary, "island", 1_000_000).await;
 
@@ -493,6 +485,67 @@ async fn a_partition_that_leaves_a_standby_beside_the_primary_fences_it_before_t
         assert!(log.contains("fencing it"), "the old primary fenced itself: {}", &log[log.len().saturating_sub(3000)..]);
     })
     .await;
+}
+
+/// The same partition with `synchronous: {number: 1}`: a commit may be on the standby
+/// beside the primary only, so bosun promotes no one (the standby it reaches may lack
+/// acknowledged commits) and the primary, which hears that standby, goes on serving
+/// the clients on its side, its commits confirmed by it. Healed: the same primary,
+/// every instance streaming, and no acknowledged row lost, on either side.
+#[tokio::test]
+async fn a_synchronous_database_cut_with_its_primary_and_a_standby_promotes_no_one_and_loses_nothing() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    e2e("node-loss-split-sync", |env| async move {
+        let (_bosun, primary, beside, away) = split_database(&env, ", synchronous: {number: 1}").await;
+        start_writer_on(&env, Some(REAL_NODE)).await;
+        let split = split_brain_check(&env, &primary, "island", 1_000_000).await;
+        let before = decided(&env).await;
+
+        let _mend = NodeGuard(SECOND_REAL_NODE);
+        let at = unix_now();
+        on_node(NodeAction::Partition).await;
+        // Long past bosun's limit (5 s) and the standbys' receiver timeout (5 s).
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(decided(&env).await, before, "no change of primary while the standby that may hold commits is cut off");
+        assert_eq!(current_primary(&env).await.as_deref(), Some(primary.as_str()));
+        on_node(NodeAction::Heal).await;
+        let back = wait_streaming(&env, "every instance streaming after the heal", Duration::from_secs(90)).await;
+        assert_eq!(back, primary, "the primary stays");
+        // The acknowledgements first: every one of them was committed before the table is read.
+        let (island, through) = (acks_of(&env, "island"), acks(&env));
+        let served = island.iter().filter(|(_, t)| *t > at + 10.0 && *t < at + 20.0).count();
+        let stored = psql(&env, &primary, "SELECT id FROM w ORDER BY id").unwrap();
+        let (lost_here, lost_there) = (writer::lost(&stored, &island), writer::lost(&stored, &through));
+        let (_, after, _) = split.acks_around(&env, at);
+        eprintln!(
+            "split partition, synchronous: {primary} and {beside} cut off, {away} not promoted; the primary acknowledged \
+             {after} writes on its side after the cut ({served} between 10 and 20 s after it); acknowledged rows lost: \
+             {} of {} beside it, {} of {} through the Service",
+            lost_here.len(),
+            island.len(),
+            lost_there.len(),
+            through.len()
+        );
+        assert!(served > 0, "the primary served its side while cut off: its standby beside it confirmed its commits");
+        assert!(lost_here.is_empty() && lost_there.is_empty(), "acknowledged rows lost: {lost_here:?} {lost_there:?}");
+    })
+    .await;
+}
+
+/// bosun and `test-db` of three instances with `extra` in its spec, two of them on the
+/// second real node, its primary one of those: (bosun, the primary, the standby beside
+/// it, the standby on the first node).
+async fn split_database(env: &Env, extra: &str) -> (Bosun, String, String, String) {
+    env.use_real_nodes().await;
+    let bosun = env.start_bosun(BOSUN).await;
+    let (ok, out) = env.kubectl_apply(&manifest(3, extra));
+    assert!(ok, "{out}");
+    wait_streaming(env, "a new database", Duration::from_secs(300)).await;
+    two_on_the_second_node(env).await;
+    let (primary, _) = primary_on_the_second_node(env).await;
+    let beside = on_the_second_node(env).await.into_iter().find(|p| *p != primary).expect("a standby beside it");
+    let away = instances(env).into_iter().find(|p| *p != primary && *p != beside).unwrap();
+    (bosun, primary, beside, away)
 }
 
 /// SIGKILL to every process of the pod `uid` but its sandbox's (on this machine: the
