@@ -203,7 +203,7 @@ enum Ended {
 /// this wait's start, that tell was lost and the fence held until bosun's next).
 async fn wait_unfenced(roles: &RoleSource, shared: &Shared, told: u64, stop: &CancellationToken) -> bool {
     warn!(
-        "fenced: this primary heard neither bosun nor any standby; its server stays stopped until bosun tells it its role"
+        "fenced: this primary heard neither bosun nor enough of its standbys; its server stays stopped until bosun tells it its role"
     );
     loop {
         let lifted = if shared.told.load(Ordering::Relaxed) != told {
@@ -532,7 +532,7 @@ async fn serve<P: Postgres>(
                         fence::Next::Nothing | fence::Next::Sample => {}
                         fence::Next::Fence => {
                             let after = bosun.terms.map(|t| t.fence_after());
-                            warn!(?after, "this primary has heard neither bosun nor any standby: fencing it (fast shutdown), so that it takes no write a new primary would not have");
+                            warn!(?after, "this primary has heard neither bosun nor enough of its standbys (or one that hears bosun): fencing it (fast shutdown), so that it takes no write a new primary would not have");
                             fenced = Some(shared.fence());
                             fast_shutdown(server);
                             continue;

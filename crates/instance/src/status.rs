@@ -28,7 +28,7 @@ pub struct Status {
     pub server_error: Option<String>,
     /// A stop was asked to rejoin as a standby (the role says replica).
     pub demoting: bool,
-    /// The primary fenced itself (it heard neither bosun nor a standby): its server is
+    /// The primary fenced itself (it heard neither bosun nor enough of its standbys): its server is
     /// stopped until bosun tells it its role.
     #[serde(default)]
     pub fenced: bool,
