@@ -215,9 +215,9 @@ impl Watch {
     }
 
     /// The standbys' replies sampled at `now` (`None`: the server did not answer, which
-    /// hears no one), of a database with `expected` standbys: whether they make this
-    /// primary heard. A standby counts as there while its replies changed within
-    /// [`ALIVE`].
+    /// hears no one): whether they make this primary heard, `expected` of them replying
+    /// being enough ([`Heartbeat::enough_standbys`]). A standby counts as there while
+    /// its replies changed within [`ALIVE`].
     pub fn sampled(&mut self, now: Instant, replies: Option<Vec<Reply>>, expected: u32) -> Vouch {
         self.sampled = Some(now);
         let Some(replies) = replies else { return Vouch::Nobody };
