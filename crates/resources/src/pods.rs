@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStatus, Pod, PodCondition, PodStatus, ProjectedVolumeSource, SecretProjection,
-    SecretVolumeSource, Volume, VolumeProjection,
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus, ProjectedVolumeSource,
+    SecretProjection, SecretVolumeSource, Volume, VolumeProjection,
 };
 use kube::ResourceExt;
 
@@ -109,6 +109,13 @@ pub fn simulated(pod: &Pod) -> bool {
 pub fn simulated_run(status: &ContainerStatus) -> bool {
     let terminated = status.state.as_ref().and_then(|s| s.terminated.as_ref());
     terminated.is_some_and(|t| t.exit_code == 0) && without_id(status)
+}
+
+/// Whether a container's termination is the kubelet's account of a container it lost
+/// track of (most often one that never started, its pod ended by a deadline): reason
+/// `ContainerStatusUnknown`, with the kubelet's own message, never the container's.
+pub fn lost_by_kubelet(terminated: &ContainerStateTerminated) -> bool {
+    terminated.reason.as_deref() == Some("ContainerStatusUnknown")
 }
 
 fn without_id(status: &ContainerStatus) -> bool {

@@ -70,11 +70,14 @@ impl RunResult {
 /// state's, else the previous attempt's (a restarted container).
 pub fn run_result(pod: &Pod, container: &str) -> Option<RunResult> {
     let status = container_status(pod, container)?;
-    let terminated = status
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .or_else(|| status.last_state.as_ref().and_then(|s| s.terminated.as_ref()))?;
+    // A container the kubelet lost track of has the kubelet's message ("could not be
+    // located"), not the run's: an earlier attempt's, or the cause a stuck run was told
+    // (the Secret it could not mount), stays the story.
+    let terminated = [status.state.as_ref(), status.last_state.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.terminated.as_ref())
+        .find(|t| !crate::pods::lost_by_kubelet(t))?;
     let Some(message) = terminated.message.as_deref().map(str::trim) else {
         // Nothing written: a run that a simulated node "completed" says so.
         return crate::pods::simulated_run(status).then(|| RunResult { simulated: true, ..RunResult::default() });

@@ -607,6 +607,19 @@ fn runs_a_simulated_node_completed_say_that_nothing_ran() {
         (t.exit_code, t.reason) = (137, Some("ContainerStatusUnknown".into()));
     }
     assert_eq!(run_result(&lost, "backup"), None);
+    // ... even when the kubelet wrote its own message there (what a run that never
+    // started says once its deadline ends the pod): that is no error of the run.
+    let mut told = lost.clone();
+    if let Some(t) = told
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+        .and_then(|c| c[0].state.as_mut())
+        .and_then(|s| s.terminated.as_mut())
+    {
+        t.message = Some("The container could not be located when the pod was terminated".into());
+    }
+    assert_eq!(run_result(&told, "backup"), None);
 
     let b = verified("postgresql", json!({"schedule": "0 6 * * 0"}));
     let cj = desired_cronjob(&b, "img");
