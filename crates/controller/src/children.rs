@@ -134,6 +134,11 @@ pub trait Child: crate::guard::Reconciled + serde::Serialize {
     /// Drop what neither the ownership rule, change detection nor a status reads, so
     /// the cache stays small and a change to what was dropped triggers nothing.
     fn slim(&mut self);
+
+    /// Whether bosun writes this kind with its owner's shard bucket
+    /// ([`bosun_resources::meta::child_meta`]), so a sharded replica watches only its
+    /// shard's; `false` for a kind another controller creates from a template.
+    const BUCKETED: bool = true;
 }
 
 impl Child for SlimDeployment {
@@ -197,6 +202,8 @@ impl Child for CronJob {
 
 impl Child for Job {
     type Desired = Self;
+    /// A CronJob's Jobs come from its template, without the bucket.
+    const BUCKETED: bool = false;
 
     /// Backup and Restore statuses read a Job's start, finish and conditions; the pod
     /// template is never read back.

@@ -36,6 +36,9 @@ pub struct Context {
     pub settings: Settings,
     /// bosun's records of its applies, kept across restarts.
     pub checkpoints: crate::checkpoint::Checkpoints,
+    /// With `--shards`: the label selector of the shard these controllers serve (its
+    /// buckets), which their watches of parents and of bucketed children ask for.
+    pub shard: Option<String>,
 }
 
 impl std::fmt::Debug for Context {
@@ -60,6 +63,7 @@ impl Context {
             clock: Timestamp::now,
             settings: Settings::default(),
             checkpoints: Default::default(),
+            shard: None,
         }
     }
 

@@ -102,6 +102,13 @@ pub(crate) fn list_config() -> watcher::Config {
     watcher::Config::default().page_size(LIST_PAGE)
 }
 
+/// The watcher settings of a cache of parents, or of children that carry their
+/// owner's bucket: with `--shards`, only the objects of this shard.
+fn shard_config(ctx: &Context, also: Option<&str>) -> watcher::Config {
+    let selector = [also, ctx.shard.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(",");
+    if selector.is_empty() { list_config() } else { list_config().labels(&selector) }
+}
+
 /// `watch` with its health counted towards `/readyz` and its own short backoff.
 pub(crate) fn watched<S, T>(
     ctx: &Context,
@@ -130,7 +137,7 @@ pub fn controller_for<K: Reconciled>(
     track_cache(ctx, reader.clone(), controller);
     let queue = ctx.queues.of(controller);
     let (written, forget) = (ctx.clone(), queue.clone());
-    let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), list_config()))
+    let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), shard_config(ctx, None)))
         .modify(|obj| children::slim_parent_meta(obj.meta_mut()))
         .reflect(writer)
         .inspect_ok(move |event| match event {
@@ -328,7 +335,15 @@ fn watch_routed<C: Child>(
     let (reader, writer) = reflector::store();
     let owned = Owned::new(reader);
     ctx.checkpoints.register(&checkpoint_key::<C>(namespace, also), Arc::new(owned.clone()));
-    let watch = watcher(api::<C>(&ctx.client, namespace), list_config().labels(&selector));
+    // Children that carry their owner's bucket are watched in its shard only; those
+    // that do not (a CronJob's Jobs, the claims and pods of a StatefulSet's template, a
+    // stack's members) are watched whole, and only this shard's owners are triggered.
+    let config = if C::BUCKETED && also.is_none() {
+        shard_config(ctx, Some(&selector))
+    } else {
+        list_config().labels(&selector)
+    };
+    let watch = watcher(api::<C>(&ctx.client, namespace), config);
     let mut relevant = Relevant::new(owned.clone());
     let watch = match installed {
         None => watched(ctx, watch).boxed(),

@@ -23,11 +23,16 @@ pub fn standard_labels(app_name: &str, instance: &str) -> BTreeMap<String, Strin
 /// ownerReference so deleting the owner garbage-collects the child.
 ///
 /// The ownerReference needs the owner's uid; an owner that was never stored (as in
-/// `bosun render`) yields a child without one.
-pub fn child_meta<K>(owner: &K, name: String, labels: BTreeMap<String, String>) -> ObjectMeta
+/// `bosun render`) yields a child without one. A child carries its owner's shard
+/// bucket ([`crate::shard::BUCKET_LABEL`]), so the replica that reconciles the owner
+/// also watches the child.
+pub fn child_meta<K>(owner: &K, name: String, mut labels: BTreeMap<String, String>) -> ObjectMeta
 where
     K: Resource<DynamicType = ()>,
 {
+    if let Some(bucket) = owner.labels().get(crate::shard::BUCKET_LABEL) {
+        labels.insert(crate::shard::BUCKET_LABEL.to_owned(), bucket.clone());
+    }
     ObjectMeta {
         name: Some(name),
         namespace: owner.namespace(),
