@@ -419,3 +419,138 @@ async fn namespaces_outside_the_scope_are_left_alone() {
     })
     .await;
 }
+
+/// The objects each replica's log says it reconciled (`object="…"` of its
+/// `reconciled` lines).
+fn reconciled_objects(bosun: &Bosun) -> std::collections::BTreeSet<String> {
+    let log = std::fs::read_to_string(&bosun.log).unwrap_or_default();
+    log.lines()
+        .filter(|l| l.contains("reconciled"))
+        .filter_map(|l| l.split("object=\"").nth(1)?.split('"').next().map(str::to_owned))
+        .collect()
+}
+
+async fn shards_held(bosun: &Bosun) -> f64 {
+    gauge(&bosun.http_get("/metrics").await.1, "bosun_shards_held ").unwrap_or(-1.0)
+}
+
+/// Issue 48: `--shards 3` over three replicas. Every WebApp gets its bucket label, its
+/// children carry it, each shard is held by one replica and no WebApp is reconciled
+/// by two; `kill -9` the replica holding the most shards and the WebApps of its shards
+/// converge within the lease duration and some seconds; a replica started with another
+/// count takes no lease and says why.
+#[tokio::test]
+async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over() {
+    e2e("shards", |env| async move {
+        let timings = ["--shards=3", "--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline=4s"];
+        let timings = [&timings[..], &["--leader-elect-retry-period=1s"]].concat();
+        let mut replicas = Vec::new();
+        for name in ["shard-a", "shard-b", "shard-c"] {
+            replicas.push(replica(&env, name, &timings).await);
+        }
+        // The first replica takes every shard until the others are seen; wait until
+        // the three hold them all, each its own (they move only by release).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut held = Vec::new();
+            for r in &replicas {
+                held.push(shards_held(r).await);
+            }
+            if held.iter().sum::<f64>() == 3.0 && held.iter().filter(|h| **h > 0.0).count() >= 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the shards were not divided: {held:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let names: Vec<String> = (0..24).map(|i| format!("web-{i}")).collect();
+        for name in &names {
+            env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
+        }
+        for name in &names {
+            env.wait_for::<apps_v1::WebApp>(name, "Ready=True", is_ready).await;
+        }
+        // Buckets: the hash anyone can recompute, on the WebApp and on its Deployment.
+        for name in &names {
+            let bucket = bosun_resources::shard::bucket(Some(&env.ns), name).to_string();
+            let w = env.api::<apps_v1::WebApp>().get(name).await.unwrap();
+            assert_eq!(w.metadata.labels.as_ref().and_then(|l| l.get("bosun.dev/bucket")), Some(&bucket), "{name}");
+            let d = env.api::<Deployment>().get(name).await.unwrap();
+            assert_eq!(d.metadata.labels.as_ref().and_then(|l| l.get("bosun.dev/bucket")), Some(&bucket), "{name}");
+        }
+        // Every shard held, each by one replica; the replicas' WebApps are disjoint.
+        let mut held = Vec::new();
+        for r in &replicas {
+            held.push(shards_held(r).await);
+        }
+        assert_eq!(held.iter().sum::<f64>(), 3.0, "shards held per replica: {held:?}");
+        let sets: Vec<_> = replicas.iter().map(reconciled_objects).collect();
+        for (i, a) in sets.iter().enumerate() {
+            for b in &sets[i + 1..] {
+                assert!(a.is_disjoint(b), "a WebApp reconciled by two replicas: {:?}", a.intersection(b));
+            }
+        }
+        let all: std::collections::BTreeSet<_> = sets.iter().flatten().cloned().collect();
+        assert!(names.iter().all(|n| all.contains(n)), "not every WebApp was reconciled: {all:?}");
+        eprintln!(
+            "measured: shards held {held:?}; WebApps reconciled per replica {:?}",
+            sets.iter().map(|s| s.len()).collect::<Vec<_>>()
+        );
+
+        // kill -9 the replica holding the most shards: its WebApps are taken over.
+        let most = (0..3).max_by(|a, b| held[*a].total_cmp(&held[*b])).unwrap();
+        let mut victim = replicas.remove(most);
+        let theirs = sets[most].clone();
+        victim.signal("KILL");
+        victim.wait_exit(Duration::from_secs(5)).await.expect("the replica exits on SIGKILL");
+        let killed = Instant::now();
+        for name in &theirs {
+            let patch = json!({"spec": {"image": "nginx:1.26"}});
+            env.api::<apps_v1::WebApp>()
+                .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+        let moved = |d: &Deployment| {
+            d.spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
+        };
+        for name in &theirs {
+            // Lease duration 6 s + the issue's 10 s, and slack for a busy machine.
+            env.wait_for_within::<Deployment>(
+                name,
+                "the new image, from a surviving replica",
+                Duration::from_secs(40),
+                moved,
+            )
+            .await;
+        }
+        eprintln!(
+            "measured: {} WebApps of the killed replica's shards updated {:?} after kill -9",
+            theirs.len(),
+            killed.elapsed()
+        );
+        let mut held = Vec::new();
+        for r in &replicas {
+            held.push(shards_held(r).await);
+        }
+        assert_eq!(held.iter().sum::<f64>(), 3.0, "shards held by the two left: {held:?}");
+
+        // Another count: no lease taken, and it says why.
+        let other = replica(&env, "shard-other", &["--shards=2", "--leader-elect-retry-period=1s"]).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let metrics = other.http_get("/metrics").await.1;
+            if gauge(&metrics, "bosun_shards_refused ") == Some(1.0) {
+                assert_eq!(gauge(&metrics, "bosun_shards_held "), Some(0.0), "{metrics}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the replica of another count did not refuse:\n{}", other.log_tail(30));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let log = other.log_tail(200);
+        assert!(log.contains("--shards 3") && log.contains("--shards 2"), "{log}");
+    })
+    .await;
+}

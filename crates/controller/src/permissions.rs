@@ -47,8 +47,9 @@ impl Permission {
     }
 }
 
-/// A kind bosun reconciles: watched (a reconcile reads it from the cache).
-pub const RECONCILED: &[&str] = &["list", "watch"];
+/// A kind bosun reconciles: watched (a reconcile reads it from the cache), and with
+/// `--shards` its shard label (`bosun.dev/bucket`) patched onto an object without one.
+pub const RECONCILED: &[&str] = &["list", "patch", "watch"];
 /// Watching and server-side applying a child (`create` for an apply that creates it;
 /// `get` for its metadata when an apply finds the name taken by an object the watch,
 /// filtered on bosun's label, does not see).
@@ -74,9 +75,10 @@ pub const MANAGER: &[Permission] = &[Permission::new("events.k8s.io", "events", 
 
 /// What leader election needs, granted only in bosun's own namespace by a Role: the
 /// leader Lease. kube-lease-manager 0.13 reads it (`get`), creates it when missing and
-/// renews, takes over and releases it with patches (no list, watch, update or delete).
+/// renews, takes over and releases it with patches. With `--shards`, the replicas list
+/// the Leases to see one another and delete the member Leases of replicas long gone.
 pub const LEADER_ELECTION: &[Permission] =
-    &[Permission::new("coordination.k8s.io", "leases", &["create", "get", "patch"])];
+    &[Permission::new("coordination.k8s.io", "leases", &["create", "delete", "get", "list", "patch"])];
 
 /// The checkpoints of bosun's apply records ([`crate::checkpoint`]), ConfigMaps in its
 /// own namespace: listed by label at start, written with server-side apply (which

@@ -124,7 +124,7 @@ mod tests {
                 (
                     "coordination.k8s.io".to_owned(),
                     vec!["leases".to_owned()],
-                    vec!["create".to_owned(), "get".to_owned(), "patch".to_owned()]
+                    ["create", "delete", "get", "list", "patch"].map(str::to_owned).to_vec()
                 ),
             ]
         );

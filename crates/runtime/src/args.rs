@@ -48,6 +48,12 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_LEADER_ELECT", num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: Option<bool>,
 
+    /// Divide the objects among the replicas in this many shards (1–256), each held by
+    /// one replica with a Lease, instead of one leader reconciling everything. Every
+    /// replica must run with the same count. Implies leases, in a cluster or not.
+    #[arg(long, env = "BOSUN_SHARDS", value_parser = parse_shards)]
+    pub shards: Option<bosun_resources::shard::Shards>,
+
     /// Name of the leader election Lease.
     #[arg(long, env = "BOSUN_LEADER_ELECT_LEASE_NAME", default_value = "bosun-leader")]
     pub leader_elect_lease_name: String,
@@ -238,6 +244,12 @@ pub fn parse_addr(s: &str) -> Result<std::net::SocketAddr, String> {
 
 pub use bosun_resources::duration::parse_duration;
 
+/// A shard count, 1 to 256.
+pub fn parse_shards(s: &str) -> Result<bosun_resources::shard::Shards, String> {
+    let count: u16 = s.trim().parse().map_err(|_| format!("--shards must be a number between 1 and 256, not {s:?}"))?;
+    bosun_resources::shard::Shards::new(count)
+}
+
 /// A duration of at least a second.
 pub fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
     let d = parse_duration(s)?;
@@ -256,6 +268,14 @@ mod tests {
         assert_eq!(parse_positive_duration("5m"), Ok(std::time::Duration::from_secs(300)));
         assert!(parse_positive_duration("500ms").is_err());
         assert!(parse_positive_duration("0s").is_err());
+    }
+
+    #[test]
+    fn a_shard_count_is_a_number_from_1_to_256() {
+        assert_eq!(parse_shards("3").map(|s| s.count()), Ok(3));
+        for bad in ["0", "257", "three", "-1", ""] {
+            assert!(parse_shards(bad).unwrap_err().contains("--shards"), "{bad:?}");
+        }
     }
 
     #[test]

@@ -85,9 +85,9 @@ impl Leadership {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("lost the leader lease {0}")]
+    #[error("lost the lease {0}")]
     Lost(String),
-    #[error("renewing the leader lease {name}: {source}")]
+    #[error("renewing the lease {name}: {source}")]
     Renew {
         name: String,
         #[source]
@@ -109,21 +109,32 @@ async fn manager(client: &Client, cfg: &LeaseConfig) -> Result<LeaseManager, kub
 pub async fn acquire(client: &Client, cfg: &LeaseConfig) -> LeaseManager {
     info!(lease = %cfg.name, namespace = %cfg.namespace, identity = %cfg.identity, "waiting for the leader lease");
     loop {
-        match manager(client, cfg).await {
-            Ok(mgr) => match tokio::time::timeout(cfg.retry, mgr.changed()).await {
-                Ok(Ok(true)) => {
-                    info!(lease = %cfg.name, identity = %cfg.identity, "acquired the leader lease");
-                    return mgr;
-                }
-                Ok(Ok(false)) | Err(_) => {
-                    debug!("the lease is held by another replica");
-                    continue;
-                }
-                Ok(Err(err)) => warn!(%err, "trying to acquire the leader lease"),
-            },
-            Err(err) => warn!(%err, "reading the leader lease"),
+        match try_acquire(client, cfg).await {
+            Ok(Some(mgr)) => {
+                info!(lease = %cfg.name, identity = %cfg.identity, "acquired the leader lease");
+                return mgr;
+            }
+            Ok(None) => continue,
+            Err(err) => warn!(%err, lease = %cfg.name, "trying to acquire the lease"),
         }
         tokio::time::sleep(cfg.retry).await;
+    }
+}
+
+/// One attempt, for at most a retry period: the lease's manager once this replica
+/// holds it, `None` while another replica does.
+pub async fn try_acquire(
+    client: &Client,
+    cfg: &LeaseConfig,
+) -> Result<Option<LeaseManager>, kube_lease_manager::LeaseManagerError> {
+    let mgr = manager(client, cfg).await?;
+    match tokio::time::timeout(cfg.retry, mgr.changed()).await {
+        Ok(Ok(true)) => Ok(Some(mgr)),
+        Ok(Ok(false)) | Err(_) => {
+            debug!(lease = %cfg.name, "the lease is held by another replica");
+            Ok(None)
+        }
+        Ok(Err(err)) => Err(err),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod http;
 pub mod leader;
 pub mod manager;
 mod process;
+pub mod shards;
 pub mod webhook;
 
 pub use args::RunArgs;

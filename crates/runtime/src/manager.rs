@@ -72,20 +72,35 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     } else {
         None
     };
-    let mut ctx = Context::new(client.clone(), &identity, metrics);
-    ctx.settings.runner_image = args.runner_image.clone();
-    ctx.settings.postgres.image = args.postgres_image.clone();
-    ctx.settings.postgres.pooler_image = args.pooler_image.clone();
-    ctx.settings.postgres.volume_permissions = args.postgres_volume_permissions;
-    ctx.settings.postgres.unanswered_failover = args.postgres_unanswered_failover;
-    ctx.settings.postgres.runner_image = args.runner_image.clone();
-    ctx.settings.postgres.certificates = postgres_certificates(&args).map_err(Error::Flags)?;
-    ctx.settings.stack =
+    let shard_metrics = Arc::new(crate::shards::ShardMetrics::default());
+    if args.shards.is_some() {
+        shard_metrics.register(&mut registry);
+    }
+    let mut settings =
+        bosun_controller::Settings { runner_image: args.runner_image.clone(), ..bosun_controller::Settings::default() };
+    settings.postgres.image = args.postgres_image.clone();
+    settings.postgres.pooler_image = args.pooler_image.clone();
+    settings.postgres.volume_permissions = args.postgres_volume_permissions;
+    settings.postgres.unanswered_failover = args.postgres_unanswered_failover;
+    settings.postgres.runner_image = args.runner_image.clone();
+    settings.postgres.certificates = postgres_certificates(&args).map_err(Error::Flags)?;
+    settings.stack =
         bosun_resources::stacks::Images { mysql: args.mysql_image.clone(), redis: args.redis_image.clone() };
-    ctx.settings.rollout_pace.settle = args.appconfig_settle;
-    ctx.settings.rollout_pace.min_interval = args.appconfig_min_interval;
-    ctx.settings.stack_deletion.timeout = args.stack_deletion_timeout;
-    let ctx = Arc::new(ctx);
+    settings.rollout_pace.settle = args.appconfig_settle;
+    settings.rollout_pace.min_interval = args.appconfig_min_interval;
+    settings.stack_deletion.timeout = args.stack_deletion_timeout;
+    // One context per set of controllers: the manager's, and with --shards one per
+    // shard held (its own caches, queues, gate and checkpoints; the metrics shared).
+    let make_ctx = {
+        let (client, identity, metrics) = (client.clone(), identity.clone(), metrics.clone());
+        move |shard: Option<String>| {
+            let mut ctx = Context::new(client.clone(), &identity, metrics.clone());
+            ctx.settings = settings.clone();
+            ctx.shard = shard;
+            ctx
+        }
+    };
+    let ctx = Arc::new(make_ctx(None));
 
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone())?;
@@ -114,7 +129,15 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
                 .map_err(Error::Webhooks)?;
     }
     spawn_api_probe(client.clone(), health, shutdown.clone());
-    let ended = reconcile(ctx, &args, &client, lease, leadership, started, shutdown).await;
+    let ended = match (args.shards, lease) {
+        (Some(shards), Some(lease)) => {
+            let make_ctx = move |selector: String| make_ctx(Some(selector));
+            crate::shards::run(ctx, make_ctx, &args, &client, lease, shards, shard_metrics, shutdown)
+                .await
+                .map_err(Error::from)
+        }
+        (_, lease) => reconcile(ctx, &args, &client, lease, leadership, started, shutdown).await,
+    };
     if let Some(withdraw) = withdraw {
         // Bounded: an unreachable apiserver must not keep a stopped bosun alive.
         if tokio::time::timeout(std::time::Duration::from_secs(10), withdraw.run()).await.is_err() {
@@ -186,7 +209,12 @@ async fn reconcile(
 /// The Lease settings, or `None` when leader election is off (default: off outside a cluster).
 fn lease_config(args: &RunArgs, client: &Client, identity: &str) -> Result<Option<LeaseConfig>, Error> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
-    if !args.leader_elect.unwrap_or(in_cluster) {
+    if args.shards.is_some() && args.leader_elect == Some(false) {
+        return Err(Error::Flags(
+            "--shards divides the objects with leases: it cannot run with --leader-elect=false".into(),
+        ));
+    }
+    if !args.leader_elect.unwrap_or(in_cluster || args.shards.is_some()) {
         return Ok(None);
     }
     let namespace = own_namespace(args, client);

@@ -1,0 +1,414 @@
+//! `--shards N`: bosun's replicas divide the objects among themselves (issue 48).
+//!
+//! ```text
+//!  every replica ──holds──▶ Lease <base>-member-<N>-<identity>   (it is alive, and counts N shards)
+//!  every retry period: list the Leases ─▶ live members ─▶ rendezvous: who should hold each shard
+//!     a shard that is mine and free    ─▶ take <base>-shard-<i>-of-<N> ─▶ its controllers start,
+//!                                          watching `bosun.dev/bucket in (its buckets)`
+//!     a shard held here, now another's ─▶ its controllers stop, in-flight reconciles finish ─▶ release
+//!     a member or held shard Lease of another count ─▶ take nothing, say why (a rollout of a new count
+//!                                          waits for the old replicas to go)
+//!  a shard Lease lost or not renewable ─▶ exit 1 at once (never reconcile a shard unheld)
+//!  the holder of shard 0 ─▶ labels the objects without a bucket; leads the webhooks' CA bundle
+//! ```
+//!
+//! The plan — buckets, shards, selectors, lease names, owners — is
+//! [`bosun_resources::shard`]'s, pure and unit-tested; this module only runs it.
+//! A shard's Lease is held from before its first reconcile until after its last, so
+//! two replicas never reconcile one object at once: a shard moves only through its
+//! Lease being released or expiring.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bosun_controller::Context;
+use bosun_controller::checkpoint;
+use bosun_resources::shard::{self, BUCKET_LABEL, Shards};
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::args::RunArgs;
+use crate::leader::{self, LeaseConfig, LeaseError};
+
+/// What the shards of this replica report: `bosun_shards_held` and
+/// `bosun_shards_refused` (1 while it takes no lease because replicas disagree on the
+/// count).
+#[derive(Debug, Default)]
+pub struct ShardMetrics {
+    held: Gauge,
+    refused: Gauge,
+}
+
+impl ShardMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("bosun_shards_held", "Shards whose lease this replica holds", self.held.clone());
+        registry.register(
+            "bosun_shards_refused",
+            "1 while this replica takes no shard lease because a replica runs with another --shards",
+            self.refused.clone(),
+        );
+    }
+}
+
+/// The Lease that says a replica is alive: `<base>-member-<count>-<identity>`.
+pub fn member_lease(base: &str, shards: Shards, identity: &str) -> String {
+    format!("{base}-member-{}-{identity}", shards.count())
+}
+
+/// A member Lease's shard count and identity.
+fn parse_member(base: &str, name: &str) -> Option<(u16, String)> {
+    let rest = name.strip_prefix(base)?.strip_prefix("-member-")?;
+    let (count, identity) = rest.split_once('-')?;
+    Some((count.parse().ok()?, identity.to_owned()))
+}
+
+/// Whether `lease` is held and has not expired at `now`.
+fn live(lease: &Lease, now: jiff::Timestamp) -> bool {
+    let Some(spec) = lease.spec.as_ref() else { return false };
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return false;
+    }
+    let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()).map(|t| t.0);
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(0));
+    renewed.is_some_and(|r| r + jiff::SignedDuration::from_secs(duration) > now)
+}
+
+/// What the Leases say, for one replica: the live members of its count, and why it
+/// must take nothing (a live replica or a held shard of another count).
+#[derive(Debug, PartialEq)]
+struct View {
+    members: Vec<String>,
+    refusal: Option<String>,
+    /// Member Leases expired long ago (replicas gone): removed, so they do not pile up.
+    stale: Vec<String>,
+}
+
+fn view(base: &str, shards: Shards, leases: &[Lease], now: jiff::Timestamp) -> View {
+    let mut members = Vec::new();
+    let mut refusal = None;
+    let mut stale = Vec::new();
+    let long_ago = now - jiff::SignedDuration::from_mins(10);
+    for lease in leases {
+        let name = lease.name_any();
+        if let Some((count, identity)) = parse_member(base, &name) {
+            if live(lease, now) {
+                if count == shards.count() {
+                    members.push(identity);
+                } else {
+                    refusal.get_or_insert(format!(
+                        "replica {identity} runs with --shards {count}, this one with --shards {}",
+                        shards.count()
+                    ));
+                }
+            } else if !live(lease, long_ago) {
+                stale.push(name);
+            }
+        } else if let Some((_, count)) = shard::parse_lease(base, &name)
+            && count != shards.count()
+            && live(lease, now)
+        {
+            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            refusal.get_or_insert(format!(
+                "{holder} holds {name} of --shards {count}; this replica runs with --shards {}",
+                shards.count()
+            ));
+        }
+    }
+    members.sort();
+    View { members, refusal, stale }
+}
+
+/// A shard this replica holds: its controllers, and how to stop them.
+struct Held {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// Run the controllers of the shards this replica should hold, until `shutdown`
+/// (every shard finishes and releases its Lease) or a Lease is lost (an error: the
+/// process exits at once).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    base: Arc<Context>,
+    make_ctx: impl Fn(String) -> Context,
+    args: &RunArgs,
+    client: &Client,
+    lease: LeaseConfig,
+    shards: Shards,
+    metrics: Arc<ShardMetrics>,
+    shutdown: CancellationToken,
+) -> Result<(), LeaseError> {
+    let member_cfg = LeaseConfig { name: member_lease(&lease.name, shards, &lease.identity), ..lease.clone() };
+    let member = leader::acquire(client, &member_cfg).await;
+    info!(shards = shards.count(), member = %member_cfg.name, "sharded: dividing the objects among the replicas");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<LeaseError>();
+    let mut held: BTreeMap<u16, Held> = BTreeMap::new();
+    let mut said: Option<String> = None;
+    let mut member_lost = Box::pin(leader::hold(&member, &member_cfg));
+    let result = loop {
+        let listed = leases.list(&ListParams::default()).await;
+        match listed {
+            Err(err) => warn!(%err, "listing the Leases of the shards"),
+            Ok(list) => {
+                let view = view(&lease.name, shards, &list.items, jiff::Timestamp::now());
+                for name in &view.stale {
+                    let _ = leases.delete(name, &DeleteParams::default()).await;
+                }
+                if view.refusal != said {
+                    match &view.refusal {
+                        Some(why) => warn!(%why, "taking no shard lease until every replica runs with one count"),
+                        None => info!("every replica runs with --shards {}", shards.count()),
+                    }
+                    said.clone_from(&view.refusal);
+                }
+                metrics.refused.set(i64::from(view.refusal.is_some()));
+                let members: Vec<&str> = view.members.iter().map(String::as_str).collect();
+                let owners = shards.owners(&members);
+                // Give up first what another replica should hold, so it can take it.
+                let leaving: Vec<u16> =
+                    held.keys().copied().filter(|i| owners[usize::from(*i)] != Some(&lease.identity)).collect();
+                for i in leaving {
+                    if let Some(h) = held.remove(&i) {
+                        info!(shard = i, "another replica joined: handing the shard over");
+                        h.stop.cancel();
+                        let _ = h.task.await;
+                    }
+                }
+                if view.refusal.is_none() {
+                    for (i, owner) in (0..shards.count()).zip(owners.iter()) {
+                        if *owner != Some(lease.identity.as_str()) || held.contains_key(&i) {
+                            continue;
+                        }
+                        let cfg = LeaseConfig { name: shards.lease(&lease.name, i), ..lease.clone() };
+                        match leader::try_acquire(client, &cfg).await {
+                            Ok(Some(mgr)) => {
+                                info!(shard = i, lease = %cfg.name, "took the shard");
+                                let ctx = Arc::new(make_ctx(shards.selector(i)));
+                                let stop = CancellationToken::new();
+                                let task = tokio::spawn(serve_shard(ShardRun {
+                                    shard: i,
+                                    ctx,
+                                    base: base.clone(),
+                                    args: args.clone(),
+                                    client: client.clone(),
+                                    mgr,
+                                    cfg,
+                                    stop: stop.clone(),
+                                    lost: lost_tx.clone(),
+                                }));
+                                held.insert(i, Held { stop, task });
+                            }
+                            Ok(None) => {}
+                            Err(err) => warn!(%err, shard = i, "trying to take the shard's lease"),
+                        }
+                    }
+                }
+                metrics.held.set(held.len() as i64);
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(lease.retry) => {}
+            () = shutdown.cancelled() => break Ok(()),
+            Some(lost) = lost_rx.recv() => break Err(lost),
+            lost = &mut member_lost => break Err(lost),
+        }
+    };
+    if let Err(lost) = &result {
+        // Stop writing at once: returning ends the process and every in-flight reconcile.
+        for h in held.values() {
+            h.stop.cancel();
+        }
+        base.leader.shut();
+        error!(error = %lost, "a lease was lost; exiting");
+        return result;
+    }
+    for h in held.values() {
+        h.stop.cancel();
+    }
+    for (_, h) in held {
+        let _ = h.task.await;
+    }
+    drop(member_lost);
+    if let Err(err) = member.release().await {
+        warn!(%err, "could not release the member lease; it expires");
+    }
+    result
+}
+
+struct ShardRun {
+    shard: u16,
+    ctx: Arc<Context>,
+    base: Arc<Context>,
+    args: RunArgs,
+    client: Client,
+    mgr: kube_lease_manager::LeaseManager,
+    cfg: LeaseConfig,
+    stop: CancellationToken,
+    lost: tokio::sync::mpsc::UnboundedSender<LeaseError>,
+}
+
+/// One shard: its controllers (and, for shard 0, the labeller and the webhooks' lead)
+/// from its Lease's taking to its release.
+async fn serve_shard(run: ShardRun) {
+    let ShardRun { shard, ctx, base, args, client, mgr, cfg, stop, lost } = run;
+    let place = checkpoint::Place { namespace: cfg.namespace.clone(), lease: cfg.name.clone() };
+    ctx.checkpoints.load_bounded(&client, &place).await;
+    ctx.leader.open();
+    let labeller = (shard == 0).then(|| {
+        base.leader.open();
+        tokio::spawn(label_unbucketed(client.clone(), args.clone(), stop.clone()))
+    });
+    let controllers = crate::manager::run_controllers(ctx.clone(), &args, stop.clone());
+    tokio::pin!(controllers);
+    tokio::select! {
+        () = ctx.checkpoints.keep(&client, &place, &mut controllers) => {
+            ctx.checkpoints.flush(&client, &place).await;
+            if shard == 0 {
+                base.leader.shut();
+            }
+            if let Err(err) = mgr.release().await {
+                warn!(%err, shard, "could not release the shard's lease; it expires");
+            } else {
+                info!(shard, lease = %cfg.name, "released the shard");
+            }
+        }
+        err = leader::hold(&mgr, &cfg) => {
+            ctx.leader.shut();
+            let _ = lost.send(err);
+        }
+    }
+    if let Some(labeller) = labeller {
+        labeller.abort();
+    }
+}
+
+/// Every object of the served kinds without a bucket gets its own (`bosun.dev/bucket`,
+/// see [`shard::bucket`]); its children then take it from it. Objects created by a
+/// bosun owner already carry the owner's and are left as they are.
+async fn label_unbucketed(client: Client, args: RunArgs, stop: CancellationToken) {
+    let enabled = args.enabled_controllers();
+    let mut kinds = Vec::new();
+    for served in bosun_controller::kinds::ALL {
+        if !served.controllers.iter().any(|c| enabled.contains(c)) {
+            continue;
+        }
+        for t in served.types {
+            let crd = (t.crd)();
+            let Some(version) = crd.spec.versions.iter().find(|v| v.storage) else { continue };
+            kinds.push(ApiResource {
+                group: crd.spec.group.clone(),
+                version: version.name.clone(),
+                api_version: format!("{}/{}", crd.spec.group, version.name),
+                kind: crd.spec.names.kind.clone(),
+                plural: crd.spec.names.plural.clone(),
+            });
+        }
+    }
+    let namespaces: Vec<Option<String>> =
+        if args.namespaces.is_empty() { vec![None] } else { args.namespaces.iter().cloned().map(Some).collect() };
+    let mut watches = Vec::new();
+    for kind in &kinds {
+        for ns in &namespaces {
+            let api: Api<PartialObjectMeta<DynamicObject>> = match ns {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, kind),
+                None => Api::all_with(client.clone(), kind),
+            };
+            let config = watcher::Config::default().labels(&format!("!{BUCKET_LABEL}"));
+            let client = client.clone();
+            let kind = kind.clone();
+            watches.push(
+                watcher(api, config)
+                    .default_backoff()
+                    .applied_objects()
+                    .for_each(move |object| {
+                        let (client, kind) = (client.clone(), kind.clone());
+                        async move {
+                            let Ok(object) = object else { return };
+                            let (ns, name) = (object.namespace(), object.name_any());
+                            let bucket = shard::bucket(ns.as_deref(), &name).to_string();
+                            let api: Api<DynamicObject> = match ns.as_deref() {
+                                Some(ns) => Api::namespaced_with(client, ns, &kind),
+                                None => Api::all_with(client, &kind),
+                            };
+                            let patch = serde_json::json!({"metadata": {"labels": {BUCKET_LABEL: bucket}}});
+                            if let Err(err) = api.patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch)).await
+                            {
+                                warn!(%err, kind = %kind.kind, ?ns, %name, "could not label the object with its bucket");
+                            }
+                        }
+                    })
+                    .boxed(),
+            );
+        }
+    }
+    tokio::select! {
+        _ = futures::future::join_all(watches) => {}
+        () = stop.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    use super::*;
+
+    fn lease(name: &str, holder: &str, renewed_ago: i64) -> Lease {
+        let now = jiff::Timestamp::from_second(10_000).unwrap();
+        Lease {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                lease_duration_seconds: Some(15),
+                renew_time: Some(MicroTime(now - jiff::SignedDuration::from_secs(renewed_ago))),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn members_are_the_live_replicas_of_the_same_count() {
+        let three = Shards::new(3).unwrap();
+        let now = jiff::Timestamp::from_second(10_000).unwrap();
+        let leases = [
+            lease(&member_lease("bosun", three, "pod-b"), "pod-b", 1),
+            lease(&member_lease("bosun", three, "pod-a"), "pod-a", 14),
+            lease(&member_lease("bosun", three, "pod-gone"), "pod-gone", 16),
+            lease(&member_lease("bosun", three, "pod-long-gone"), "pod-long-gone", 3600),
+            lease("bosun-leader", "pod-x", 1),
+            lease("other-member-3-pod-c", "pod-c", 1),
+        ];
+        let v = view("bosun", three, &leases, now);
+        assert_eq!(v.members, ["pod-a", "pod-b"]);
+        assert_eq!(v.refusal, None);
+        assert_eq!(v.stale, ["bosun-member-3-pod-long-gone"]);
+        assert_eq!(parse_member("bosun", "bosun-member-3-pod-a-7f9"), Some((3, "pod-a-7f9".into())));
+    }
+
+    #[test]
+    fn a_live_replica_or_held_shard_of_another_count_is_a_refusal_naming_both_counts() {
+        let three = Shards::new(3).unwrap();
+        let two = Shards::new(2).unwrap();
+        let now = jiff::Timestamp::from_second(10_000).unwrap();
+        let other_member = [lease(&member_lease("bosun", two, "pod-old"), "pod-old", 1)];
+        let why = view("bosun", three, &other_member, now).refusal.unwrap();
+        assert!(why.contains("pod-old") && why.contains("--shards 2") && why.contains("--shards 3"), "{why}");
+        let other_shard = [lease(&two.lease("bosun", 1), "pod-old", 1)];
+        let why = view("bosun", three, &other_shard, now).refusal.unwrap();
+        assert!(why.contains("bosun-shard-1-of-2") && why.contains("--shards 3"), "{why}");
+        // Expired, or released (no holder): no longer in the way.
+        let expired = [lease(&two.lease("bosun", 1), "pod-old", 20), lease(&two.lease("bosun", 0), "", 1)];
+        assert_eq!(view("bosun", three, &expired, now).refusal, None);
+    }
+}
