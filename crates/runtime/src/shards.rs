@@ -39,17 +39,23 @@ use tracing::{error, info, warn};
 use crate::args::RunArgs;
 use crate::leader::{self, LeaseConfig, LeaseError};
 
-/// What the shards of this replica report: `bosun_shards_held` and
-/// `bosun_shards_refused` (1 while it takes no lease because replicas disagree on the
-/// count).
+/// What the shards of this replica report: `bosun_shards` (the count),
+/// `bosun_shards_held` and `bosun_shards_refused` (1 while it takes no lease because
+/// replicas disagree on the count).
 #[derive(Debug, Default)]
 pub struct ShardMetrics {
+    count: Gauge,
     held: Gauge,
     refused: Gauge,
 }
 
 impl ShardMetrics {
     pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "bosun_shards",
+            "The shards (--shards) this replica divides the objects in",
+            self.count.clone(),
+        );
         registry.register("bosun_shards_held", "Shards whose lease this replica holds", self.held.clone());
         registry.register(
             "bosun_shards_refused",
@@ -150,6 +156,7 @@ pub async fn run(
     let member_cfg = LeaseConfig { name: member_lease(&lease.name, shards, &lease.identity), ..lease.clone() };
     let member = leader::acquire(client, &member_cfg).await;
     info!(shards = shards.count(), member = %member_cfg.name, "sharded: dividing the objects among the replicas");
+    metrics.count.set(i64::from(shards.count()));
     let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
     let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<LeaseError>();
     let mut held: BTreeMap<u16, Held> = BTreeMap::new();
