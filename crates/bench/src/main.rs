@@ -50,6 +50,57 @@ struct Args {
     /// The bosun binary to measure.
     #[arg(long, default_value = "target/release/bosun")]
     bosun: std::path::PathBuf,
+    /// Replicas of bosun: more than one runs them with `--shards` of that many, each
+    /// with its own peak RSS (issue 48); the restart is then not measured.
+    #[arg(long, default_value_t = 1)]
+    bosun_replicas: usize,
+    /// With replicas: `kill -9` the one holding the most shards once half the WebApps
+    /// are Ready, and report how long the rest took after it.
+    #[arg(long)]
+    kill_one: bool,
+}
+
+/// The replicas of bosun measured, and each one's peak RSS.
+struct Replicas {
+    running: Vec<Option<bosun_testing::Bosun>>,
+    peaks: Vec<u64>,
+}
+
+impl Replicas {
+    fn sample(&mut self) {
+        for (r, peak) in self.running.iter().zip(self.peaks.iter_mut()) {
+            if let Some(r) = r {
+                *peak = (*peak).max(rss_kib(r.pid(), "VmRSS:")).max(rss_kib(r.pid(), "VmHWM:"));
+            }
+        }
+    }
+
+    /// The metrics of every running replica, one after the other (sums add up).
+    async fn metrics(&self) -> String {
+        let mut all = String::new();
+        for r in self.running.iter().flatten() {
+            all.push_str(&r.http_get("/metrics").await.1);
+        }
+        all
+    }
+
+    async fn gauges(&self, name: &str) -> Vec<f64> {
+        let mut values = Vec::new();
+        for r in &self.running {
+            let value = match r {
+                Some(r) => r
+                    .http_get("/metrics")
+                    .await
+                    .1
+                    .lines()
+                    .find(|l| l.starts_with(name))
+                    .and_then(|l| l.split_whitespace().last().and_then(|v| v.parse().ok())),
+                None => None,
+            };
+            values.push(value.unwrap_or(0.0));
+        }
+        values
+    }
 }
 
 #[derive(Default)]
@@ -117,22 +168,49 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let log = std::path::PathBuf::from(format!("target/bench/bosun-{ns}.log"));
     let started = Instant::now();
     let ns_arg = format!("--namespaces={ns}");
-    let mut bosun_args = vec![ns_arg.as_str(), "--metrics-bind-address=127.0.0.1:0", "--leader-elect=false"];
+    let sharded = args.bosun_replicas > 1;
+    let shards_arg = format!("--shards={}", args.bosun_replicas);
+    let lease_ns = format!("--leader-elect-namespace={ns}");
+    let mut bosun_args = vec![ns_arg.as_str(), "--metrics-bind-address=127.0.0.1:0"];
+    if sharded {
+        bosun_args.extend(["--leader-elect=true", shards_arg.as_str(), lease_ns.as_str()]);
+    } else {
+        bosun_args.push("--leader-elect=false");
+    }
     bosun_args.extend(args.bosun_args.iter().map(String::as_str));
-    let bosun = bosun_testing::Bosun::start(&args.bosun, &cluster.kubeconfig, &bosun_args, log);
-    loop {
-        if bosun.http_get("/readyz").await.0 == 200 {
-            break;
+    let mut replicas = Replicas { running: Vec::new(), peaks: vec![0; args.bosun_replicas] };
+    for i in 0..args.bosun_replicas {
+        let log = if sharded { log.with_extension(format!("{i}.log")) } else { log.clone() };
+        let identity = format!("--identity=bench-{i}");
+        let mut own = bosun_args.clone();
+        if sharded {
+            own.push(identity.as_str());
         }
-        if started.elapsed() > Duration::from_secs(60) {
-            bail!("bosun not ready after 60 s:\n{}", bosun.log_tail(20));
+        replicas.running.push(Some(bosun_testing::Bosun::start(&args.bosun, &cluster.kubeconfig, &own, log)));
+    }
+    for r in replicas.running.iter().flatten() {
+        loop {
+            if r.http_get("/readyz").await.0 == 200 {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("bosun not ready after 60 s:\n{}", r.log_tail(20));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let startup = started.elapsed();
+    // Sharded: every shard held before the WebApps come (the first replica takes them
+    // all until it sees the others, then hands them over).
+    while sharded && replicas.gauges("bosun_shards_held ").await.iter().sum::<f64>() < args.bosun_replicas as f64 {
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the shards were not all held after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_rest = rss_kib(bosun.pid(), "VmRSS:");
-    let (_, before) = bosun.http_get("/metrics").await;
+    let rss_rest = replicas.running.iter().flatten().map(|r| rss_kib(r.pid(), "VmRSS:")).max().unwrap_or(0);
+    let before = replicas.metrics().await;
 
     // Watch WebApps and Deployments from the start, stamping first sightings.
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -183,15 +261,31 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let created_in = create_start.elapsed();
 
     let (mut peak_rss, mut peak_split) = (0, (0, 0));
+    let mut killed: Option<(Instant, Vec<f64>)> = None;
     loop {
-        let rss = rss_kib(bosun.pid(), "VmRSS:");
-        if rss > peak_rss {
-            // What the peak is made of: heap and stacks, or the binary's pages.
-            (peak_rss, peak_split) = (rss, (rss_kib(bosun.pid(), "RssAnon:"), rss_kib(bosun.pid(), "RssFile:")));
+        replicas.sample();
+        if let Some(Some(bosun)) = replicas.running.first()
+            && !sharded
+        {
+            let rss = rss_kib(bosun.pid(), "VmRSS:");
+            if rss > peak_rss {
+                // What the peak is made of: heap and stacks, or the binary's pages.
+                (peak_rss, peak_split) = (rss, (rss_kib(bosun.pid(), "RssAnon:"), rss_kib(bosun.pid(), "RssFile:")));
+            }
         }
         let ready = seen.lock().map(|s| s.ready.len()).unwrap_or(0);
         if ready >= args.count {
             break;
+        }
+        if args.kill_one && sharded && killed.is_none() && ready >= args.count / 2 {
+            let held = replicas.gauges("bosun_shards_held ").await;
+            let most = (0..held.len()).max_by(|a, b| held[*a].total_cmp(&held[*b])).unwrap_or(0);
+            if let Some(victim) = replicas.running[most].take() {
+                victim.signal("KILL");
+                drop(victim);
+                println!("killed bench-{most} (shards held: {held:?}) with {ready} of {} Ready", args.count);
+                killed = Some((Instant::now(), held));
+            }
         }
         // 30 minutes, and more for the largest counts (10,000 take the local cluster's
         // controller manager alone most of half an hour on two cores).
@@ -202,19 +296,37 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let converged = create_start.elapsed();
-    let (_, after) = bosun.http_get("/metrics").await;
+    let after_kill = killed.as_ref().map(|(at, _)| at.elapsed().as_secs_f64());
+    let after = replicas.metrics().await;
     let per_object = (requests(&after, &ALL_METHODS) - requests(&before, &ALL_METHODS)) / args.count as f64;
     let writes_per_object = (requests(&after, &WRITE_METHODS) - requests(&before, &WRITE_METHODS)) / args.count as f64;
 
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-    let (_, idle) = bosun.http_get("/metrics").await;
+    let idle = replicas.metrics().await;
     let idle_writes = requests(&idle, &WRITE_METHODS) - requests(&after, &WRITE_METHODS);
     let idle_requests = requests(&idle, &ALL_METHODS) - requests(&after, &ALL_METHODS);
-    let settled_rss = rss_kib(bosun.pid(), "VmRSS:");
-    peak_rss = peak_rss.max(rss_kib(bosun.pid(), "VmHWM:"));
+    let settled_rss = replicas.running.iter().flatten().map(|r| rss_kib(r.pid(), "VmRSS:")).max().unwrap_or(0);
+    replicas.sample();
+    let peaks_mib: Vec<f64> = replicas.peaks.iter().map(|p| *p as f64 / 1024.0).collect();
+    peak_rss = peak_rss.max(replicas.peaks.iter().copied().max().unwrap_or(0));
     watch_ready.abort();
     watch_children.abort();
-    let restart = restart(args, cluster, ns, bosun, &bosun_args).await?;
+    let restart = match replicas.running.pop() {
+        Some(Some(bosun)) if !sharded => restart(args, cluster, ns, bosun, &bosun_args).await?,
+        _ => serde_json::Value::Null,
+    };
+    let conflicts = replicas
+        .running
+        .iter()
+        .flatten()
+        .map(|r| r.log.clone())
+        .chain((0..args.bosun_replicas).map(|i| log.with_extension(format!("{i}.log"))));
+    let conflicts: usize = conflicts
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()
+        // A write refused because another writer changed the object first.
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default().lines().filter(|l| l.contains("code: 409")).count())
+        .sum();
 
     let (to_children, to_ready) = {
         let s = seen.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
@@ -250,12 +362,20 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "binary_mb": std::fs::metadata(&args.bosun).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0),
         "settled_rss_mib": settled_rss as f64 / 1024.0,
         "restart": restart,
+        "bosun_replicas": args.bosun_replicas,
+        "peak_rss_per_replica_mib": peaks_mib,
+        "killed_one": killed.as_ref().map(|(_, held)| serde_json::json!({"shards_held_before": held, "converged_after_kill_s": after_kill})),
+        "conflicts_in_logs": conflicts,
     });
     for (key, value) in report.as_object().into_iter().flatten() {
         println!("{key:<26} {value}");
     }
     std::fs::create_dir_all("target/bench")?;
-    let path = format!("target/bench/webapp-{}.json", args.count);
+    let path = match (sharded, args.kill_one) {
+        (false, _) => format!("target/bench/webapp-{}.json", args.count),
+        (true, false) => format!("target/bench/webapp-{}-shards-{}.json", args.count, args.bosun_replicas),
+        (true, true) => format!("target/bench/webapp-{}-shards-{}-kill.json", args.count, args.bosun_replicas),
+    };
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {path}");
     Ok(())
