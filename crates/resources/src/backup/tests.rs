@@ -596,29 +596,23 @@ fn runs_a_simulated_node_completed_say_that_nothing_ran() {
     // A kubelet's run whose pod is gone or wrote nothing is not a simulated one, nor
     // is a container the kubelet lost track of (no ID, exit code 137).
     assert_eq!(run_result(&completed(Some("containerd://9c1e"), None), "backup"), None);
-    let mut lost = completed(None, None);
-    if let Some(t) = lost
-        .status
-        .as_mut()
-        .and_then(|s| s.container_statuses.as_mut())
-        .and_then(|c| c[0].state.as_mut())
-        .and_then(|s| s.terminated.as_mut())
-    {
-        (t.exit_code, t.reason) = (137, Some("ContainerStatusUnknown".into()));
-    }
-    assert_eq!(run_result(&lost, "backup"), None);
+    let lost_with = |message: Option<&str>| {
+        let mut pod = completed(None, message);
+        if let Some(t) = pod
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+            .and_then(|c| c[0].state.as_mut())
+            .and_then(|s| s.terminated.as_mut())
+        {
+            (t.exit_code, t.reason) = (137, Some("ContainerStatusUnknown".into()));
+        }
+        pod
+    };
+    assert_eq!(run_result(&lost_with(None), "backup"), None);
     // ... even when the kubelet wrote its own message there (what a run that never
     // started says once its deadline ends the pod): that is no error of the run.
-    let mut told = lost.clone();
-    if let Some(t) = told
-        .status
-        .as_mut()
-        .and_then(|s| s.container_statuses.as_mut())
-        .and_then(|c| c[0].state.as_mut())
-        .and_then(|s| s.terminated.as_mut())
-    {
-        t.message = Some("The container could not be located when the pod was terminated".into());
-    }
+    let told = lost_with(Some("The container could not be located when the pod was terminated"));
     assert_eq!(run_result(&told, "backup"), None);
 
     let b = verified("postgresql", json!({"schedule": "0 6 * * 0"}));
