@@ -262,6 +262,8 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
 
     let (mut peak_rss, mut peak_split) = (0, (0, 0));
     let mut killed: Option<(Instant, Vec<f64>)> = None;
+    // After the kill: when the survivors hold every shard again.
+    let mut taken_over: Option<f64> = None;
     loop {
         replicas.sample();
         if let Some(Some(bosun)) = replicas.running.first()
@@ -272,6 +274,12 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
                 // What the peak is made of: heap and stacks, or the binary's pages.
                 (peak_rss, peak_split) = (rss, (rss_kib(bosun.pid(), "RssAnon:"), rss_kib(bosun.pid(), "RssFile:")));
             }
+        }
+        if let Some((at, _)) = &killed
+            && taken_over.is_none()
+            && replicas.gauges("bosun_shards_held ").await.iter().sum::<f64>() >= args.bosun_replicas as f64
+        {
+            taken_over = Some(at.elapsed().as_secs_f64());
         }
         let ready = seen.lock().map(|s| s.ready.len()).unwrap_or(0);
         if ready >= args.count {
@@ -364,7 +372,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "restart": restart,
         "bosun_replicas": args.bosun_replicas,
         "peak_rss_per_replica_mib": peaks_mib,
-        "killed_one": killed.as_ref().map(|(_, held)| serde_json::json!({"shards_held_before": held, "converged_after_kill_s": after_kill})),
+        "killed_one": killed.as_ref().map(|(_, held)| serde_json::json!({"shards_held_before": held, "converged_after_kill_s": after_kill, "every_shard_held_again_after_s": taken_over})),
         "conflicts_in_logs": conflicts,
     });
     for (key, value) in report.as_object().into_iter().flatten() {

@@ -299,6 +299,9 @@ async fn serve_shard(run: ShardRun) {
     }
 }
 
+/// Labels patched at once.
+const LABELLING: usize = 16;
+
 /// Every object of the served kinds without a bucket gets its own (`bosun.dev/bucket`,
 /// see [`shard::bucket`]); its children then take it from it. Objects created by a
 /// bosun owner already carry the owner's and are left as they are.
@@ -337,7 +340,10 @@ async fn label_unbucketed(client: Client, args: RunArgs, stop: CancellationToken
                 watcher(api, config)
                     .default_backoff()
                     .applied_objects()
-                    .for_each(move |object| {
+                    // Many at once: at a first start over existing objects, this is
+                    // one patch each, and a shard reconciles its objects only once
+                    // they carry their bucket.
+                    .for_each_concurrent(LABELLING, move |object| {
                         let (client, kind) = (client.clone(), kind.clone());
                         async move {
                             let Ok(object) = object else { return };

@@ -146,6 +146,10 @@ pub(crate) async fn unbound_kubeconfig(client: &Client, admin: &std::path::Path,
     }
     let path = repo_root().join("target/e2e-logs").join(format!("{ns}.kubeconfig"));
     std::fs::create_dir_all(path.parent().expect("dir")).expect("log dir");
-    std::fs::write(&path, serde_yaml_ng::to_string(&config).expect("kubeconfig yaml")).expect("writing kubeconfig");
+    // Written aside and renamed: a bosun started a moment ago may be reading the one
+    // this replaces (replicas started one after the other), and must never see half.
+    let aside = path.with_extension(format!("kubeconfig.{}", std::process::id()));
+    std::fs::write(&aside, serde_yaml_ng::to_string(&config).expect("kubeconfig yaml")).expect("writing kubeconfig");
+    std::fs::rename(&aside, &path).expect("renaming the kubeconfig into place");
     path
 }
