@@ -775,8 +775,14 @@ async fn a_standby_whose_data_was_only_on_the_lost_node_is_replaced_when_asked_a
         let db = env.api::<PostgreSQL>().get("test-db").await.unwrap();
         assert!(!db.annotations().contains_key(REPLACE), "the annotation goes once done");
         assert_eq!(decided(&env).await, last_change, "no change of primary");
+        // The primary never fenced itself (its standby lost, it hears bosun), and no
+        // write waited on a failover: the gaps are a loaded machine's, such as the
+        // replacement's clone forcing a checkpoint (5.5 s once, with three test binaries
+        // on two cores; a fence would add a fencing time and a re-tell on top).
+        let (_, log) = env.kubectl(&["logs", &primary, "-c", "postgres"]);
+        assert!(!log.contains("fencing it"), "the primary fenced itself: {}", &log[log.len().saturating_sub(3000)..]);
         let gap = outage(&acks(&env), at);
-        assert!(gap < 5.0, "the primary went on taking writes: the longest gap was {gap:.1} s");
+        assert!(gap < 10.0, "the primary went on taking writes: the longest gap was {gap:.1} s");
 
         // The lost volume is kept, with a word of why.
         let pvs = Api::<PersistentVolume>::all(env.client.clone());
