@@ -161,7 +161,16 @@ pub async fn run(
     let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<LeaseError>();
     let mut held: BTreeMap<u16, Held> = BTreeMap::new();
     let mut said: Option<String> = None;
-    let mut member_lost = Box::pin(leader::hold(&member, &member_cfg));
+    // Renewed on its own task: the loop below may wait a while (a shard handed over
+    // finishes its reconciles first), and a member Lease let lapse would look like a
+    // replica gone, moving its shards for nothing.
+    let member = Arc::new(member);
+    let renewing = {
+        let (member, cfg, lost) = (member.clone(), member_cfg.clone(), lost_tx.clone());
+        tokio::spawn(async move {
+            let _ = lost.send(leader::hold(&member, &cfg).await);
+        })
+    };
     let result = loop {
         let listed = leases.list(&ListParams::default()).await;
         match listed {
@@ -227,7 +236,6 @@ pub async fn run(
             () = tokio::time::sleep(lease.retry) => {}
             () = shutdown.cancelled() => break Ok(()),
             Some(lost) = lost_rx.recv() => break Err(lost),
-            lost = &mut member_lost => break Err(lost),
         }
     };
     if let Err(lost) = &result {
@@ -245,7 +253,8 @@ pub async fn run(
     for (_, h) in held {
         let _ = h.task.await;
     }
-    drop(member_lost);
+    renewing.abort();
+    let _ = renewing.await;
     if let Err(err) = member.release().await {
         warn!(%err, "could not release the member lease; it expires");
     }
