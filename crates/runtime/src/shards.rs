@@ -26,7 +26,7 @@ use bosun_controller::checkpoint;
 use bosun_resources::shard::{self, BUCKET_LABEL, Shards};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -322,15 +322,7 @@ async fn label_unbucketed(client: Client, args: RunArgs, stop: CancellationToken
             continue;
         }
         for t in served.types {
-            let crd = (t.crd)();
-            let Some(version) = crd.spec.versions.iter().find(|v| v.storage) else { continue };
-            kinds.push(ApiResource {
-                group: crd.spec.group.clone(),
-                version: version.name.clone(),
-                api_version: format!("{}/{}", crd.spec.group, version.name),
-                kind: crd.spec.names.kind.clone(),
-                plural: crd.spec.names.plural.clone(),
-            });
+            kinds.extend(crate::webhook::conversion::storage_resource(&(t.crd)()));
         }
     }
     let namespaces: Vec<Option<String>> =

@@ -27,6 +27,18 @@ fn storage(crd: &CustomResourceDefinition) -> Option<&str> {
     crd.spec.versions.iter().find(|v| v.storage).map(|v| v.name.as_str())
 }
 
+/// The API of `crd`'s objects in its storage version, for dynamic clients.
+pub fn storage_resource(crd: &CustomResourceDefinition) -> Option<ApiResource> {
+    let version = storage(crd)?;
+    Some(ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.to_owned(),
+        api_version: format!("{}/{version}", crd.spec.group),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    })
+}
+
 /// The client configuration `crd` holds, when it converts by webhook.
 fn held(crd: &CustomResourceDefinition) -> Option<&WebhookClientConfig> {
     crd.spec
@@ -66,14 +78,7 @@ pub fn needs_migration(crd: &CustomResourceDefinition, target: &Target, bundle: 
 /// Returns how many objects were written.
 pub async fn migrate(client: &Client, crd: &CustomResourceDefinition, manager: &str) -> Result<usize, String> {
     let name = crd.metadata.name.clone().unwrap_or_default();
-    let Some(version) = storage(crd) else { return Ok(0) };
-    let resource = ApiResource {
-        group: crd.spec.group.clone(),
-        version: version.to_owned(),
-        api_version: format!("{}/{version}", crd.spec.group),
-        kind: crd.spec.names.kind.clone(),
-        plural: crd.spec.names.plural.clone(),
-    };
+    let Some(resource) = storage_resource(crd) else { return Ok(0) };
     let all: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut written = 0;
     let mut params = ListParams::default().limit(500);
@@ -99,6 +104,7 @@ pub async fn migrate(client: &Client, crd: &CustomResourceDefinition, manager: &
         }
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let version = resource.version.as_str();
     let trimmed = json!({"status": {"storedVersions": [version]}});
     crds.patch_status(&name, &PatchParams::default(), &Patch::Merge(&trimmed))
         .await
