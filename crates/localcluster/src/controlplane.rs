@@ -170,12 +170,15 @@ fn node_step(dir: &StateDir, ports: Option<&Ports>, n: &RealNode, step: &str) ->
     run(&mut cmd).with_context(|| format!("real node {}'s step '{step}'", n.name))
 }
 
+/// `Err` naming the switch when the environment sets it to `0`.
+fn switched_on(switch: &str) -> std::result::Result<(), String> {
+    if std::env::var(switch).is_ok_and(|v| v == "0") { Err(format!("turned off ({switch}=0)")) } else { Ok(()) }
+}
+
 /// Whether this cluster gets the real node: the node build's `bin` directory, or why
-/// this machine cannot run it.
+/// not (turned off, or this machine cannot run it).
 fn pick_node(dir: &StateDir) -> std::result::Result<PathBuf, String> {
-    if std::env::var(REAL_NODES_SWITCH).is_ok_and(|v| v == "0") {
-        return Err(format!("turned off ({REAL_NODES_SWITCH}=0)"));
-    }
+    switched_on(REAL_NODES_SWITCH)?;
     let why = node_step(dir, None, &FIRST, "unsupported").map_err(|e| format!("{e:#}"))?;
     if !why.trim().is_empty() {
         return Err(why.trim().to_owned());
@@ -185,9 +188,7 @@ fn pick_node(dir: &StateDir) -> std::result::Result<PathBuf, String> {
 
 /// Whether this cluster also gets the second real node (the first one runs), or why not.
 fn pick_second_node(dir: &StateDir) -> std::result::Result<(), String> {
-    if std::env::var(SECOND_NODE_SWITCH).is_ok_and(|v| v == "0") {
-        return Err(format!("turned off ({SECOND_NODE_SWITCH}=0)"));
-    }
+    switched_on(SECOND_NODE_SWITCH)?;
     let why = node_step(dir, None, &SECOND, "unsupported").map_err(|e| format!("{e:#}"))?;
     if why.trim().is_empty() { Ok(()) } else { Err(why.trim().to_owned()) }
 }
