@@ -21,6 +21,12 @@ fn ephemeral_start() -> u16 {
 
 /// `n` distinct ports free on 127.0.0.1 now, each held bound until all are found.
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    hold_free_ports(n)?.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+/// `n` listeners on distinct free ports of 127.0.0.1, below the ephemeral range when
+/// there is room there.
+fn hold_free_ports(n: usize) -> Result<Vec<TcpListener>> {
     const LOW: u16 = 10_000;
     let high = ephemeral_start();
     let mut held: Vec<TcpListener> = Vec::with_capacity(n);
@@ -41,7 +47,7 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     while held.len() < n {
         held.push(TcpListener::bind(("127.0.0.1", 0)).context("binding a free port")?);
     }
-    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    Ok(held)
 }
 
 #[cfg(test)]
@@ -51,7 +57,10 @@ mod tests {
 
     #[test]
     fn distinct_free_ports_below_the_ephemeral_range() {
-        let ports = free_ports(9).unwrap();
+        // Checked while the ports are still held: once released, any other test or
+        // cluster on the machine may bind one, so "free afterwards" cannot be asserted.
+        let held = hold_free_ports(9).unwrap();
+        let ports: Vec<u16> = held.iter().map(|l| l.local_addr().unwrap().port()).collect();
         let mut unique = ports.clone();
         unique.sort_unstable();
         unique.dedup();
@@ -59,7 +68,8 @@ mod tests {
         let high = ephemeral_start();
         for p in ports {
             assert!((10_000..high).contains(&p) || high <= 10_900, "{p} outside 10000..{high}");
-            TcpListener::bind(("127.0.0.1", p)).unwrap_or_else(|e| panic!("{p} is not free: {e}"));
+            assert!(TcpListener::bind(("127.0.0.1", p)).is_err(), "{p} was found but not held");
         }
+        assert_eq!(free_ports(3).unwrap().len(), 3);
     }
 }
