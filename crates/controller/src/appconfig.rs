@@ -281,7 +281,7 @@ pub async fn run(
     // A ConfigMap's change or deletion concerns every AppConfig rendering into it: a
     // refused second one takes over when the first one's ConfigMap goes.
     let by_name = store.clone();
-    let ctrl = wiring::triggered_by::<AppConfig, ConfigMap>(CONTROLLER, ctrl, &ctx, cm_changes, move |cm| {
+    let ctrl = wiring::triggered_by::<AppConfig, ConfigMap>(ctrl, cm_changes, move |cm| {
         rendering_into(&by_name, &cm.namespace().unwrap_or_default(), &cm.name_any())
             .into_iter()
             .map(|r| r.name)
@@ -292,14 +292,8 @@ pub async fn run(
     watch_workloads::<Deployment>(&ctx, ns, index.clone(), tx.clone());
     watch_workloads::<StatefulSet>(&ctx, ns, index.clone(), tx.clone());
     watch_workloads::<DaemonSet>(&ctx, ns, index.clone(), tx);
-    let queue = ctx.queues.of(CONTROLLER);
-    let triggers = rx.flat_map(move |(ns, cm): (String, String)| {
-        let refs = rendering_into(&store, &ns, &cm);
-        for r in &refs {
-            queue.add(r);
-        }
-        futures::stream::iter(refs)
-    });
+    let triggers =
+        rx.flat_map(move |(ns, cm): (String, String)| futures::stream::iter(rendering_into(&store, &ns, &cm)));
     let ctrl = ctrl.reconcile_on(triggers);
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |app, ctx| {
         reconcile(app, ctx, config_maps.clone(), index.clone())

@@ -96,10 +96,8 @@ pub async fn run(
     let (Some(cronjob_changes), Some(job_changes)) = (cronjob_changes.pop(), job_changes.pop()) else { return };
     let ctrl = wiring::controller_for::<Backup>(CONTROLLER, &ctx, ns);
     tokio::spawn(gauges(&ctx).export(ctrl.store()));
-    let ctrl = wiring::owns::<Backup, CronJob>(CONTROLLER, ctrl, &ctx, cronjob_changes);
-    let ctrl = wiring::triggered_by::<Backup, Job>(CONTROLLER, ctrl, &ctx, job_changes, |job| {
-        backup_of(job).into_iter().collect()
-    });
+    let ctrl = wiring::owns::<Backup, CronJob>(ctrl, cronjob_changes);
+    let ctrl = wiring::triggered_by::<Backup, Job>(ctrl, job_changes, |job| backup_of(job).into_iter().collect());
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |backup, ctx| {
         reconcile(backup, ctx, cronjobs.clone(), jobs.clone())
     })

@@ -143,7 +143,7 @@ pub async fn run(
     let (jobs, ctrl) = watched(&ctx, ns, ctrl);
     let silences = failover::Silences::default();
     let (silent, silent_pods) = futures::channel::mpsc::unbounded();
-    let ctrl = wiring::triggered_by::<PostgreSQL, Pod>(CONTROLLER, ctrl, &ctx, silent_pods, instance_of);
+    let ctrl = wiring::triggered_by::<PostgreSQL, Pod>(ctrl, silent_pods, instance_of);
     let limit = ctx.settings.postgres.unanswered_failover;
     let watched = failover::Watched { databases: ctrl.store(), pods: pods.clone(), secrets: secrets.clone() };
     let watchdog = tokio::spawn(failover::watch_instances(watched, silences.clone(), limit, silent));
@@ -158,12 +158,12 @@ fn instance_of<C: Child>(child: &C) -> Vec<String> {
     child.labels().get("app.kubernetes.io/instance").cloned().into_iter().collect()
 }
 
-type Controller = kube::runtime::Controller<crate::guard::Guarded<PostgreSQL>>;
+type Controller = wiring::Triggered<PostgreSQL>;
 
 /// Watch the `C` children of PostgreSQLs and trigger the one each names.
 fn watched<C: Child>(ctx: &Context, ns: Option<&str>, ctrl: Controller) -> (Owned<C>, Controller) {
     let (owned, changes): (Owned<C>, UnboundedReceiver<C>) = wiring::watch_app(ctx, ns, build::APP_NAME);
-    let ctrl = wiring::triggered_by::<PostgreSQL, C>(CONTROLLER, ctrl, ctx, changes, instance_of);
+    let ctrl = wiring::triggered_by::<PostgreSQL, C>(ctrl, changes, instance_of);
     (owned, ctrl)
 }
 

@@ -386,15 +386,15 @@ async fn run_kind<K>(
 {
     let ctrl = wiring::controller_for::<K>(K::CONTROLLER, &ctx, ns);
     let (pg, st, d, s, se, i, b) = changes;
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, pg);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, st);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, d);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, s);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, se);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, i);
-    let ctrl = by_stack_label::<K, _>(ctrl, &ctx, b);
+    let ctrl = by_stack_label::<K, _>(ctrl, pg);
+    let ctrl = by_stack_label::<K, _>(ctrl, st);
+    let ctrl = by_stack_label::<K, _>(ctrl, d);
+    let ctrl = by_stack_label::<K, _>(ctrl, s);
+    let ctrl = by_stack_label::<K, _>(ctrl, se);
+    let ctrl = by_stack_label::<K, _>(ctrl, i);
+    let ctrl = by_stack_label::<K, _>(ctrl, b);
     let ctrl = match monitoring {
-        Some((crd_changes, monitors)) => by_stack_label::<K, _>(ctrl.reconcile_all_on(crd_changes), &ctx, monitors),
+        Some((crd_changes, monitors)) => by_stack_label::<K, _>(ctrl.reconcile_all_on(crd_changes), monitors),
         None => ctrl,
     };
     wiring::drive_finalized(K::CONTROLLER, ctrl, concurrency, ctx, shutdown, Some(K::FINALIZER), move |stack, ctx| {
@@ -403,14 +403,8 @@ async fn run_kind<K>(
     .await;
 }
 
-fn by_stack_label<K: StackKind, C: Child>(
-    ctrl: kube::runtime::Controller<crate::guard::Guarded<K>>,
-    ctx: &Context,
-    changes: Changes<C>,
-) -> kube::runtime::Controller<crate::guard::Guarded<K>> {
-    wiring::triggered_by::<K, C>(K::CONTROLLER, ctrl, ctx, changes, |child| {
-        child.labels().get(K::LABEL).cloned().into_iter().collect()
-    })
+fn by_stack_label<K: StackKind, C: Child>(ctrl: wiring::Triggered<K>, changes: Changes<C>) -> wiring::Triggered<K> {
+    wiring::triggered_by::<K, C>(ctrl, changes, |child| child.labels().get(K::LABEL).cloned().into_iter().collect())
 }
 
 async fn reconcile<K>(stack: Arc<K>, ctx: Arc<Context>, children: Children) -> Result<Outcome, Error>

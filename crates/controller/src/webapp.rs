@@ -97,8 +97,8 @@ async fn run_group<K: WebAppKind>(
     services: Changes<SlimService>,
 ) {
     let ctrl = wiring::controller_for::<K>(CONTROLLER, &ctx, ns);
-    let ctrl = wiring::owns::<K, SlimDeployment>(CONTROLLER, ctrl, &ctx, deployments);
-    let ctrl = wiring::owns::<K, SlimService>(CONTROLLER, ctrl, &ctx, services);
+    let ctrl = wiring::owns::<K, SlimDeployment>(ctrl, deployments);
+    let ctrl = wiring::owns::<K, SlimService>(ctrl, services);
     wiring::drive(CONTROLLER, ctrl, concurrency, ctx, shutdown, move |webapp, ctx| {
         reconcile(webapp, ctx, children.clone())
     })

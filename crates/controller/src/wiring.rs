@@ -1,10 +1,11 @@
-//! Wiring a reconcile pipeline into a kube-runtime `Controller`, the same way for
-//! every kind.
+//! Wiring a reconcile pipeline — watches, caches, a work queue, workers — the same
+//! way for every kind.
 //!
 //! ```text
 //!   watch(K, each object guarded) ─reflect─▶ store ─generation (or request) predicate┐
-//!   watch(C, managed-by=bosun) ─slim─reflect─▶ Owned<C> ─relevant changes─▶ owner ┴─▶ Controller
-//!     ─▶ gate (leads?) ─▶ fair worker semaphore ─▶ unreadable? report · being deleted? leave
+//!   watch(C, managed-by=bosun) ─slim─reflect─▶ Owned<C> ─relevant changes─▶ owner ┴─▶ Triggered
+//!     ─▶ work queue (FIFO, each object once) ─ leads? ─▶ `concurrency` workers
+//!     ─▶ unreadable? report · being deleted? leave
 //!     ─▶ the object as cached now, with bosun's last status ─▶ instrumented(reconcile)
 //! ```
 //!
@@ -23,12 +24,14 @@
 //!   a name before bosun writes it ([`crate::children`]) and whether a child drifted
 //!   ([`crate::changes`]). A child triggers its owner only when the slimmed object
 //!   changed, or it was deleted.
-//! * Every replica runs the watches; reconciles wait at [`crate::context::Gate`] until
-//!   the replica leads, then run at most `concurrency` at a time in trigger order.
-//! * Each watch retries on its own short backoff (¼ s doubling to 2 s) and the
-//!   Controller adds none on top, so reconciling resumes within seconds of an
-//!   apiserver's return; a watch that is failing makes `/readyz` say so.
-//! * Errors go through [`error_policy`]: per-object exponential backoff with jitter.
+//! * Every replica runs the watches and fills its queue; reconciles wait at
+//!   [`crate::context::Gate`] until the replica leads, then run at most `concurrency`
+//!   at a time in trigger order ([`drive_finalized`], [`WorkQueue`]).
+//! * Each watch retries on its own short backoff (¼ s doubling to 2 s) and nothing
+//!   adds any on top, so reconciling resumes within seconds of an apiserver's return;
+//!   a watch that is failing makes `/readyz` say so.
+//! * A failed reconcile is looked at again after a per-object exponential backoff
+//!   with jitter ([`crate::backoff`]).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -39,14 +42,12 @@ use std::time::{Duration, Instant};
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
 use kube::core::object::HasStatus;
-use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
 use kube::runtime::watcher::ExponentialBackoff;
 use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::Semaphore;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use bosun_resources::meta::MANAGED_BY;
@@ -57,6 +58,7 @@ use crate::context::{Context, api};
 use crate::error::Error;
 pub use crate::guard::Reconciled;
 use crate::guard::{Guarded, UNREADABLE, Unreadable};
+use crate::queue::WorkQueue;
 
 /// The backoff of one watch: ¼ s doubling to 2 s, plus up to as much again of jitter,
 /// reset after 30 s without errors. Short on purpose: a restarted apiserver refuses
@@ -71,23 +73,6 @@ fn watch_backoff() -> impl Backoff {
         .with_jitter()
         .without_max_times();
     ResetTimerBackoff::new(ExponentialBackoff::from(exponential), Duration::from_secs(30))
-}
-
-/// No delay: the Controller's own backoff over all its watches would stack on top of
-/// each watch's (and be re-armed by every routine "resource version too old" after a
-/// restart), holding reconciles back for minutes.
-#[derive(Clone, Copy, Debug, Default)]
-struct NoBackoff;
-
-impl Iterator for NoBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(Duration::ZERO)
-    }
-}
-
-impl Backoff for NoBackoff {
-    fn reset(&mut self) {}
 }
 
 /// Objects per page of a watch's (re)list. A page is decoded whole — managed fields,
@@ -126,34 +111,73 @@ where
         .backoff(watch_backoff())
 }
 
-/// A controller for `K` in `namespace` (or cluster-wide) whose trigger ignores
-/// status-only changes. `controller` is its label in metrics.
+/// What brings the objects of one controller to a reconcile: the cache of its
+/// parents, and the streams that name which parent to reconcile — the parents' own
+/// watch, and (added by [`owns`], [`triggered_by`] and the `reconcile_*` methods) the
+/// changes of their children and of whatever else they read. [`drive`] runs it.
+pub struct Triggered<K: Reconciled> {
+    store: reflector::Store<Guarded<K>>,
+    triggers: Vec<futures::stream::BoxStream<'static, ObjectRef<Guarded<K>>>>,
+}
+
+impl<K: Reconciled> Debug for Triggered<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Triggered").field("streams", &self.triggers.len()).finish_non_exhaustive()
+    }
+}
+
+impl<K: Reconciled> Triggered<K> {
+    /// The cache of the parents, as the watch keeps it.
+    pub fn store(&self) -> reflector::Store<Guarded<K>> {
+        self.store.clone()
+    }
+
+    /// Reconcile also each parent `refs` names.
+    pub fn reconcile_on(mut self, refs: impl futures::Stream<Item = ObjectRef<Guarded<K>>> + Send + 'static) -> Self {
+        self.triggers.push(refs.boxed());
+        self
+    }
+
+    /// Reconcile every parent in the cache each time `signals` yields.
+    pub fn reconcile_all_on(self, signals: impl futures::Stream<Item = ()> + Send + 'static) -> Self {
+        let store = self.store();
+        let all = signals.flat_map(move |()| {
+            futures::stream::iter(store.state().iter().map(|o| key(o.as_ref())).collect::<Vec<_>>())
+        });
+        self.reconcile_on(all)
+    }
+}
+
+/// The queue's key of a parent: its namespace and name (no uid nor resourceVersion).
+fn key<K: Reconciled>(obj: &Guarded<K>) -> ObjectRef<Guarded<K>> {
+    let meta = obj.meta();
+    ObjectRef::new(meta.name.as_deref().unwrap_or_default()).within(meta.namespace.as_deref().unwrap_or_default())
+}
+
+/// The triggers of `K` in `namespace` (or cluster-wide), starting with its own watch,
+/// which ignores status-only changes. `controller` is its label in metrics.
 pub fn controller_for<K: Reconciled>(
     controller: &'static str,
     ctx: &Arc<Context>,
     namespace: Option<&str>,
-) -> Controller<Guarded<K>> {
+) -> Triggered<K> {
     let (reader, writer) = reflector::store();
     track_cache(ctx, reader.clone(), controller);
-    let queue = ctx.queues.of(controller);
-    let (written, forget) = (ctx.clone(), queue.clone());
+    let written = ctx.clone();
     let trigger = watched(ctx, watcher(api::<Guarded<K>>(&ctx.client, namespace), shard_config(ctx, None)))
         .modify(|obj| children::slim_parent_meta(obj.meta_mut()))
         .reflect(writer)
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => written.written.seen(obj.meta(), false),
-            watcher::Event::Delete(obj) => {
-                written.written.seen(obj.meta(), true);
-                forget.done(&ObjectRef::from_obj(obj));
-            }
+            watcher::Event::Delete(obj) => written.written.seen(obj.meta(), true),
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
-        .try_filter_map({
+        .filter_map({
+            // Watch errors are retried by `watched` and reported by /readyz.
             let mut triggers = Triggers::default();
-            move |event| futures::future::ready(Ok(triggers.filter(event)))
-        })
-        .inspect_ok(move |obj| queue.add(&ObjectRef::from_obj(obj)));
-    Controller::for_stream(trigger, reader).trigger_backoff(NoBackoff)
+            move |event| futures::future::ready(event.ok().and_then(|e| triggers.filter(e)).map(|o| key(&o)))
+        });
+    Triggered { store: reader, triggers: vec![trigger.boxed()] }
 }
 
 /// Annotations by which a user asks for something once (not spec: no new
@@ -217,18 +241,9 @@ fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, c
     ctx.caches.expect_one();
     let ctx = ctx.clone();
     tokio::spawn(async move {
-        // Store readiness sits on one oneshot receiver, which wakes only its latest
-        // poller, and the Controller waits on the same store; so look again every
-        // 200 ms instead of waiting once (the value is memoized once set).
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), reader.wait_until_ready()).await {
-                Ok(Ok(())) => break,
-                Ok(Err(err)) => {
-                    tracing::error!(%err, controller, "cache writer dropped before the initial list completed");
-                    return;
-                }
-                Err(_) => continue,
-            }
+        if !listed(&reader).await {
+            tracing::error!(controller, "cache writer dropped before the initial list completed");
+            return;
         }
         tracing::debug!(controller, "cache synced");
         ctx.caches.one_synced();
@@ -241,6 +256,20 @@ fn track_cache<K: Reconciled>(ctx: &Arc<Context>, reader: reflector::Store<K>, c
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
     });
+}
+
+/// Wait until `reader`'s first list is in: `false` if its writer went away first.
+///
+/// Store readiness sits on one oneshot receiver, which wakes only its latest poller,
+/// and both the driver and [`track_cache`] wait on the same store; so look again
+/// every 200 ms instead of waiting once (the value is memoized once set).
+async fn listed<K: Reconciled>(reader: &reflector::Store<K>) -> bool {
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), reader.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_) => continue,
+        }
+    }
 }
 
 /// One watch of the bosun-managed `C` in `namespace` (or cluster-wide), shared by
@@ -380,13 +409,8 @@ fn checkpoint_key<C: Child>(namespace: Option<&str>, also: Option<&str>) -> Stri
 
 /// Reconcile the owner of a bosun-managed `C` when `changes` (from
 /// [`watch_children`]) says it changed in a way that matters or disappeared.
-pub fn owns<K: Reconciled, C: Child>(
-    controller: &'static str,
-    ctrl: Controller<Guarded<K>>,
-    ctx: &Context,
-    changes: mpsc::UnboundedReceiver<C>,
-) -> Controller<Guarded<K>> {
-    triggered_by(controller, ctrl, ctx, changes, |child: &C| {
+pub fn owns<K: Reconciled, C: Child>(ctrl: Triggered<K>, changes: mpsc::UnboundedReceiver<C>) -> Triggered<K> {
+    triggered_by(ctrl, changes, |child: &C| {
         child
             .owner_references()
             .iter()
@@ -400,27 +424,21 @@ pub fn owns<K: Reconciled, C: Child>(
 /// (from [`watch_children`]) brings a child: for children whose controller is not the
 /// parent itself, e.g. the Jobs a Backup's CronJob starts.
 pub fn triggered_by<K: Reconciled, C: Child>(
-    controller: &'static str,
-    ctrl: Controller<Guarded<K>>,
-    ctx: &Context,
+    ctrl: Triggered<K>,
     changes: mpsc::UnboundedReceiver<C>,
     parents_of: impl Fn(&C) -> Vec<String> + Send + Sync + 'static,
-) -> Controller<Guarded<K>> {
-    let queue = ctx.queues.of(controller);
+) -> Triggered<K> {
     let parents = ctrl.store();
-    let mapper = move |child: C| {
+    let owners = changes.flat_map(move |child: C| {
         let ns = child.namespace().unwrap_or_default();
         let owners: Vec<ObjectRef<Guarded<K>>> = parents_of(&child)
             .into_iter()
             .map(|name| ObjectRef::new(&name).within(&ns))
             .filter(|owner| parents.get(owner).is_some())
             .collect();
-        for owner in &owners {
-            queue.add(owner);
-        }
-        owners
-    };
-    ctrl.watches_stream(changes.map(Ok), mapper)
+        futures::stream::iter(owners)
+    });
+    ctrl.reconcile_on(owners)
 }
 
 /// Which child watch events trigger the owner: a deletion always; any other event
@@ -463,15 +481,13 @@ impl<C: Child> Relevant<C> {
     }
 }
 
-type Reconcile = Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>;
-
-/// Drive `ctrl` until `shutdown` resolves; in-flight reconciles finish first.
+/// Drive `triggered` until `shutdown` resolves; in-flight reconciles finish first.
 ///
 /// Each triggered object goes to `reconcile` (through [`instrumented`]) unless it is
 /// unreadable (reported once per change) or being deleted (left alone).
 pub async fn drive<K, F, Fut>(
     controller: &'static str,
-    ctrl: Controller<Guarded<K>>,
+    triggered: Triggered<K>,
     concurrency: u16,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -482,15 +498,24 @@ pub async fn drive<K, F, Fut>(
     F: FnMut(Arc<K>, Arc<Context>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
 {
-    drive_finalized(controller, ctrl, concurrency, ctx, shutdown, None, reconcile).await;
+    drive_finalized(controller, triggered, concurrency, ctx, shutdown, None, reconcile).await;
 }
+
+/// When to look at an object again, if no watch event comes first.
+type Next = Option<Duration>;
 
 /// [`drive`] for a controller with a finalizer of its own: an object being deleted
 /// that still carries `finalizer` goes to `reconcile` too, whose cleanup removes it
 /// ([`crate::finalizers::finalized`]); one without it is left alone, as by [`drive`].
+///
+/// One loop owns the [`WorkQueue`]: it takes in triggers, hands the objects out in
+/// the order they were triggered to at most `concurrency` reconciles at a time (each
+/// a task of its own), puts back what they ask to look at again, and fires those
+/// when due. A standby keeps its caches warm and its queue filled; it reconciles only
+/// once it leads, never after shutdown began, and only after the parents' first list.
 pub async fn drive_finalized<K, F, Fut>(
     controller: &'static str,
-    ctrl: Controller<Guarded<K>>,
+    triggered: Triggered<K>,
     concurrency: u16,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -502,79 +527,130 @@ pub async fn drive_finalized<K, F, Fut>(
     F: FnMut(Arc<K>, Arc<Context>) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
 {
-    // Being deleted, with nothing of this controller's left to do.
-    let left_alone = move |meta: &kube::api::ObjectMeta| {
-        meta.deletion_timestamp.is_some() && !finalizer.is_some_and(|f| crate::finalizers::holds(meta, f))
-    };
-    let store = ctrl.store();
-    let workers = Arc::new(Semaphore::new(usize::from(concurrency.max(1))));
-    let dispatch = move |guarded: Arc<Guarded<K>>, ctx: Arc<Context>| -> Reconcile {
-        match &guarded.0 {
-            Err(unreadable) => {
-                let (unreadable, object) = (unreadable.clone(), guarded.object_ref(&()));
-                Box::pin(async move {
-                    // Reporting is a write (an event): the leader's alone.
-                    if ctx.leader.wait().await {
-                        report_unreadable::<K>(controller, &ctx, &unreadable, object).await;
+    let Triggered { store, triggers } = triggered;
+    let mut triggers = futures::stream::select_all(triggers);
+    let depth = ctx.queues.of(controller);
+    let workers = usize::from(concurrency.max(1));
+    let mut queue = WorkQueue::default();
+    let mut running = tokio::task::JoinSet::new();
+    let mut in_flight: std::collections::HashMap<tokio::task::Id, ObjectRef<Guarded<K>>> = Default::default();
+    let ready = listed(&store);
+    let timer = tokio::time::sleep(Duration::from_secs(86_400));
+    tokio::pin!(shutdown, ready, timer);
+    let (mut listed_yet, mut stopping, mut timer_at) = (false, false, None);
+    loop {
+        if listed_yet && !stopping && ctx.leader.leading() {
+            while running.len() < workers
+                && let Some(key) = queue.pop()
+            {
+                match start(controller, &store, &key, &ctx, finalizer, reconcile.clone()) {
+                    Some(job) => {
+                        in_flight.insert(running.spawn(job).id(), key);
                     }
-                    Ok(Action::await_change())
-                })
-            }
-            Ok(obj) if left_alone(obj.meta()) => {
-                debug!(
-                    controller,
-                    namespace = obj.namespace().unwrap_or_default(),
-                    object = obj.name_any(),
-                    "being deleted: not reconciled"
-                );
-                Box::pin(std::future::ready(Ok(Action::await_change())))
-            }
-            Ok(_) => {
-                let key = ObjectRef::from_obj(guarded.as_ref());
-                let (store, workers) = (store.clone(), workers.clone());
-                let mut reconcile = reconcile.clone();
-                Box::pin(async move {
-                    // A standby keeps its caches warm and its queue filled; it reconciles
-                    // only once it leads. Then at most `concurrency` at a time, in the
-                    // order they were triggered (the semaphore is fair), never after
-                    // shutdown began, and with the object as cached when its turn comes.
-                    if !ctx.leader.wait().await {
-                        return Ok(Action::await_change());
-                    }
-                    let Ok(_worker) = workers.acquire().await else { return Ok(Action::await_change()) };
-                    ctx.queues.of(controller).done(&key);
-                    let current = store.get(&key);
-                    let obj = match current.as_deref().map(|g| &g.0) {
-                        Some(Ok(obj)) if !left_alone(obj.meta()) && ctx.leader.leading() => obj,
-                        // Gone, going, unreadable since, or shutting down: the watch says what is next.
-                        _ => return Ok(Action::await_change()),
-                    };
-                    let obj = ctx.written.latest(Arc::new(obj.clone()));
-                    ctx.leader.reconciling(&ctx.metrics);
-                    // Boxed: a dispatch waiting for a worker holds only a pointer.
-                    Box::pin(instrumented(controller, obj.clone(), ctx.clone(), reconcile(obj, ctx))).await
-                })
+                    None => queue.finish(&key, None, Instant::now()),
+                }
             }
         }
-    };
-    // The workers above bound the reconciles; kube-runtime's own limit would hold
-    // triggers in a set and hand them out in random order once saturated.
-    ctrl.with_config(controller::Config::default().concurrency(0).debounce(FIFO))
-        .graceful_shutdown_on(shutdown)
-        .run(dispatch, error_policy, ctx)
-        .for_each(|_| std::future::ready(()))
-        .await;
+        depth.set(queue.len());
+        if stopping && running.is_empty() {
+            return;
+        }
+        let due = queue.next_due();
+        if due != timer_at {
+            timer_at = due;
+            let far = Instant::now() + Duration::from_secs(86_400);
+            timer.as_mut().reset(due.unwrap_or(far).into());
+        }
+        tokio::select! {
+            biased;
+            () = &mut shutdown, if !stopping => stopping = true,
+            Some(done) = running.join_next_with_id() => {
+                let (id, next) = match done {
+                    Ok((id, next)) => (id, next),
+                    // A reconcile that panicked: looked at again as if it had failed.
+                    Err(err) => {
+                        tracing::error!(controller, %err, "reconcile task ended abnormally");
+                        (err.id(), Some(crate::backoff::BASE))
+                    }
+                };
+                if let Some(key) = in_flight.remove(&id) {
+                    queue.finish(&key, next, Instant::now());
+                }
+            }
+            ok = &mut ready, if !listed_yet => {
+                if !ok {
+                    return; // the parents' watch is gone: nothing can trigger any more
+                }
+                listed_yet = true;
+            }
+            leads = ctx.leader.wait(), if !stopping && !ctx.leader.leading() => stopping |= !leads,
+            () = &mut timer, if timer_at.is_some() => queue.fire(Instant::now()),
+            Some(key) = triggers.next() => {
+                queue.add(key);
+                // Take in what else is ready at once: a list brings thousands.
+                for _ in 0..256 {
+                    match futures::FutureExt::now_or_never(triggers.next()) {
+                        Some(Some(key)) => queue.add(key),
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// The debounce of every trigger, which makes the work queue first-in, first-out.
-///
-/// kube-runtime's scheduler keeps triggers in a tokio `DelayQueue`, which puts an item
-/// whose time has already come on a last-in, first-out stack, but files one due even a
-/// millisecond later in its timer wheel, which hands items out in time order. Without
-/// this, under load the newest trigger — often the watch event of the child the last
-/// reconcile created — overtook the parents waiting for their first reconcile
-/// (measured at 1,000 WebApps: create → Deployment p50 18 s instead of a few).
-const FIFO: Duration = Duration::from_millis(1);
+/// The reconcile of the object `key` names, as cached now, if there is one to run:
+/// none for an object gone, or being deleted with nothing of this controller's left
+/// to do; a report for one the types cannot read. The job yields when to look again.
+fn start<K, F, Fut>(
+    controller: &'static str,
+    store: &reflector::Store<Guarded<K>>,
+    key: &ObjectRef<Guarded<K>>,
+    ctx: &Arc<Context>,
+    finalizer: Option<&'static str>,
+    mut reconcile: F,
+) -> Option<Pin<Box<dyn Future<Output = Next> + Send>>>
+where
+    K: Reconciled + HasStatus,
+    K::Status: DeserializeOwned,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Outcome, Error>> + Send + 'static,
+{
+    let guarded = store.get(key)?;
+    let ctx = ctx.clone();
+    match &guarded.0 {
+        Err(unreadable) => {
+            let (unreadable, object) = (unreadable.clone(), guarded.object_ref(&()));
+            Some(Box::pin(async move {
+                report_unreadable::<K>(controller, &ctx, &unreadable, object).await;
+                None
+            }))
+        }
+        Ok(obj)
+            if obj.meta().deletion_timestamp.is_some()
+                && !finalizer.is_some_and(|f| crate::finalizers::holds(obj.meta(), f)) =>
+        {
+            debug!(
+                controller,
+                namespace = obj.namespace().unwrap_or_default(),
+                object = obj.name_any(),
+                "being deleted: not reconciled"
+            );
+            None
+        }
+        Ok(obj) => {
+            let obj = ctx.written.latest(Arc::new(obj.clone()));
+            ctx.leader.reconciling(&ctx.metrics);
+            Some(Box::pin(async move {
+                let outcome = instrumented(controller, obj.clone(), ctx.clone(), reconcile(obj.clone(), ctx.clone()));
+                match outcome.await {
+                    Ok(next) => next,
+                    Err(_) => Some(ctx.backoff.failed(obj.as_ref())),
+                }
+            }))
+        }
+    }
+}
 
 /// An object the types cannot read: a Warning event on it naming the field, a count,
 /// and one log line — none with the object's values.
@@ -618,13 +694,8 @@ pub async fn run_owning<K, C, F, Fut>(
     let ns = namespace.as_deref();
     let (owned, mut changes) = watch_children::<C>(&ctx, ns, &[(&K::kind(&()), &K::api_version(&()))]);
     let Some(changes) = changes.pop() else { return };
-    let ctrl = owns::<K, C>(controller, controller_for::<K>(controller, &ctx, ns), &ctx, changes);
+    let ctrl = owns::<K, C>(controller_for::<K>(controller, &ctx, ns), changes);
     drive(controller, ctrl, concurrency, ctx, shutdown, move |obj, ctx| reconcile(obj, ctx, owned.clone())).await;
-}
-
-/// Retry a failed object after its backoff delay.
-pub fn error_policy<K: Reconciled>(obj: Arc<Guarded<K>>, _err: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(ctx.backoff.failed(obj.as_ref()))
 }
 
 /// How often a parent whose child name is taken looks again: the object holding the
@@ -671,12 +742,7 @@ impl Outcome {
 
 /// Run one reconcile of `obj` through `stage` inside a span naming the object, and
 /// write one structured line with its outcome and duration.
-pub async fn instrumented<K, Fut>(
-    kind: &'static str,
-    obj: Arc<K>,
-    ctx: Arc<Context>,
-    stage: Fut,
-) -> Result<Action, Error>
+pub async fn instrumented<K, Fut>(kind: &'static str, obj: Arc<K>, ctx: Arc<Context>, stage: Fut) -> Result<Next, Error>
 where
     K: Reconciled,
     Fut: Future<Output = Result<Outcome, Error>>,
@@ -698,7 +764,7 @@ where
             ctx.backoff.succeeded(obj.as_ref());
             ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
             span.in_scope(|| info!(outcome = "Applied", duration_ms = ms, "reconciled"));
-            Ok(Action::await_change())
+            Ok(None)
         }
         Ok(Outcome::Requeue(after)) => {
             ctx.backoff.succeeded(obj.as_ref());
@@ -711,13 +777,13 @@ where
                     "reconciled: looks again later"
                 )
             });
-            Ok(Action::requeue(after))
+            Ok(Some(after))
         }
         Ok(Outcome::Yielded) => {
             ctx.backoff.succeeded(obj.as_ref());
             ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
             span.in_scope(|| info!(outcome = "Yielded", duration_ms = ms, "reconciled: more children follow"));
-            Ok(Action::requeue(YIELD_BACKSTOP))
+            Ok(Some(YIELD_BACKSTOP))
         }
         Ok(Outcome::Refused { reason, message, announce }) => {
             ctx.backoff.succeeded(obj.as_ref());
@@ -729,9 +795,9 @@ where
                 ctx.events.refused(&obj.object_ref(&()), reason, &message);
             }
             Ok(if bosun_api::conditions::reasons::RECHECKED.contains(&reason) {
-                Action::requeue(NAME_CONFLICT_RECHECK)
+                Some(NAME_CONFLICT_RECHECK)
             } else {
-                Action::await_change()
+                None
             })
         }
         // Children cannot be created in a namespace being deleted, and need not be:
@@ -741,7 +807,7 @@ where
         Err(err) if err.is_namespace_terminating() => {
             ctx.backoff.succeeded(obj.as_ref());
             span.in_scope(|| debug!(outcome = "NamespaceTerminating", duration_ms = ms, "namespace is being deleted"));
-            Ok(Action::requeue(NAMESPACE_TERMINATING_RECHECK))
+            Ok(Some(NAMESPACE_TERMINATING_RECHECK))
         }
         Err(err) => {
             ctx.metrics.reconciled(kind, "error", elapsed.as_secs_f64());
