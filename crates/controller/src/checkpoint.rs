@@ -321,7 +321,10 @@ fn checkpoint(place: &Place, key: &str, data: Vec<u8>) -> ConfigMap {
 
 fn encode(entries: &[Entry]) -> std::io::Result<Vec<u8>> {
     let json = serde_json::to_vec(entries)?;
-    zstd::encode_all(json.as_slice(), 3)
+    // In one call, with the size known: zstd sizes its window and context to the
+    // input. A streaming encoder sets up for any length: heaptrack counted 3.7 MiB of
+    // its contexts at bosun's peak over 3,000 WebApps.
+    zstd::bulk::compress(&json, 3)
 }
 
 fn decode(cm: &ConfigMap) -> Result<Vec<Entry>, String> {
