@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use kube::core::object::HasStatus;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::utils::{Backoff, ResetTimerBackoff};
@@ -504,6 +504,9 @@ pub async fn drive<K, F, Fut>(
 /// When to look at an object again, if no watch event comes first.
 type Next = Option<Duration>;
 
+/// When an object whose reconcile panicked is looked at again.
+const PANIC_RECHECK: Duration = Duration::from_secs(60);
+
 /// [`drive`] for a controller with a finalizer of its own: an object being deleted
 /// that still carries `finalizer` goes to `reconcile` too, whose cleanup removes it
 /// ([`crate::finalizers::finalized`]); one without it is left alone, as by [`drive`].
@@ -533,7 +536,6 @@ pub async fn drive_finalized<K, F, Fut>(
     let workers = usize::from(concurrency.max(1));
     let mut queue = WorkQueue::default();
     let mut running = tokio::task::JoinSet::new();
-    let mut in_flight: std::collections::HashMap<tokio::task::Id, ObjectRef<Guarded<K>>> = Default::default();
     let ready = listed(&store);
     let timer = tokio::time::sleep(Duration::from_secs(86_400));
     tokio::pin!(shutdown, ready, timer);
@@ -545,7 +547,15 @@ pub async fn drive_finalized<K, F, Fut>(
             {
                 match start(controller, &store, &key, &ctx, finalizer, reconcile.clone()) {
                     Some(job) => {
-                        in_flight.insert(running.spawn(job).id(), key);
+                        // A panic is a bug of bosun's, not the object's: logged, and
+                        // looked at again later, so the object is never lost to the queue.
+                        running.spawn(std::panic::AssertUnwindSafe(job).catch_unwind().map(move |done| {
+                            let next = done.unwrap_or_else(|_| {
+                                tracing::error!(controller, "reconcile panicked");
+                                Some(PANIC_RECHECK)
+                            });
+                            (key, next)
+                        }));
                     }
                     None => queue.finish(&key, None, Instant::now()),
                 }
@@ -564,19 +574,8 @@ pub async fn drive_finalized<K, F, Fut>(
         tokio::select! {
             biased;
             () = &mut shutdown, if !stopping => stopping = true,
-            Some(done) = running.join_next_with_id() => {
-                let (id, next) = match done {
-                    Ok((id, next)) => (id, next),
-                    // A reconcile that panicked: looked at again as if it had failed.
-                    Err(err) => {
-                        tracing::error!(controller, %err, "reconcile task ended abnormally");
-                        (err.id(), Some(crate::backoff::BASE))
-                    }
-                };
-                if let Some(key) = in_flight.remove(&id) {
-                    queue.finish(&key, next, Instant::now());
-                }
-            }
+            // Never cancelled, and a panic is caught: every task returns its key.
+            Some(Ok((key, next))) = running.join_next() => queue.finish(&key, next, Instant::now()),
             ok = &mut ready, if !listed_yet => {
                 if !ok {
                     return; // the parents' watch is gone: nothing can trigger any more
@@ -589,7 +588,7 @@ pub async fn drive_finalized<K, F, Fut>(
                 queue.add(key);
                 // Take in what else is ready at once: a list brings thousands.
                 for _ in 0..256 {
-                    match futures::FutureExt::now_or_never(triggers.next()) {
+                    match triggers.next().now_or_never() {
                         Some(Some(key)) => queue.add(key),
                         _ => break,
                     }
