@@ -1,6 +1,6 @@
 //! Per-object exponential backoff with jitter for transient errors.
 //!
-//! kube-runtime asks the error policy how long to wait before retrying an object; the
+//! The work queue ([`crate::wiring::drive_finalized`]) asks how long to wait before retrying a failed object; the
 //! delay doubles with each consecutive failure of that object (from 1 s, capped at
 //! 5 minutes) and is drawn uniformly from the upper half of the window so that many
 //! objects failing together (an apiserver restart) do not retry in lockstep. A
