@@ -26,7 +26,7 @@ use bosun_controller::checkpoint;
 use bosun_resources::shard::{self, BUCKET_LABEL, Shards};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -88,14 +88,26 @@ fn live(lease: &Lease, now: jiff::Timestamp) -> bool {
     renewed.is_some_and(|r| r + jiff::SignedDuration::from_secs(duration) > now)
 }
 
+/// When `lease` last showed its replica alive: renewed, acquired, or created. A Lease
+/// kube-lease-manager has just created, or one released, has no holder and no times,
+/// so its creation is what dates it (without it, a replica's member Lease in the
+/// instant between its creation and its first lock looked long gone to the others).
+fn last_sign_of_life(lease: &Lease) -> Option<jiff::Timestamp> {
+    let spec = lease.spec.as_ref();
+    let renewed = spec.and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref())).map(|t| t.0);
+    let created = lease.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    renewed.max(created)
+}
+
 /// What the Leases say, for one replica: the live members of its count, and why it
 /// must take nothing (a live replica or a held shard of another count).
 #[derive(Debug, PartialEq)]
 struct View {
     members: Vec<String>,
     refusal: Option<String>,
-    /// Member Leases expired long ago (replicas gone): removed, so they do not pile up.
-    stale: Vec<String>,
+    /// Member Leases with no sign of life for ten minutes (replicas gone): removed, so
+    /// they do not pile up; each with the resourceVersion it was judged by.
+    stale: Vec<(String, Option<String>)>,
 }
 
 fn view(base: &str, shards: Shards, leases: &[Lease], now: jiff::Timestamp) -> View {
@@ -115,8 +127,8 @@ fn view(base: &str, shards: Shards, leases: &[Lease], now: jiff::Timestamp) -> V
                         shards.count()
                     ));
                 }
-            } else if !live(lease, long_ago) {
-                stale.push(name);
+            } else if last_sign_of_life(lease).is_none_or(|t| t < long_ago) {
+                stale.push((name, lease.metadata.resource_version.clone()));
             }
         } else if let Some((_, count)) = shard::parse_lease(base, &name)
             && count != shards.count()
@@ -177,8 +189,12 @@ pub async fn run(
             Err(err) => warn!(%err, "listing the Leases of the shards"),
             Ok(list) => {
                 let view = view(&lease.name, shards, &list.items, jiff::Timestamp::now());
-                for name in &view.stale {
-                    let _ = leases.delete(name, &DeleteParams::default()).await;
+                for (name, version) in &view.stale {
+                    // Only the Lease as it was judged: one renewed or re-taken since stays.
+                    let unchanged = Preconditions { resource_version: version.clone(), uid: None };
+                    let _ = leases
+                        .delete(name, &DeleteParams { preconditions: Some(unchanged), ..Default::default() })
+                        .await;
                 }
                 if view.refusal != said {
                     match &view.refusal {
@@ -374,7 +390,7 @@ async fn label_unbucketed(client: Client, args: RunArgs, stop: CancellationToken
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::coordination::v1::LeaseSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 
     use super::*;
 
@@ -406,7 +422,22 @@ mod tests {
         let v = view("bosun", three, &leases, now);
         assert_eq!(v.members, ["pod-a", "pod-b"]);
         assert_eq!(v.refusal, None);
-        assert_eq!(v.stale, ["bosun-member-3-pod-long-gone"]);
+        assert_eq!(v.stale, [("bosun-member-3-pod-long-gone".to_owned(), None)]);
+
+        // As kube-lease-manager creates a Lease (before its first lock) or leaves it
+        // released: no holder, no times. Dated by its creation, kept while young.
+        let bare = |name: &str, created_ago: i64| Lease {
+            metadata: ObjectMeta {
+                name: Some(member_lease("bosun", three, name)),
+                creation_timestamp: Some(Time(now - jiff::SignedDuration::from_secs(created_ago))),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec::default()),
+        };
+        let v = view("bosun", three, &[bare("pod-new", 0), bare("pod-released-long-ago", 3600)], now);
+        assert!(v.members.is_empty());
+        assert_eq!(v.stale, [("bosun-member-3-pod-released-long-ago".to_owned(), Some("42".to_owned()))]);
         assert_eq!(parse_member("bosun", "bosun-member-3-pod-a-7f9"), Some((3, "pod-a-7f9".into())));
     }
 
