@@ -555,3 +555,172 @@ async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over()
     })
     .await;
 }
+
+/// What a watcher of the shard Leases saw while replicas came and went.
+#[derive(Debug, Default)]
+struct Coverage {
+    /// The longest time some bucket had no live shard Lease held.
+    longest_unowned: Duration,
+    /// Times a bucket was in two live held shard Leases at once.
+    doubly_owned: usize,
+    polls: usize,
+}
+
+/// Poll the shard Leases of `env` every 200 ms until `stop`: how well the 256 buckets
+/// were owned.
+fn watch_coverage(env: &Env, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> tokio::task::JoinHandle<Coverage> {
+    use bosun_resources::shard::{self, BUCKETS, Shards};
+    let leases = env.api::<Lease>();
+    tokio::spawn(async move {
+        let mut seen = Coverage::default();
+        let mut unowned_since: Option<Instant> = None;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let list = leases.list(&ListParams::default()).await.expect("listing the Leases");
+            let now = jiff::Timestamp::now();
+            let mut owners = vec![0usize; usize::from(BUCKETS)];
+            for lease in &list.items {
+                let Some((i, count)) = shard::parse_lease("bosun-leader", lease.metadata.name.as_deref().unwrap_or(""))
+                else {
+                    continue;
+                };
+                let Some(spec) = lease.spec.as_ref() else { continue };
+                let held = spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty());
+                let renewed = spec.renew_time.as_ref().map(|t| t.0);
+                let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
+                if held && renewed.is_some_and(|r| r + duration > now) {
+                    for b in Shards::new(count).unwrap().buckets(i) {
+                        owners[usize::from(b)] += 1;
+                    }
+                }
+            }
+            seen.polls += 1;
+            seen.doubly_owned += owners.iter().filter(|o| **o > 1).count();
+            if owners.contains(&0) {
+                let since = *unowned_since.get_or_insert_with(Instant::now);
+                seen.longest_unowned = seen.longest_unowned.max(since.elapsed());
+            } else {
+                unowned_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        seen
+    })
+}
+
+/// Issue 48: the shard count changed on a running deployment, as a rolling update
+/// does it (one new replica up, then one old replica gone, three times): the new
+/// replicas take nothing while the old count holds shards, the old ones divide the
+/// shards of those that left among themselves, and once the last old one is gone the
+/// new count takes over. No bucket is unowned for longer than the lease duration, none
+/// is in two held shards at once, and the WebApps converge under the new count.
+#[tokio::test]
+async fn a_shard_count_changed_on_a_running_deployment_rebalances_with_no_object_unowned() {
+    e2e("reshard", |env| async move {
+        let timings = ["--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline=4s"];
+        let timings = [&timings[..], &["--leader-elect-retry-period=1s"]].concat();
+        let with = |count: &'static str| [&[count][..], &timings[..]].concat();
+        let mut old = Vec::new();
+        for name in ["old-a", "old-b", "old-c"] {
+            old.push(replica(&env, name, &with("--shards=3")).await);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut held = Vec::new();
+            for r in &old {
+                held.push(shards_held(r).await);
+            }
+            if held == [1.0, 1.0, 1.0] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the shards were not divided: {held:?}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let names: Vec<String> = (0..12).map(|i| format!("web-{i}")).collect();
+        for name in &names {
+            env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
+        }
+        for name in &names {
+            env.wait_for::<apps_v1::WebApp>(name, "Ready=True", is_ready).await;
+        }
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let coverage = watch_coverage(&env, stop.clone());
+        let mut new = Vec::new();
+        for (step, name) in ["new-a", "new-b", "new-c"].into_iter().enumerate() {
+            let fresh = replica(&env, name, &with("--shards=2")).await;
+            // Up, ready (a rollout goes on through it), and taking nothing while the
+            // old count holds its shards.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let metrics = fresh.http_get("/metrics").await.1;
+                if gauge(&metrics, "bosun_shards_refused ") == Some(1.0) {
+                    assert_eq!(gauge(&metrics, "bosun_shards_held "), Some(0.0), "{metrics}");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{name} did not wait for the old count:\n{}", fresh.log_tail(30));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let (status, body) = fresh.http_get("/readyz").await;
+            assert_eq!(status, 200, "{name} waiting for its turn is ready: {body}");
+            new.push(fresh);
+            let mut gone = old.remove(0);
+            gone.signal("TERM");
+            let status = gone.wait_exit(Duration::from_secs(30)).await.expect("an old replica exits on SIGTERM");
+            assert!(status.success(), "{status:?}");
+            if step < 2 {
+                // The old replicas left hold every shard of the old count again.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let mut held = 0.0;
+                    for r in &old {
+                        held += shards_held(r).await;
+                    }
+                    if held == 3.0 {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "the old replicas left hold {held} of 3 shards");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+        // The new count holds its two shards, each replica ready over its shards' caches.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut held = 0.0;
+            let mut ready = true;
+            for r in &new {
+                held += shards_held(r).await;
+                ready &= r.http_get("/readyz").await.0 == 200;
+            }
+            if held == 2.0 && ready {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new replicas hold {held} of 2 shards (all ready: {ready})");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        for name in &names {
+            let patch = json!({"spec": {"image": "nginx:1.26"}});
+            env.api::<apps_v1::WebApp>()
+                .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+        for name in &names {
+            env.wait_for::<Deployment>(name, "the new image, under the new count", |d| {
+                d.spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
+            })
+            .await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = coverage.await.unwrap();
+        eprintln!("measured: shard count 3 → 2 over a rolling update: {seen:?}");
+        assert_eq!(seen.doubly_owned, 0, "a bucket was in two held shards at once: {seen:?}");
+        assert!(seen.longest_unowned < Duration::from_secs(6), "a bucket unowned longer than the lease: {seen:?}");
+        let reconciled: std::collections::BTreeSet<_> = new.iter().flat_map(reconciled_objects).collect();
+        assert!(names.iter().all(|n| reconciled.contains(n)), "the new count did not reconcile all: {reconciled:?}");
+    })
+    .await;
+}

@@ -31,6 +31,8 @@ pub struct Health {
     pub api_reachable: AtomicBool,
     pub leadership: Arc<Leadership>,
     pub ctx: Arc<Context>,
+    /// With --shards, the shards this replica holds, each with its own caches.
+    pub shards: Arc<crate::shards::ShardStatus>,
     /// The webhook server's certificate, when it serves webhooks.
     pub webhook_certificate: Option<Arc<crate::webhook::server::Certificate>>,
 }
@@ -49,16 +51,23 @@ impl Health {
         if self.webhook_certificate.as_ref().is_some_and(|c| !c.loaded()) {
             return Err("the webhook server has no serving certificate yet".into());
         }
-        if self.leadership.is_leader() && !self.ctx.caches.all_synced() {
-            let (synced, expected) = self.ctx.caches.counts();
-            return Err(format!("caches have not synced yet ({synced} of {expected})"));
-        }
-        let (failing, watches) = self.ctx.watches.counts();
-        if failing > 0 {
-            return Err(format!("{failing} of {watches} watches are failing"));
-        }
-        Ok(())
+        caches_ready(&self.ctx, self.leadership.is_leader())?;
+        self.shards.ready()
     }
+}
+
+/// A context's part of /readyz: its caches synced (when its controllers run), its
+/// watches flowing.
+pub fn caches_ready(ctx: &Context, running: bool) -> Result<(), String> {
+    if running && !ctx.caches.all_synced() {
+        let (synced, expected) = ctx.caches.counts();
+        return Err(format!("caches have not synced yet ({synced} of {expected})"));
+    }
+    let (failing, watches) = ctx.watches.counts();
+    if failing > 0 {
+        return Err(format!("{failing} of {watches} watches are failing"));
+    }
+    Ok(())
 }
 
 /// Bind `addr` (fails fast when the port is taken) and serve until `shutdown`.

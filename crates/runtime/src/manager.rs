@@ -72,9 +72,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     } else {
         None
     };
-    let shard_metrics = Arc::new(crate::shards::ShardMetrics::default());
+    let shard_status = Arc::new(crate::shards::ShardStatus::default());
     if args.shards.is_some() {
-        shard_metrics.register(&mut registry);
+        shard_status.register(&mut registry);
     }
     let mut settings =
         bosun_controller::Settings { runner_image: args.runner_image.clone(), ..bosun_controller::Settings::default() };
@@ -112,6 +112,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         api_reachable: true.into(),
         leadership: leadership.clone(),
         ctx: ctx.clone(),
+        shards: shard_status.clone(),
         webhook_certificate: certificate.clone(),
     });
     let addr = http::serve(args.metrics_bind_address, health.clone(), shutdown.clone())
@@ -132,7 +133,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let ended = match (args.shards, lease) {
         (Some(shards), Some(lease)) => {
             let make_ctx = move |selector: String| make_ctx(Some(selector));
-            crate::shards::run(ctx, make_ctx, &args, &client, lease, shards, shard_metrics, shutdown)
+            crate::shards::run(ctx, make_ctx, &args, &client, lease, shards, shard_status, shutdown)
                 .await
                 .map_err(Error::from)
         }

@@ -6,8 +6,9 @@
 //!     a shard that is mine and free    ─▶ take <base>-shard-<i>-of-<N> ─▶ its controllers start,
 //!                                          watching `bosun.dev/bucket in (its buckets)`
 //!     a shard held here, now another's ─▶ its controllers stop, in-flight reconciles finish ─▶ release
-//!     a member or held shard Lease of another count ─▶ take nothing, say why (a rollout of a new count
-//!                                          waits for the old replicas to go)
+//!     replicas of another count are the incumbents (they hold the oldest shard Lease, or, none
+//!     held, the oldest member Lease) ─▶ take nothing, give up what is held, say why: a rollout of
+//!     a new count waits for the old replicas to go, and the old divide their shards meanwhile
 //!  a shard Lease lost or not renewable ─▶ exit 1 at once (never reconcile a shard unheld)
 //!  the holder of shard 0 ─▶ labels the objects without a bucket; leads the webhooks' CA bundle
 //! ```
@@ -41,15 +42,48 @@ use crate::leader::{self, LeaseConfig, LeaseError};
 
 /// What the shards of this replica report: `bosun_shards` (the count),
 /// `bosun_shards_held` and `bosun_shards_refused` (1 while it takes no lease because
-/// replicas disagree on the count).
-#[derive(Debug, Default)]
-pub struct ShardMetrics {
+/// replicas disagree on the count), and to /readyz each held shard's caches.
+#[derive(Default)]
+pub struct ShardStatus {
     count: Gauge,
     held: Gauge,
     refused: Gauge,
+    contexts: std::sync::Mutex<BTreeMap<u16, Arc<Context>>>,
 }
 
-impl ShardMetrics {
+impl std::fmt::Debug for ShardStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardStatus").field("held", &self.held.get()).finish_non_exhaustive()
+    }
+}
+
+impl ShardStatus {
+    fn contexts(&self) -> std::sync::MutexGuard<'_, BTreeMap<u16, Arc<Context>>> {
+        self.contexts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn took(&self, shard: u16, ctx: Arc<Context>) {
+        let mut contexts = self.contexts();
+        contexts.insert(shard, ctx);
+        self.held.set(contexts.len() as i64);
+    }
+
+    fn gave_up(&self, shard: u16) {
+        let mut contexts = self.contexts();
+        contexts.remove(&shard);
+        self.held.set(contexts.len() as i64);
+    }
+
+    /// /readyz of the shards: every held shard's caches synced and its watches
+    /// flowing. A replica that holds none (its count waits for the incumbents to go,
+    /// or there are more replicas than shards) is ready: a rollout goes on through it.
+    pub fn ready(&self) -> Result<(), String> {
+        for (shard, ctx) in self.contexts().iter() {
+            crate::http::caches_ready(ctx, true).map_err(|why| format!("shard {shard}: {why}"))?;
+        }
+        Ok(())
+    }
+
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "bosun_shards",
@@ -100,47 +134,71 @@ fn last_sign_of_life(lease: &Lease) -> Option<jiff::Timestamp> {
 }
 
 /// What the Leases say, for one replica: the live members of its count, and why it
-/// must take nothing (a live replica or a held shard of another count).
+/// must take nothing (another count is the incumbent).
 #[derive(Debug, PartialEq)]
 struct View {
     members: Vec<String>,
+    /// Why this replica takes no shard and gives up those it holds: replicas of
+    /// another count are the incumbents.
     refusal: Option<String>,
     /// Member Leases with no sign of life for ten minutes (replicas gone): removed, so
     /// they do not pile up; each with the resourceVersion it was judged by.
     stale: Vec<(String, Option<String>)>,
 }
 
+/// A live Lease that speaks for a shard count: (since when, its name, its holder, the count).
+type Claim = (jiff::Timestamp, String, String, u16);
+
+/// Which count's replicas divide the shards while replicas of two counts run (a
+/// rollout of a new `--shards`): the count of the longest-held live shard Lease, or,
+/// when no shard is held at all, of the longest-lived member. The others take nothing
+/// until the incumbents are gone, and one bucket is never in shards of two counts at
+/// once. The incumbents go on dividing their shards among themselves, so the shards
+/// of a replica that leaves are taken over by one of its count (none left unowned).
+fn incumbent(shards: &[Claim], members: &[Claim]) -> Option<Claim> {
+    let first = |claims: &[Claim]| claims.iter().min().cloned();
+    first(shards).or_else(|| first(members))
+}
+
 fn view(base: &str, shards: Shards, leases: &[Lease], now: jiff::Timestamp) -> View {
     let mut members = Vec::new();
-    let mut refusal = None;
     let mut stale = Vec::new();
+    let (mut held_claims, mut member_claims) = (Vec::new(), Vec::new());
     let long_ago = now - jiff::SignedDuration::from_mins(10);
     for lease in leases {
         let name = lease.name_any();
+        let claim = |count: u16| -> Claim {
+            let spec = lease.spec.as_ref();
+            let since = spec.and_then(|s| s.acquire_time.as_ref().or(s.renew_time.as_ref())).map(|t| t.0);
+            let holder = spec.and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+            (since.unwrap_or(now), name.clone(), holder, count)
+        };
         if let Some((count, identity)) = parse_member(base, &name) {
             if live(lease, now) {
+                member_claims.push(claim(count));
                 if count == shards.count() {
                     members.push(identity);
-                } else {
-                    refusal.get_or_insert(format!(
-                        "replica {identity} runs with --shards {count}, this one with --shards {}",
-                        shards.count()
-                    ));
                 }
             } else if last_sign_of_life(lease).is_none_or(|t| t < long_ago) {
                 stale.push((name, lease.metadata.resource_version.clone()));
             }
         } else if let Some((_, count)) = shard::parse_lease(base, &name)
-            && count != shards.count()
             && live(lease, now)
         {
-            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
-            refusal.get_or_insert(format!(
-                "{holder} holds {name} of --shards {count}; this replica runs with --shards {}",
-                shards.count()
-            ));
+            held_claims.push(claim(count));
         }
     }
+    let refusal =
+        incumbent(&held_claims, &member_claims).filter(|c| c.3 != shards.count()).map(|(_, name, holder, count)| {
+            let mine = shards.count();
+            if parse_member(base, &name).is_some() {
+                format!(
+                    "replica {holder} runs with --shards {count} and came first; this replica runs with --shards {mine}"
+                )
+            } else {
+                format!("{holder} holds {name} of --shards {count}; this replica runs with --shards {mine}")
+            }
+        });
     members.sort();
     View { members, refusal, stale }
 }
@@ -162,13 +220,13 @@ pub async fn run(
     client: &Client,
     lease: LeaseConfig,
     shards: Shards,
-    metrics: Arc<ShardMetrics>,
+    status: Arc<ShardStatus>,
     shutdown: CancellationToken,
 ) -> Result<(), LeaseError> {
     let member_cfg = LeaseConfig { name: member_lease(&lease.name, shards, &lease.identity), ..lease.clone() };
     let member = leader::acquire(client, &member_cfg).await;
     info!(shards = shards.count(), member = %member_cfg.name, "sharded: dividing the objects among the replicas");
-    metrics.count.set(i64::from(shards.count()));
+    status.count.set(i64::from(shards.count()));
     let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
     let (lost_tx, mut lost_rx) = tokio::sync::mpsc::unbounded_channel::<LeaseError>();
     let mut held: BTreeMap<u16, Held> = BTreeMap::new();
@@ -203,15 +261,22 @@ pub async fn run(
                     }
                     said.clone_from(&view.refusal);
                 }
-                metrics.refused.set(i64::from(view.refusal.is_some()));
+                status.refused.set(i64::from(view.refusal.is_some()));
                 let members: Vec<&str> = view.members.iter().map(String::as_str).collect();
                 let owners = shards.owners(&members);
-                // Give up first what another replica should hold, so it can take it.
-                let leaving: Vec<u16> =
-                    held.keys().copied().filter(|i| owners[usize::from(*i)] != Some(&lease.identity)).collect();
+                // Give up first what another replica should hold, so it can take it; all
+                // of it when replicas of another count are the incumbents (two counts
+                // taking shards at once, a race only at a start).
+                let refused = view.refusal.is_some();
+                let leaving: Vec<u16> = held
+                    .keys()
+                    .copied()
+                    .filter(|i| refused || owners[usize::from(*i)] != Some(&lease.identity))
+                    .collect();
                 for i in leaving {
                     if let Some(h) = held.remove(&i) {
-                        info!(shard = i, "another replica joined: handing the shard over");
+                        status.gave_up(i);
+                        info!(shard = i, refused, "handing the shard over");
                         h.stop.cancel();
                         let _ = h.task.await;
                     }
@@ -226,6 +291,7 @@ pub async fn run(
                             Ok(Some(mgr)) => {
                                 info!(shard = i, lease = %cfg.name, "took the shard");
                                 let ctx = Arc::new(make_ctx(shards.selector(i)));
+                                status.took(i, ctx.clone());
                                 let stop = CancellationToken::new();
                                 let task = tokio::spawn(serve_shard(ShardRun {
                                     shard: i,
@@ -245,7 +311,6 @@ pub async fn run(
                         }
                     }
                 }
-                metrics.held.set(held.len() as i64);
             }
         }
         tokio::select! {
@@ -441,19 +506,69 @@ mod tests {
         assert_eq!(parse_member("bosun", "bosun-member-3-pod-a-7f9"), Some((3, "pod-a-7f9".into())));
     }
 
+    #[tokio::test]
+    async fn a_replica_is_ready_over_the_shards_it_holds_once_their_caches_have_synced() {
+        let unreachable = tower::service_fn(|_: axum::http::Request<kube::client::Body>| async {
+            axum::http::Response::builder().status(503).body(kube::client::Body::empty())
+        });
+        let client = Client::new(unreachable, "default");
+        let metrics = Arc::new(bosun_controller::metrics::Metrics::default());
+        let status = ShardStatus::default();
+        assert_eq!(status.ready(), Ok(()), "holding no shard (waiting its turn), a replica is ready");
+        // A shard just taken: its controllers have not listed yet.
+        status.took(1, Arc::new(Context::new(client, "test", metrics)));
+        let why = status.ready().unwrap_err();
+        assert!(why.starts_with("shard 1: caches have not synced yet"), "{why}");
+        assert_eq!(status.held.get(), 1);
+        status.gave_up(1);
+        assert_eq!((status.ready(), status.held.get()), (Ok(()), 0));
+    }
+
+    /// A live Lease acquired `acquired_ago` seconds ago and renewed a second ago.
+    fn held(name: &str, holder: &str, acquired_ago: i64) -> Lease {
+        let mut l = lease(name, holder, 1);
+        let now = jiff::Timestamp::from_second(10_000).unwrap();
+        l.spec.as_mut().unwrap().acquire_time = Some(MicroTime(now - jiff::SignedDuration::from_secs(acquired_ago)));
+        l
+    }
+
     #[test]
-    fn a_live_replica_or_held_shard_of_another_count_is_a_refusal_naming_both_counts() {
+    fn replicas_of_another_count_that_came_first_are_a_refusal_naming_both_counts() {
         let three = Shards::new(3).unwrap();
         let two = Shards::new(2).unwrap();
         let now = jiff::Timestamp::from_second(10_000).unwrap();
-        let other_member = [lease(&member_lease("bosun", two, "pod-old"), "pod-old", 1)];
-        let why = view("bosun", three, &other_member, now).refusal.unwrap();
+        let view3 = |leases: &[Lease]| view("bosun", three, leases, now).refusal;
+        let view2 = |leases: &[Lease]| view("bosun", two, leases, now).refusal;
+
+        // No shard held yet: the longest-running member's count goes first.
+        let members = [
+            held(&member_lease("bosun", two, "pod-old"), "pod-old", 60),
+            held(&member_lease("bosun", three, "pod-new"), "pod-new", 5),
+        ];
+        let why = view3(&members).unwrap();
         assert!(why.contains("pod-old") && why.contains("--shards 2") && why.contains("--shards 3"), "{why}");
-        let other_shard = [lease(&two.lease("bosun", 1), "pod-old", 1)];
-        let why = view("bosun", three, &other_shard, now).refusal.unwrap();
+        assert_eq!(view2(&members), None);
+
+        // A rollout from 2 to 3: the old count holds its shards and goes on dividing them
+        // among its own (a member of the new count is no reason for it to stop); the new
+        // count waits, even where its member is older than every shard Lease.
+        let rollout = [
+            held(&member_lease("bosun", three, "pod-new"), "pod-new", 600),
+            held(&member_lease("bosun", two, "pod-old"), "pod-old", 60),
+            held(&two.lease("bosun", 1), "pod-old", 30),
+        ];
+        let why = view3(&rollout).unwrap();
         assert!(why.contains("bosun-shard-1-of-2") && why.contains("--shards 3"), "{why}");
+        assert_eq!(view2(&rollout), None);
+
+        // Both counts took shards in the same instant (a race at a start): the later
+        // gives up, and both sides agree which that is.
+        let race = [held(&two.lease("bosun", 0), "pod-old", 3), held(&three.lease("bosun", 2), "pod-new", 2)];
+        assert!(view3(&race).is_some());
+        assert_eq!(view2(&race), None);
+
         // Expired, or released (no holder): no longer in the way.
         let expired = [lease(&two.lease("bosun", 1), "pod-old", 20), lease(&two.lease("bosun", 0), "", 1)];
-        assert_eq!(view("bosun", three, &expired, now).refusal, None);
+        assert_eq!(view3(&expired), None);
     }
 }
