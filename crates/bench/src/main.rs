@@ -8,7 +8,7 @@
 //! * API requests bosun sent per WebApp (its own client counter);
 //! * writes bosun sent during an idle minute after convergence (goal: zero);
 //! * bosun's peak RSS (VmHWM) and settled RSS; the peak's anonymous part (heap,
-//!   stacks) and file-backed part (the binary's pages); RSS per 1,000 WebApps over
+//!   stacks) and file-backed part (the binary's pages), per replica with several; RSS per 1,000 WebApps over
 //!   bosun at rest, and the binary's size — the guard against memory creeping back;
 //! * a restart over the N WebApps in place: time to ready, to the first reconcile and
 //!   to every WebApp reconciled once; the requests and writes (goal: none) it cost.
@@ -64,13 +64,20 @@ struct Args {
 struct Replicas {
     running: Vec<Option<bosun_testing::Bosun>>,
     peaks: Vec<u64>,
+    /// Each replica's highest RSS sampled, and what it was made of: (RSS, anonymous —
+    /// heap and stacks —, file — the binary's pages, shared by replicas on one node).
+    splits: Vec<(u64, u64, u64)>,
 }
 
 impl Replicas {
     fn sample(&mut self) {
-        for (r, peak) in self.running.iter().zip(self.peaks.iter_mut()) {
+        for ((r, peak), split) in self.running.iter().zip(self.peaks.iter_mut()).zip(self.splits.iter_mut()) {
             if let Some(r) = r {
-                *peak = (*peak).max(rss_kib(r.pid(), "VmRSS:")).max(rss_kib(r.pid(), "VmHWM:"));
+                let rss = rss_kib(r.pid(), "VmRSS:");
+                *peak = (*peak).max(rss).max(rss_kib(r.pid(), "VmHWM:"));
+                if rss > split.0 {
+                    *split = (rss, rss_kib(r.pid(), "RssAnon:"), rss_kib(r.pid(), "RssFile:"));
+                }
             }
         }
     }
@@ -178,7 +185,11 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         bosun_args.push("--leader-elect=false");
     }
     bosun_args.extend(args.bosun_args.iter().map(String::as_str));
-    let mut replicas = Replicas { running: Vec::new(), peaks: vec![0; args.bosun_replicas] };
+    let mut replicas = Replicas {
+        running: Vec::new(),
+        peaks: vec![0; args.bosun_replicas],
+        splits: vec![(0, 0, 0); args.bosun_replicas],
+    };
     for i in 0..args.bosun_replicas {
         let log = if sharded { log.with_extension(format!("{i}.log")) } else { log.clone() };
         let identity = format!("--identity=bench-{i}");
@@ -260,21 +271,11 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         .await?;
     let created_in = create_start.elapsed();
 
-    let (mut peak_rss, mut peak_split) = (0, (0, 0));
     let mut killed: Option<(Instant, Vec<f64>)> = None;
     // After the kill: when the survivors hold every shard again.
     let mut taken_over: Option<f64> = None;
     loop {
         replicas.sample();
-        if let Some(Some(bosun)) = replicas.running.first()
-            && !sharded
-        {
-            let rss = rss_kib(bosun.pid(), "VmRSS:");
-            if rss > peak_rss {
-                // What the peak is made of: heap and stacks, or the binary's pages.
-                (peak_rss, peak_split) = (rss, (rss_kib(bosun.pid(), "RssAnon:"), rss_kib(bosun.pid(), "RssFile:")));
-            }
-        }
         if let Some((at, _)) = &killed
             && taken_over.is_none()
             && replicas.gauges("bosun_shards_held ").await.iter().sum::<f64>() >= args.bosun_replicas as f64
@@ -315,8 +316,12 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let idle_requests = requests(&idle, &ALL_METHODS) - requests(&after, &ALL_METHODS);
     let settled_rss = replicas.running.iter().flatten().map(|r| rss_kib(r.pid(), "VmRSS:")).max().unwrap_or(0);
     replicas.sample();
-    let peaks_mib: Vec<f64> = replicas.peaks.iter().map(|p| *p as f64 / 1024.0).collect();
-    peak_rss = peak_rss.max(replicas.peaks.iter().copied().max().unwrap_or(0));
+    let mib = |kib: &u64| *kib as f64 / 1024.0;
+    let peaks_mib: Vec<f64> = replicas.peaks.iter().map(mib).collect();
+    let anon_mib: Vec<f64> = replicas.splits.iter().map(|s| mib(&s.1)).collect();
+    let peak_rss = replicas.peaks.iter().copied().max().unwrap_or(0);
+    // What the highest replica's peak is made of.
+    let peak_split = replicas.splits.iter().max_by_key(|s| s.0).map(|s| (s.1, s.2)).unwrap_or_default();
     watch_ready.abort();
     watch_children.abort();
     let restart = match replicas.running.pop() {
@@ -372,6 +377,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "restart": restart,
         "bosun_replicas": args.bosun_replicas,
         "peak_rss_per_replica_mib": peaks_mib,
+        "peak_rss_anon_per_replica_mib": anon_mib,
         "killed_one": killed.as_ref().map(|(_, held)| serde_json::json!({"shards_held_before": held, "converged_after_kill_s": after_kill, "every_shard_held_again_after_s": taken_over})),
         "conflicts_in_logs": conflicts,
     });

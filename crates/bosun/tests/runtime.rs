@@ -434,6 +434,37 @@ async fn shards_held(bosun: &Bosun) -> f64 {
     gauge(&bosun.http_get("/metrics").await.1, "bosun_shards_held ").unwrap_or(-1.0)
 }
 
+/// Wait up to `timeout` until the shards each of `replicas` holds are `want`.
+async fn wait_held(replicas: &[Bosun], want: &[f64], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut held = Vec::new();
+        for r in replicas {
+            held.push(shards_held(r).await);
+        }
+        if held == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "shards held {held:?}, not {want:?}, after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Wait up to 20 s until `bosun` refuses to take a shard (replicas of another count
+/// came first), holding none.
+async fn wait_refused(bosun: &Bosun) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let metrics = bosun.http_get("/metrics").await.1;
+        if gauge(&metrics, "bosun_shards_refused ") == Some(1.0) {
+            assert_eq!(gauge(&metrics, "bosun_shards_held "), Some(0.0), "{metrics}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "no refusal for another count:\n{}", bosun.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 /// Issue 48: `--shards 3` over three replicas. Every WebApp gets its bucket label, its
 /// children carry it, each shard is held by one replica and no WebApp is reconciled
 /// by two; `kill -9` the replica holding the most shards and the WebApps of its shards
@@ -451,18 +482,7 @@ async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over()
         // The first replica takes every shard until the others are seen; wait until
         // each of the three holds its one (a shard moves only by release: its objects
         // may be reconciled by two replicas one after the other, never at once).
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut held = Vec::new();
-            for r in &replicas {
-                held.push(shards_held(r).await);
-            }
-            if held == [1.0, 1.0, 1.0] {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the shards were not divided: {held:?}");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_held(&replicas, &[1.0, 1.0, 1.0], Duration::from_secs(60)).await;
         let names: Vec<String> = (0..24).map(|i| format!("web-{i}")).collect();
         for name in &names {
             env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
@@ -540,16 +560,7 @@ async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over()
 
         // Another count: no lease taken, and it says why.
         let other = replica(&env, "shard-other", &["--shards=2", "--leader-elect-retry-period=1s"]).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let metrics = other.http_get("/metrics").await.1;
-            if gauge(&metrics, "bosun_shards_refused ") == Some(1.0) {
-                assert_eq!(gauge(&metrics, "bosun_shards_held "), Some(0.0), "{metrics}");
-                break;
-            }
-            assert!(Instant::now() < deadline, "the replica of another count did not refuse:\n{}", other.log_tail(30));
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_refused(&other).await;
         let log = other.log_tail(200);
         assert!(log.contains("--shards 3") && log.contains("--shards 2"), "{log}");
     })
@@ -623,18 +634,7 @@ async fn a_shard_count_changed_on_a_running_deployment_rebalances_with_no_object
         for name in ["old-a", "old-b", "old-c"] {
             old.push(replica(&env, name, &with("--shards=3")).await);
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut held = Vec::new();
-            for r in &old {
-                held.push(shards_held(r).await);
-            }
-            if held == [1.0, 1.0, 1.0] {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the shards were not divided: {held:?}");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_held(&old, &[1.0, 1.0, 1.0], Duration::from_secs(60)).await;
         let names: Vec<String> = (0..12).map(|i| format!("web-{i}")).collect();
         for name in &names {
             env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
@@ -650,16 +650,7 @@ async fn a_shard_count_changed_on_a_running_deployment_rebalances_with_no_object
             let fresh = replica(&env, name, &with("--shards=2")).await;
             // Up, ready (a rollout goes on through it), and taking nothing while the
             // old count holds its shards.
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let metrics = fresh.http_get("/metrics").await.1;
-                if gauge(&metrics, "bosun_shards_refused ") == Some(1.0) {
-                    assert_eq!(gauge(&metrics, "bosun_shards_held "), Some(0.0), "{metrics}");
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{name} did not wait for the old count:\n{}", fresh.log_tail(30));
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
+            wait_refused(&fresh).await;
             let (status, body) = fresh.http_get("/readyz").await;
             assert_eq!(status, 200, "{name} waiting for its turn is ready: {body}");
             new.push(fresh);
