@@ -434,6 +434,18 @@ async fn shards_held(bosun: &Bosun) -> f64 {
     gauge(&bosun.http_get("/metrics").await.1, "bosun_shards_held ").unwrap_or(-1.0)
 }
 
+/// `count` WebApps `web-<i>`, created and Ready: their names.
+async fn webapps_ready(env: &Env, count: usize) -> Vec<String> {
+    let names: Vec<String> = (0..count).map(|i| format!("web-{i}")).collect();
+    for name in &names {
+        env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
+    }
+    for name in &names {
+        env.wait_for::<apps_v1::WebApp>(name, "Ready=True", is_ready).await;
+    }
+    names
+}
+
 /// Wait up to `timeout` until the shards each of `replicas` holds are `want`.
 async fn wait_held(replicas: &[Bosun], want: &[f64], timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -483,13 +495,7 @@ async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over()
         // each of the three holds its one (a shard moves only by release: its objects
         // may be reconciled by two replicas one after the other, never at once).
         wait_held(&replicas, &[1.0, 1.0, 1.0], Duration::from_secs(60)).await;
-        let names: Vec<String> = (0..24).map(|i| format!("web-{i}")).collect();
-        for name in &names {
-            env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
-        }
-        for name in &names {
-            env.wait_for::<apps_v1::WebApp>(name, "Ready=True", is_ready).await;
-        }
+        let names = webapps_ready(&env, 24).await;
         // Buckets: the hash anyone can recompute, on the WebApp and on its Deployment.
         for name in &names {
             let bucket = bosun_resources::shard::bucket(Some(&env.ns), name).to_string();
@@ -635,13 +641,7 @@ async fn a_shard_count_changed_on_a_running_deployment_rebalances_with_no_object
             old.push(replica(&env, name, &with("--shards=3")).await);
         }
         wait_held(&old, &[1.0, 1.0, 1.0], Duration::from_secs(60)).await;
-        let names: Vec<String> = (0..12).map(|i| format!("web-{i}")).collect();
-        for name in &names {
-            env.apply(&webapp(name, json!({"image": "nginx:1.25"}))).await;
-        }
-        for name in &names {
-            env.wait_for::<apps_v1::WebApp>(name, "Ready=True", is_ready).await;
-        }
+        let names = webapps_ready(&env, 12).await;
 
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let coverage = watch_coverage(&env, stop.clone());
