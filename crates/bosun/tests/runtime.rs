@@ -446,6 +446,25 @@ async fn webapps_ready(env: &Env, count: usize) -> Vec<String> {
     names
 }
 
+/// Patch the WebApps `names` to image nginx:1.26.
+async fn upgrade_to_1_26(env: &Env, names: impl IntoIterator<Item = &String>) {
+    let patch = json!({"spec": {"image": "nginx:1.26"}});
+    for name in names {
+        env.api::<apps_v1::WebApp>()
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+}
+
+/// Whether a WebApp's Deployment runs nginx:1.26.
+fn on_1_26(d: &Deployment) -> bool {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
+}
+
 /// Wait up to `timeout` until the shards each of `replicas` holds are `want`.
 async fn wait_held(replicas: &[Bosun], want: &[f64], timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -530,26 +549,14 @@ async fn shards_divide_the_webapps_and_a_killed_replicas_shards_are_taken_over()
         victim.signal("KILL");
         victim.wait_exit(Duration::from_secs(5)).await.expect("the replica exits on SIGKILL");
         let killed = Instant::now();
-        for name in &theirs {
-            let patch = json!({"spec": {"image": "nginx:1.26"}});
-            env.api::<apps_v1::WebApp>()
-                .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-        let moved = |d: &Deployment| {
-            d.spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
-        };
+        upgrade_to_1_26(&env, &theirs).await;
         for name in &theirs {
             // Lease duration 6 s + the 10 s, and slack for a busy machine.
             env.wait_for_within::<Deployment>(
                 name,
                 "the new image, from a surviving replica",
                 Duration::from_secs(40),
-                moved,
+                on_1_26,
             )
             .await;
         }
@@ -689,21 +696,9 @@ async fn a_shard_count_changed_on_a_running_deployment_rebalances_with_no_object
             assert!(Instant::now() < deadline, "the new replicas hold {held} of 2 shards (all ready: {ready})");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        upgrade_to_1_26(&env, &names).await;
         for name in &names {
-            let patch = json!({"spec": {"image": "nginx:1.26"}});
-            env.api::<apps_v1::WebApp>()
-                .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
-                .await
-                .unwrap();
-        }
-        for name in &names {
-            env.wait_for::<Deployment>(name, "the new image, under the new count", |d| {
-                d.spec
-                    .as_ref()
-                    .and_then(|s| s.template.spec.as_ref())
-                    .is_some_and(|p| p.containers[0].image.as_deref() == Some("nginx:1.26"))
-            })
-            .await;
+            env.wait_for::<Deployment>(name, "the new image, under the new count", on_1_26).await;
         }
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let seen = coverage.await.unwrap();
