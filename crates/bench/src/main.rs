@@ -12,6 +12,10 @@
 //!   bosun at rest, and the binary's size — the guard against memory creeping back;
 //! * a restart over the N WebApps in place: time to ready, to the first reconcile and
 //!   to every WebApp reconciled once; the requests and writes (goal: none) it cost.
+//! * with `--bosun-replicas N --kill-one`: one replica `kill -9`ed mid-run and a sample of
+//!   WebApps changed at once: when the survivors held every shard again, and how long
+//!   after the kill the changes in the killed replica's shards reached their Deployments
+//!   (goal: the lease duration + 10 s), beside those in the other shards.
 //!
 //! Prints a table and writes JSON to `target/bench/webapp-<N>.json`.
 
@@ -55,10 +59,19 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     bosun_replicas: usize,
     /// With replicas: `kill -9` the one holding the most shards once half the WebApps
-    /// are Ready, and report how long the rest took after it.
+    /// are Ready, change the image of every `--kill-sample`th WebApp at once, and report
+    /// how long after the kill those of the killed replica's shards (and, beside them,
+    /// of the others) reached their Deployments; and how long the rest took.
     #[arg(long)]
     kill_one: bool,
+    /// With `--kill-one`: every how many WebApps one is changed after the kill.
+    #[arg(long, default_value_t = 30)]
+    kill_sample: usize,
 }
+
+/// The image the WebApps are created with, and the one `--kill-one` changes to.
+const IMAGE: &str = "nginx:1.25";
+const CHANGED_IMAGE: &str = "nginx:1.26";
 
 /// The replicas of bosun measured, and each one's peak RSS.
 struct Replicas {
@@ -115,6 +128,8 @@ struct Seen {
     created: HashMap<String, Instant>,
     children: HashMap<String, Instant>,
     ready: HashMap<String, Instant>,
+    /// When a Deployment first had [`CHANGED_IMAGE`].
+    changed: HashMap<String, Instant>,
 }
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
@@ -241,8 +256,17 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     let s2 = seen.clone();
     let watch_children =
         tokio::spawn(watcher(deployments, watcher::Config::default()).applied_objects().try_for_each(move |d| {
+            let image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .and_then(|c| c.image.as_deref());
             if let Ok(mut s) = s2.lock() {
                 s.children.entry(d.name_any()).or_insert_with(Instant::now);
+                if image == Some(CHANGED_IMAGE) {
+                    s.changed.entry(d.name_any()).or_insert_with(Instant::now);
+                }
             }
             futures::future::ready(Ok(()))
         }));
@@ -257,7 +281,7 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
             async move {
                 let w: apps_v1::WebApp = serde_json::from_value(serde_json::json!({
                     "apiVersion": "apps.example.com/v1", "kind": "WebApp", "metadata": {"name": name},
-                    "spec": {"image": "nginx:1.25", "replicas": replicas}
+                    "spec": {"image": IMAGE, "replicas": replicas}
                 }))?;
                 webapps.create(&PostParams::default(), &w).await.with_context(|| format!("creating {name}"))?;
                 if let Ok(mut s) = seen.lock() {
@@ -271,41 +295,39 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         .await?;
     let created_in = create_start.elapsed();
 
-    let mut killed: Option<(Instant, Vec<f64>)> = None;
+    let mut killed: Option<Killed> = None;
     // After the kill: when the survivors hold every shard again.
     let mut taken_over: Option<f64> = None;
     loop {
         replicas.sample();
-        if let Some((at, _)) = &killed
+        if let Some(k) = &killed
             && taken_over.is_none()
             && replicas.gauges("bosun_shards_held ").await.iter().sum::<f64>() >= args.bosun_replicas as f64
         {
-            taken_over = Some(at.elapsed().as_secs_f64());
+            taken_over = Some(k.at.elapsed().as_secs_f64());
         }
-        let ready = seen.lock().map(|s| s.ready.len()).unwrap_or(0);
-        if ready >= args.count {
+        let (ready, changed) = seen.lock().map(|s| (s.ready.len(), s.changed.len())).unwrap_or_default();
+        if ready >= args.count && killed.as_ref().is_none_or(|k| changed >= k.sample.len()) {
             break;
         }
         if args.kill_one && sharded && killed.is_none() && ready >= args.count / 2 {
-            let held = replicas.gauges("bosun_shards_held ").await;
-            let most = (0..held.len()).max_by(|a, b| held[*a].total_cmp(&held[*b])).unwrap_or(0);
-            if let Some(victim) = replicas.running[most].take() {
-                victim.signal("KILL");
-                drop(victim);
-                println!("killed bench-{most} (shards held: {held:?}) with {ready} of {} Ready", args.count);
-                killed = Some((Instant::now(), held));
-            }
+            killed = Some(kill_one(args, &mut replicas, &client, ns, &names).await?);
+            println!("{}", killed.as_ref().map(|k| k.said.as_str()).unwrap_or_default());
         }
         // 30 minutes, and more for the largest counts (10,000 take the local cluster's
         // controller manager alone most of half an hour on two cores).
         let limit = Duration::from_secs(1800.max(args.count as u64 / 4));
         if create_start.elapsed() > limit {
-            bail!("only {ready} of {} WebApps Ready after {} minutes", args.count, limit.as_secs() / 60);
+            bail!(
+                "only {ready} of {} WebApps Ready ({changed} changed) after {} minutes",
+                args.count,
+                limit.as_secs() / 60
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let converged = create_start.elapsed();
-    let after_kill = killed.as_ref().map(|(at, _)| at.elapsed().as_secs_f64());
+    let after_kill = killed.as_ref().map(|k| k.at.elapsed().as_secs_f64());
     let after = replicas.metrics().await;
     let per_object = (requests(&after, &ALL_METHODS) - requests(&before, &ALL_METHODS)) / args.count as f64;
     let writes_per_object = (requests(&after, &WRITE_METHODS) - requests(&before, &WRITE_METHODS)) / args.count as f64;
@@ -378,7 +400,27 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
         "bosun_replicas": args.bosun_replicas,
         "peak_rss_per_replica_mib": peaks_mib,
         "peak_rss_anon_per_replica_mib": anon_mib,
-        "killed_one": killed.as_ref().map(|(_, held)| serde_json::json!({"shards_held_before": held, "converged_after_kill_s": after_kill, "every_shard_held_again_after_s": taken_over})),
+        "killed_one": killed.as_ref().map(|k| {
+            let s = seen.lock().ok();
+            let changed = |of_killed: bool| {
+                let after: Vec<f64> = k
+                    .sample
+                    .iter()
+                    .filter(|(_, killed)| *killed == of_killed)
+                    .filter_map(|(n, _)| Some(s.as_ref()?.changed.get(n)?.saturating_duration_since(k.at).as_secs_f64()))
+                    .collect();
+                let n = after.len();
+                serde_json::json!({"webapps": n, "p50_s": percentile(after.clone(), 50.0), "max_s": percentile(after, 100.0)})
+            };
+            serde_json::json!({
+                "shards_held_before": k.held,
+                "killed_shards": k.shards,
+                "every_shard_held_again_after_s": taken_over,
+                "changed_after_kill_in_killed_shards": changed(true),
+                "changed_after_kill_in_other_shards": changed(false),
+                "converged_after_kill_s": after_kill,
+            })
+        }),
         "conflicts_in_logs": conflicts,
     });
     for (key, value) in report.as_object().into_iter().flatten() {
@@ -393,6 +435,81 @@ async fn run(args: &Args, cluster: &bosun_testing::Cluster, ns: &str) -> anyhow:
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("wrote {path}");
     Ok(())
+}
+
+/// A replica killed mid-run (`--kill-one`).
+struct Killed {
+    at: Instant,
+    /// Shards held by each replica just before.
+    held: Vec<f64>,
+    /// The shards the killed replica held.
+    shards: Vec<u16>,
+    /// The WebApps whose image was changed after the kill, and whether each is in one of
+    /// the killed replica's shards.
+    sample: Vec<(String, bool)>,
+    said: String,
+}
+
+/// `kill -9` the replica holding the most shards, then change the image of every
+/// `--kill-sample`th WebApp: until the survivors take the killed replica's shards, the
+/// changes in them reach no Deployment.
+async fn kill_one(
+    args: &Args,
+    replicas: &mut Replicas,
+    client: &kube::Client,
+    ns: &str,
+    names: &[String],
+) -> anyhow::Result<Killed> {
+    let held = replicas.gauges("bosun_shards_held ").await;
+    let most = (0..held.len()).max_by(|a, b| held[*a].total_cmp(&held[*b])).unwrap_or(0);
+    let shards = bosun_resources::shard::Shards::new(args.bosun_replicas as u16).map_err(anyhow::Error::msg)?;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns);
+    let identity = format!("bench-{most}");
+    let mut theirs: Vec<u16> = leases
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity.as_str()))
+        .filter_map(|l| bosun_resources::shard::parse_lease("bosun-leader", &l.name_any()))
+        .filter(|(_, count)| *count == shards.count())
+        .map(|(shard, _)| shard)
+        .collect();
+    theirs.sort_unstable();
+    let Some(victim) = replicas.running[most].take() else { bail!("bench-{most} is not running") };
+    victim.signal("KILL");
+    let at = Instant::now();
+    drop(victim);
+    let sample: Vec<(String, bool)> = names
+        .iter()
+        .step_by(args.kill_sample.max(1))
+        .map(|n| {
+            let bucket = bosun_resources::shard::bucket(Some(ns), n);
+            (n.clone(), theirs.contains(&shards.of_bucket(bucket)))
+        })
+        .collect();
+    let webapps: Api<apps_v1::WebApp> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({"spec": {"image": CHANGED_IMAGE}});
+    futures::stream::iter(&sample)
+        .map(|(name, _)| {
+            let (webapps, patch) = (webapps.clone(), &patch);
+            async move {
+                webapps
+                    .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch))
+                    .await
+                    .with_context(|| format!("changing {name}"))
+            }
+        })
+        .buffer_unordered(args.parallel)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let said = format!(
+        "killed bench-{most} (shards held: {held:?}; its shards {theirs:?}); changed the image of {} WebApps ({} in its shards) in {:.1} s",
+        sample.len(),
+        sample.iter().filter(|(_, k)| *k).count(),
+        at.elapsed().as_secs_f64()
+    );
+    Ok(Killed { at, held, shards: theirs, sample, said })
 }
 
 /// Reconciles the `webapp` controller counted, whatever their result.
