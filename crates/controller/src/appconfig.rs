@@ -170,20 +170,25 @@ impl Workload for DaemonSet {
     }
 }
 
-fn entry_of<W: Workload>(w: &W) -> Entry {
+/// What the index keeps of `w`: nothing when its pod template reads no ConfigMap and
+/// carries no hash annotation, as most workloads of a cluster (a WebApp's Deployment):
+/// such a workload can start no rollout, and the index holding only consumers keeps it
+/// from growing with every workload of the cluster.
+fn entry_of<W: Workload>(w: &W) -> Option<Entry> {
     let template = w.template();
-    let hashes = template
+    let hashes: BTreeMap<String, String> = template
         .and_then(|t| t.metadata.as_ref()?.annotations.as_ref())
         .map(|a| a.iter().filter(|(k, _)| k.starts_with("config.example.com/")).map(|(k, v)| (k.clone(), v.clone())))
         .into_iter()
         .flatten()
         .collect();
-    Entry {
+    let reads: BTreeSet<String> = template.and_then(|t| t.spec.as_ref()).map(build::references).unwrap_or_default();
+    (!reads.is_empty() || !hashes.is_empty()).then(|| Entry {
         uid: w.meta().uid.clone().unwrap_or_default(),
         created: w.meta().creation_timestamp.as_ref().map(|t| t.0),
-        reads: template.and_then(|t| t.spec.as_ref()).map(build::references).unwrap_or_default(),
+        reads,
         hashes,
-    }
+    })
 }
 
 /// Watch every `W` of `namespace` into `index`; send `(namespace, config map)` for
@@ -210,9 +215,7 @@ fn watch_workloads<W: Workload>(
                     if let Some(seen) = relisted.as_mut() {
                         seen.insert(key.clone());
                     }
-                    touched.extend(
-                        index.update(key.clone(), Some(entry_of(&w))).into_iter().map(|cm| (key.1.clone(), cm)),
-                    );
+                    touched.extend(index.update(key.clone(), entry_of(&w)).into_iter().map(|cm| (key.1.clone(), cm)));
                 }
                 watcher::Event::Delete(w) => {
                     let key = (W::KIND, w.namespace().unwrap_or_default(), w.name_any());
@@ -415,6 +418,41 @@ mod tests {
         let index = Consumers::default();
         index.listed.store(KINDS, Ordering::SeqCst);
         Arc::new(index)
+    }
+
+    fn deployment(name: &str, uid: &str, env_from: Option<&str>) -> Deployment {
+        let env_from = env_from.map(|cm| json!([{"configMapRef": {"name": cm}}])).unwrap_or(json!([]));
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "shop", "uid": uid},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "nginx", "envFrom": env_from}]},
+            }},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_index_keeps_only_workloads_that_read_a_config_map() {
+        let index = Consumers::default();
+        let key = |name: &str| ("Deployment", "shop".to_string(), name.to_string());
+        // A workload that reads no ConfigMap is not kept, and touches nothing.
+        let plain = deployment("web", "uid-web", None);
+        assert_eq!(entry_of(&plain), None);
+        assert!(index.update(key("web"), entry_of(&plain)).is_empty());
+        assert!(index.lock().is_empty());
+        // One that reads `myapp-config` is, and is its consumer.
+        let reader = deployment("api", "uid-api", Some("myapp-config"));
+        let touched = index.update(key("api"), entry_of(&reader));
+        assert_eq!(touched, BTreeSet::from(["myapp-config".to_string()]));
+        assert_eq!(index.of("shop", "myapp-config").iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["api"]);
+        // It stops reading it: gone from the index, and the ConfigMap's AppConfig is told.
+        let stopped = deployment("api", "uid-api", None);
+        let touched = index.update(key("api"), entry_of(&stopped));
+        assert_eq!(touched, BTreeSet::from(["myapp-config".to_string()]));
+        assert!(index.lock().is_empty());
+        assert!(index.of("shop", "myapp-config").is_empty());
     }
 
     #[tokio::test]
