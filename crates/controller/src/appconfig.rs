@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  watch(Deployment|StatefulSet|DaemonSet, all of the namespace) ─▶ Consumers index
-//!       (per workload: the ConfigMaps it reads, its hash annotations)
+//!       (per workload that reads a ConfigMap or carries a hash annotation: which, and those)
 //!       ─ a workload starts/stops reading a ConfigMap, or its annotation moves ─▶ the AppConfig
 //!  watch(ConfigMap, managed-by=bosun) ─ changed or deleted ─▶ every AppConfig rendering into it
 //! ```
