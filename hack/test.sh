@@ -218,7 +218,7 @@ for n in "${failed[@]}"; do
   sed -n '/^failures:$/,$p' "$logs/$n.log" | head -n 400 || true # head closes the pipe early on long logs
 done
 # One closing line for every test of the run (libtest prints one per binary).
-read -r passed_tests failed_tests < <(cat "$logs"/*.log | awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }')
+read -r passed_tests failed_tests < <(awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }' "$logs"/*.log)
 log "tests: $passed_tests passed, $failed_tests failed"
 log "$(( ${#exe[@]} + 1 - ${#failed[@]} )) of $(( ${#exe[@]} + 1 )) test binaries passed in $(( $(now) - started ))s"
 ((${#failed[@]} == 0))
