@@ -315,3 +315,50 @@ async fn the_tour_sample_answers_http_from_the_real_node() {
     })
     .await;
 }
+
+/// With `--max-rollouts-in-flight 2`, six WebApps applied at once: never more than two of
+/// their Deployments exist unfinished (created, not every replica available), the third
+/// is created only once one of the first two is available, and all six become Ready.
+#[tokio::test]
+async fn a_burst_of_webapps_is_created_no_faster_than_the_window_allows() {
+    e2e("window", |env| async move {
+        let mut bosun = env.start_bosun(&["--controllers=webapp", "--max-rollouts-in-flight=2"]).await;
+        let names: Vec<String> = (0..6).map(|i| format!("burst-{i}")).collect();
+        for name in &names {
+            env.apply(&webapp::<apps_v1::WebApp>(name, json!({"image": "nginx:1.25", "replicas": 1}))).await;
+        }
+        let (deployments, webapps) = (env.api::<Deployment>(), env.api::<apps_v1::WebApp>());
+        // Per Deployment, the poll at which it was first seen and first seen available.
+        let (mut seen, mut done) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+        let mut most = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        for poll in 0u32.. {
+            let listed = deployments.list(&Default::default()).await.expect("deployments").items;
+            for d in &listed {
+                seen.entry(d.name_any()).or_insert(poll);
+                if available(1)(d) {
+                    done.entry(d.name_any()).or_insert(poll);
+                }
+            }
+            most = most.max(listed.iter().filter(|d| !available(1)(d)).count());
+            let webapps = webapps.list(&Default::default()).await.expect("webapps").items;
+            let ready = webapps.iter().filter(|w| is_ready(*w)).count();
+            if ready == names.len() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{ready} of 6 Ready after 180 s:\n{}", bosun.log_tail(30));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(most <= 2, "{most} Deployments were rolling out at once; the window is 2");
+        let mut order: Vec<u32> = seen.values().copied().collect();
+        order.sort_unstable();
+        let first_done = done.values().min().copied().expect("a Deployment became available");
+        assert!(
+            order[2] >= first_done,
+            "the third Deployment (poll {}) came before any was available (poll {first_done})",
+            order[2]
+        );
+        assert!(bosun.is_running(), "bosun exited:\n{}", bosun.log_tail(30));
+    })
+    .await;
+}

@@ -39,6 +39,9 @@ pub struct Context {
     /// With `--shards`: the label selector of the shard these controllers serve (its
     /// buckets), which their watches of parents and of bucketed children ask for.
     pub shard: Option<String>,
+    /// The workloads created whose first rollout has not ended (one per process,
+    /// shared by every context).
+    pub rollouts: Arc<crate::window::Window>,
 }
 
 impl std::fmt::Debug for Context {
@@ -64,6 +67,7 @@ impl Context {
             settings: Settings::default(),
             checkpoints: Default::default(),
             shard: None,
+            rollouts: Arc::default(),
         }
     }
 

@@ -49,6 +49,7 @@ pub mod status;
 pub mod upgrade;
 pub mod voteconfig;
 pub mod webapp;
+pub mod window;
 pub mod wiring;
 pub mod written;
 

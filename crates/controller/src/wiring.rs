@@ -721,6 +721,9 @@ pub enum Outcome {
     /// Applied; the resource has something to do at a time of its own (an AppConfig's
     /// rollout waiting for its settle time): reconcile again after this long.
     Requeue(Duration),
+    /// A child is not created yet: the [`crate::window::Window`] of first rollouts in
+    /// flight is full. The parent is woken when a slot frees, or looks again after this long.
+    Waiting(Duration),
     /// The spec cannot be served (`reason` is the condition's, e.g. `InvalidSpec`):
     /// reported on the resource, and in a Warning event when `announce` (the status
     /// changed: the same refusal is announced once); waits for a spec change — or,
@@ -776,6 +779,12 @@ where
                     "reconciled: looks again later"
                 )
             });
+            Ok(Some(after))
+        }
+        Ok(Outcome::Waiting(after)) => {
+            ctx.backoff.succeeded(obj.as_ref());
+            ctx.metrics.reconciled(kind, "success", elapsed.as_secs_f64());
+            span.in_scope(|| debug!(outcome = "Waiting", duration_ms = ms, "reconciled: waits for a rollout slot"));
             Ok(Some(after))
         }
         Ok(Outcome::Yielded) => {

@@ -220,6 +220,13 @@ pub struct RunArgs {
     #[arg(long, env = "BOSUN_STACK_DELETION_TIMEOUT", default_value = "5m", value_parser = parse_positive_duration)]
     pub stack_deletion_timeout: std::time::Duration,
 
+    /// At most this many workloads bosun created (a new WebApp's Deployment) may be in
+    /// their first rollout at once (created, not yet available nor failed; each counts
+    /// for 2 minutes at most); the parents of more wait in line, first come first served.
+    /// Paces thousands of new WebApps to what the cluster's controllers bring up; 0: no bound.
+    #[arg(long, env = "BOSUN_MAX_ROLLOUTS_IN_FLIGHT", default_value_t = bosun_controller::window::DEFAULT_LIMIT)]
+    pub max_rollouts_in_flight: usize,
+
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, env = "BOSUN_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,

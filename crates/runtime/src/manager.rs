@@ -89,14 +89,21 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     settings.rollout_pace.settle = args.appconfig_settle;
     settings.rollout_pace.min_interval = args.appconfig_min_interval;
     settings.stack_deletion.timeout = args.stack_deletion_timeout;
+    let rollouts = Arc::new(bosun_controller::window::Window::new(
+        args.max_rollouts_in_flight,
+        bosun_controller::window::DEFAULT_HOLD,
+    ));
+    rollouts.register(&mut registry);
     // One context per set of controllers: the manager's, and with --shards one per
-    // shard held (its own caches, queues, gate and checkpoints; the metrics shared).
+    // shard held (its own caches, queues, gate and checkpoints; the metrics and the
+    // window of first rollouts in flight shared).
     let make_ctx = {
         let (client, identity, metrics) = (client.clone(), identity.clone(), metrics.clone());
         move |shard: Option<String>| {
             let mut ctx = Context::new(client.clone(), &identity, metrics.clone());
             ctx.settings = settings.clone();
             ctx.shard = shard;
+            ctx.rollouts = rollouts.clone();
             ctx
         }
     };
