@@ -1108,6 +1108,30 @@ fn partition_node(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
     Ok(())
 }
 
+/// Starts a node's kubelet again after a power loss, and again while it exits within
+/// its first seconds, as systemd's `Restart=on-failure` does on a real node: containerd
+/// answers on its socket before its CRI has recovered its containers, and a kubelet that
+/// asks it then ("server is not initialized yet") exits at once.
+fn restart_kubelet(dir: &StateDir, kubelet: &Component) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pid = dir.restart(kubelet)?;
+        let settled = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < settled && crate::supervise::running(pid) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if crate::supervise::running(pid) {
+            return Ok(());
+        }
+        let tail = dir.log_tail(kubelet.name, 1);
+        if Instant::now() > deadline {
+            bail!("{} exits at start, still after 30 s; its last line:\n{tail}", kubelet.name);
+        }
+        log(&format!("{} exited at start ({}); starting it again", kubelet.name, tail.trim()));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// Undoes a test's stop or partition of real node `n` (nothing when it is whole).
 fn mend(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
     match n.broken(dir.path()) {
@@ -1120,7 +1144,11 @@ fn mend(dir: &StateDir, s: &Cluster, n: &RealNode) -> Result<()> {
             dir.restart(&n.containerd)?;
             wait_containerd(dir, n)?;
             for c in n.killed_by_stop().iter().filter(|c| **c != n.containerd) {
-                dir.restart(c)?;
+                if *c == n.kubelet {
+                    restart_kubelet(dir, c)?;
+                } else {
+                    dir.restart(c)?;
+                }
             }
         }
         Some(Broken::Partitioned) => {
